@@ -1,0 +1,176 @@
+import Foundation
+
+/// The decoded payload of a legacy App Store receipt (the ASN.1 SET inside the PKCS#7 envelope).
+///
+/// Empty strings are treated as absent; attribute types Coffer does not know are skipped.
+public struct AppReceipt: Sendable, Hashable {
+    /// Attribute 0: `Production`, `ProductionSandbox`, `Xcode`, `LocalTesting`, …
+    public var receiptType: String?
+    /// Attribute 1: the app's Apple ID (0 outside production).
+    public var appAppleId: Int64?
+    /// Attribute 2.
+    public var bundleId: String?
+    /// Attribute 3.
+    public var appVersion: String?
+    /// Attribute 4: opaque value used in the device hash.
+    public var opaque: [UInt8]?
+    /// Attribute 5: SHA-1(device identifier ‖ opaque ‖ raw attribute-2 bytes).
+    public var sha1Hash: [UInt8]?
+    /// Attribute 12.
+    public var creationDate: Date?
+    /// Attribute 17.
+    public var inApp: [InAppPurchase] = []
+    /// Attribute 19.
+    public var originalAppVersion: String?
+    /// Attribute 21.
+    public var expirationDate: Date?
+    /// The raw value bytes of attribute 2 (its DER UTF8String, header included): input to the device hash.
+    public var bundleIdValueBytes: [UInt8]?
+
+    public init() {}
+
+    /// The environment the receipt claims (attribute 0), if recognised.
+    public var environment: Environment? { receiptType.flatMap(Environment.init(claim:)) }
+}
+
+/// One in-app purchase record (attribute 17 of a receipt).
+public struct InAppPurchase: Sendable, Hashable {
+    public var quantity: Int64?
+    public var productId: String?
+    public var transactionId: String?
+    public var originalTransactionId: String?
+    public var purchaseDate: Date?
+    public var originalPurchaseDate: Date?
+    public var expiresDate: Date?
+    public var webOrderLineItemId: Int64?
+    public var cancellationDate: Date?
+    public var isInIntroOfferPeriod: Bool?
+
+    public init() {}
+}
+
+extension AppReceipt {
+    /// Decodes a receipt payload. Throws ``VerificationError`` with code `malformed` or
+    /// `limitExceeded` for anything that is not a well-formed receipt.
+    public static func decode(_ bytes: ArraySlice<UInt8>, limits: VerificationLimits = .init()) throws(VerificationError) -> AppReceipt {
+        var outer = TLVReader(bytes)
+        let set = try outer.next(tag: 0x31, "receipt payload")
+        guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after the receipt payload") }
+        var receipt = AppReceipt()
+        var seen = Set<Int>()
+        var elements = 0
+        var reader = TLVReader(set.value)
+        while !reader.isAtEnd {
+            let (type, value) = try attribute(&reader)
+            elements += 1
+            guard elements <= limits.maxElements else { throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes") }
+            if [0, 1, 2, 3, 4, 5, 12, 19, 21].contains(type) {
+                guard seen.insert(type).inserted else { throw VerificationError(.malformed, "receipt attribute \(type) appears twice") }
+            }
+            switch type {
+            case 0: receipt.receiptType = try string(value, type)
+            case 1: receipt.appAppleId = try integer(value, type)
+            case 2:
+                receipt.bundleId = try string(value, type)
+                receipt.bundleIdValueBytes = Array(value)
+            case 3: receipt.appVersion = try string(value, type)
+            case 4: receipt.opaque = Array(value)
+            case 5: receipt.sha1Hash = Array(value)
+            case 12: receipt.creationDate = try date(value, type)
+            case 17:
+                guard receipt.inApp.count < limits.maxInAppRecords else {
+                    throw VerificationError(.limitExceeded, "more than \(limits.maxInAppRecords) in-app records")
+                }
+                receipt.inApp.append(try inAppPurchase(value, limits: limits, elements: &elements))
+            case 19: receipt.originalAppVersion = try string(value, type)
+            case 21: receipt.expirationDate = try date(value, type)
+            default: continue
+            }
+        }
+        return receipt
+    }
+
+    private static func inAppPurchase(
+        _ bytes: ArraySlice<UInt8>, limits: VerificationLimits, elements: inout Int
+    ) throws(VerificationError) -> InAppPurchase {
+        var outer = TLVReader(bytes)
+        let set = try outer.next(tag: 0x31, "in-app record")
+        guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after an in-app record") }
+        var purchase = InAppPurchase()
+        var reader = TLVReader(set.value)
+        while !reader.isAtEnd {
+            let (type, value) = try attribute(&reader)
+            elements += 1
+            guard elements <= limits.maxElements else { throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes") }
+            switch type {
+            case 1701: purchase.quantity = try integer(value, type)
+            case 1702: purchase.productId = try string(value, type)
+            case 1703: purchase.transactionId = try string(value, type)
+            case 1704: purchase.purchaseDate = try date(value, type)
+            case 1705: purchase.originalTransactionId = try string(value, type)
+            case 1706: purchase.originalPurchaseDate = try date(value, type)
+            case 1708: purchase.expiresDate = try date(value, type)
+            case 1711: purchase.webOrderLineItemId = try integer(value, type)
+            case 1712: purchase.cancellationDate = try date(value, type)
+            case 1719: purchase.isInIntroOfferPeriod = try integer(value, type).map { $0 != 0 }
+            default: continue
+            }
+        }
+        return purchase
+    }
+
+    /// Reads `SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }`.
+    private static func attribute(_ reader: inout TLVReader) throws(VerificationError) -> (Int, ArraySlice<UInt8>) {
+        let sequence = try reader.next(tag: 0x30, "receipt attribute")
+        var fields = TLVReader(sequence.value)
+        let typeTLV = try fields.next(tag: 0x02, "receipt attribute type")
+        _ = try fields.next(tag: 0x02, "receipt attribute version")
+        let value = try fields.next(tag: 0x04, "receipt attribute value")
+        guard fields.isAtEnd else { throw VerificationError(.malformed, "receipt attribute has extra fields") }
+        guard let type = try integerValue(typeTLV.value), let small = Int(exactly: type) else {
+            throw VerificationError(.malformed, "receipt attribute type is empty")
+        }
+        return (small, value.value)
+    }
+
+    private static func single(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> TLV {
+        var reader = TLVReader(bytes)
+        let tlv: TLV
+        do { tlv = try reader.next() } catch { throw VerificationError(.malformed, "attribute \(type): \(error.detail)") }
+        guard reader.isAtEnd else { throw VerificationError(.malformed, "attribute \(type) has trailing bytes") }
+        return tlv
+    }
+
+    static func string(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> String? {
+        let tlv = try single(bytes, type)
+        // UTF8String, IA5String, PrintableString
+        guard tlv.tag == 0x0C || tlv.tag == 0x16 || tlv.tag == 0x13 else {
+            throw VerificationError(.malformed, "attribute \(type) is not a string (tag 0x\(String(tlv.tag, radix: 16)))")
+        }
+        guard !tlv.value.isEmpty else { return nil }
+        guard let text = String(validating: tlv.value, as: UTF8.self) else {
+            throw VerificationError(.malformed, "attribute \(type) is not valid UTF-8")
+        }
+        return text
+    }
+
+    static func integer(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> Int64? {
+        let tlv = try single(bytes, type)
+        guard tlv.tag == 0x02 else { throw VerificationError(.malformed, "attribute \(type) is not an INTEGER") }
+        return try integerValue(tlv.value)
+    }
+
+    static func integerValue(_ bytes: ArraySlice<UInt8>) throws(VerificationError) -> Int64? {
+        guard let first = bytes.first else { return nil }
+        guard bytes.count <= 8 else { throw VerificationError(.malformed, "INTEGER wider than 64 bits") }
+        var value: Int64 = first & 0x80 != 0 ? -1 : 0
+        for byte in bytes { value = (value << 8) | Int64(byte) }
+        return value
+    }
+
+    static func date(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> Date? {
+        guard let text = try string(bytes, type) else { return nil }
+        guard let date = RFC3339.parse(text) else { throw VerificationError(.malformed, "attribute \(type) is not an RFC 3339 date: \(text.prefix(40))") }
+        return date
+    }
+}

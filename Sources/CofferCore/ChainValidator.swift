@@ -1,0 +1,106 @@
+import Foundation
+import Synchronization
+@_spi(DisableValidityCheck) import X509
+
+/// A certificate chain that was validated against a configured ``TrustAnchor``.
+struct ValidatedChain: Sendable {
+    var anchor: TrustAnchor
+    /// Subject common names, leaf first, root last.
+    var subjects: [String]
+    var leafKey: Certificate.PublicKey
+    /// Encoded IssuerAndSerialNumber of the leaf, compared against a CMS signer identifier.
+    var leafIssuerSerial: (issuer: DistinguishedName, serial: [UInt8])
+    /// The interval in which every certificate of the chain is valid.
+    var validFrom: Date
+    var validUntil: Date
+}
+
+/// Validates signing chains against the configured anchors, at a given time, and caches
+/// the chains it has verified (keyed by the exact certificate bytes) so a steady stream of
+/// receipts signed by the same Apple leaf costs one signature check each.
+final class ChainValidator: Sendable {
+    let anchors: [TrustAnchor]
+    private let roots: CertificateStore
+    private let cache = Mutex<[[UInt8]: ValidatedChain]>([:])
+    static let cacheCapacity = 256
+
+    init(anchors: [TrustAnchor]) {
+        self.anchors = anchors
+        self.roots = CertificateStore(anchors.filter { !$0.signsDirectly }.map(\.certificate))
+    }
+
+    func cached(_ key: [UInt8], at time: Date) -> ValidatedChain? {
+        guard let hit = cache.withLock({ $0[key] }) else { return nil }
+        return hit.validFrom <= time && time <= hit.validUntil ? hit : nil
+    }
+
+    func remember(_ chain: ValidatedChain, key: [UInt8]) {
+        cache.withLock { entries in
+            if entries.count >= Self.cacheCapacity { entries.removeAll(keepingCapacity: true) }
+            entries[key] = chain
+        }
+    }
+
+    /// Validates `leaf` (with `intermediates` as untrusted helpers) at `time`.
+    func validate(leaf: Certificate, leafDER: ArraySlice<UInt8>, intermediates: [Certificate], at time: Date) async throws(VerificationError) -> ValidatedChain {
+        // Xcode-style anchors sign directly: the leaf *is* the anchor.
+        if let direct = anchors.first(where: { $0.signsDirectly && $0.derBytes[...] == leafDER }) {
+            try checkValidity([leaf], at: time)
+            return chain([leaf], anchor: direct)
+        }
+
+        var verifier = Verifier(rootCertificates: roots) { RFC5280Policy.withValidityCheckDisabled() }
+        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates))
+        guard case .validCertificate(let validated) = result else {
+            if anchors.contains(where: { $0.signsDirectly }) && intermediates.isEmpty {
+                throw VerificationError(.chainUntrusted, "signing certificate \(leaf.commonName ?? "?") is not a configured anchor")
+            }
+            throw VerificationError(.chainUntrusted, "no chain from \(leaf.commonName ?? "?") to a configured trust root")
+        }
+        let certificates = Array(validated)
+        guard let root = certificates.last, let anchor = anchors.first(where: { $0.certificate == root }) else {
+            throw VerificationError(.chainUntrusted, "chain ends at an unconfigured root")
+        }
+        try checkValidity(certificates, at: time)
+        if isCA(leaf) {
+            throw VerificationError(.chainUntrusted, "signing certificate \(leaf.commonName ?? "?") is a CA certificate")
+        }
+        if anchor.requiresAppleExtensions {
+            guard certificates.count == 3 else {
+                throw VerificationError(.chainUntrusted, "expected leaf → intermediate → root, got \(certificates.count) certificates")
+            }
+            guard certificates[0].extensions[oid: OID.appleReceiptSigningLeaf] != nil else {
+                throw VerificationError(.missingAppleExtension, "leaf lacks 1.2.840.113635.100.6.11.1")
+            }
+            guard certificates[1].extensions[oid: OID.appleWWDRIntermediate] != nil else {
+                throw VerificationError(.missingAppleExtension, "intermediate lacks 1.2.840.113635.100.6.2.1")
+            }
+        }
+        return chain(certificates, anchor: anchor)
+    }
+
+    private func isCA(_ cert: Certificate) -> Bool {
+        if case .isCertificateAuthority = try? cert.extensions.basicConstraints { return true }
+        return false
+    }
+
+    private func checkValidity(_ certificates: [Certificate], at time: Date) throws(VerificationError) {
+        for cert in certificates where !(cert.notValidBefore <= time && time <= cert.notValidAfter) {
+            throw VerificationError(
+                .certificateExpired,
+                "\(cert.commonName ?? "certificate") valid \(RFC3339.format(cert.notValidBefore))–\(RFC3339.format(cert.notValidAfter)), checked at \(RFC3339.format(time))"
+            )
+        }
+    }
+
+    private func chain(_ certificates: [Certificate], anchor: TrustAnchor) -> ValidatedChain {
+        let leaf = certificates[0]
+        return ValidatedChain(
+            anchor: anchor,
+            subjects: certificates.map { $0.commonName ?? $0.subject.description },
+            leafKey: leaf.publicKey,
+            leafIssuerSerial: (leaf.issuer, Array(leaf.serialNumber.bytes)),
+            validFrom: certificates.map(\.notValidBefore).max() ?? leaf.notValidBefore,
+            validUntil: certificates.map(\.notValidAfter).min() ?? leaf.notValidAfter)
+    }
+}

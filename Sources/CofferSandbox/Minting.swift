@@ -1,0 +1,296 @@
+import CofferCore
+import Crypto
+import Foundation
+import SwiftASN1
+import X509
+import _CryptoExtras
+
+/// One in-app purchase record to put in a sandbox receipt.
+public struct PurchaseSpec: Sendable, Hashable {
+    public var productId: String
+    public var transactionId: String
+    public var originalTransactionId: String?
+    public var purchaseDate: Date?
+    public var originalPurchaseDate: Date?
+    public var expiresDate: Date?
+    public var cancellationDate: Date?
+    public var quantity: Int64 = 1
+    public var webOrderLineItemId: Int64?
+
+    public init(productId: String, transactionId: String) {
+        self.productId = productId
+        self.transactionId = transactionId
+    }
+}
+
+/// A sandbox legacy receipt's contents.
+public struct ReceiptSpec: Sendable {
+    public var bundleId: String
+    public var appVersion = "1.0"
+    public var originalAppVersion = "1.0"
+    public var environment: Environment = .localTesting
+    /// Defaults to the `now` passed to ``SandboxCA/mintReceipt(_:now:options:)``.
+    public var creationDate: Date?
+    public var expirationDate: Date?
+    public var appAppleId: Int64 = 0
+    /// When set, attribute 5 is SHA-1(device ‖ opaque ‖ bundle-id bytes), as on a device.
+    public var deviceIdentifier: [UInt8]?
+    public var purchases: [PurchaseSpec]
+
+    public init(bundleId: String, purchases: [PurchaseSpec]) {
+        self.bundleId = bundleId
+        self.purchases = purchases
+    }
+}
+
+/// How to wrap a sandbox receipt. The non-default knobs build negative fixtures.
+public struct ReceiptEncoding: Sendable {
+    public var ber = false
+    public var digest: DigestAlgorithm = .sha256
+    /// Sign over CMS signed attributes (contentType + messageDigest) instead of the content.
+    public var signedAttributes = false
+    /// Test knob: a wrong messageDigest attribute.
+    public var corruptMessageDigest = false
+    /// Test knob: name the intermediate as the signer.
+    public var signerIsIntermediate = false
+    public init() {}
+}
+
+extension SandboxCA {
+    static func receiptType(_ environment: Environment) -> String {
+        switch environment {
+        case .production: "Production"
+        case .sandbox: "ProductionSandbox"
+        case .xcode: "Xcode"
+        case .localTesting: "LocalTesting"
+        }
+    }
+
+    /// The DER receipt payload (the SET of attributes).
+    public static func receiptPayload(_ spec: ReceiptSpec, now: Date) -> [UInt8] {
+        func attribute(_ type: Int64, _ value: ASN1Value) -> ASN1Value {
+            .sequence([.integer(type), .integer(1), .octetString(value.encoded(ber: false))])
+        }
+        func date(_ d: Date?) -> ASN1Value { .ia5String(d.map(RFC3339.format) ?? "") }
+        let bundleValue = ASN1Value.utf8String(spec.bundleId).encoded(ber: false)
+        var opaque = [UInt8](repeating: 0, count: 16)
+        var rng = SystemRandomNumberGenerator()
+        for i in opaque.indices { opaque[i] = UInt8.random(in: 0...255, using: &rng) }
+        var hash = [UInt8](repeating: 0, count: 20)
+        for i in hash.indices { hash[i] = UInt8.random(in: 0...255, using: &rng) }
+        if let device = spec.deviceIdentifier {
+            var sha1 = Insecure.SHA1()
+            sha1.update(data: device)
+            sha1.update(data: opaque)
+            sha1.update(data: bundleValue)
+            hash = Array(sha1.finalize())
+        }
+        var attributes: [ASN1Value] = [
+            attribute(0, .utf8String(receiptType(spec.environment))),
+            attribute(1, .integer(spec.appAppleId)),
+            .sequence([.integer(2), .integer(1), .octetString(bundleValue)]),
+            attribute(3, .utf8String(spec.appVersion)),
+            .sequence([.integer(4), .integer(1), .octetString(opaque)]),
+            .sequence([.integer(5), .integer(1), .octetString(hash)]),
+            attribute(12, date(spec.creationDate ?? now)),
+            attribute(19, .utf8String(spec.originalAppVersion)),
+        ]
+        if let expiration = spec.expirationDate { attributes.append(attribute(21, date(expiration))) }
+        for p in spec.purchases {
+            var fields: [ASN1Value] = [
+                attribute(1701, .integer(p.quantity)),
+                attribute(1702, .utf8String(p.productId)),
+                attribute(1703, .utf8String(p.transactionId)),
+                attribute(1704, date(p.purchaseDate ?? now)),
+                attribute(1705, .utf8String(p.originalTransactionId ?? p.transactionId)),
+                attribute(1706, date(p.originalPurchaseDate ?? p.purchaseDate ?? now)),
+                attribute(1708, date(p.expiresDate)),
+                attribute(1712, date(p.cancellationDate)),
+            ]
+            if let web = p.webOrderLineItemId { fields.append(attribute(1711, .integer(web))) }
+            attributes.append(.sequence([.integer(17), .integer(1), .octetString(ASN1Value.set(fields).encoded(ber: false))]))
+        }
+        return ASN1Value.set(attributes).encoded(ber: false)
+    }
+
+    /// Mints a PKCS#7 receipt signed by the sandbox receipt leaf.
+    public func mintReceipt(_ spec: ReceiptSpec, now: Date, encoding: ReceiptEncoding = .init()) throws -> [UInt8] {
+        try wrapReceipt(payload: Self.receiptPayload(spec, now: now), encoding: encoding)
+    }
+
+    /// Wraps any payload bytes in a signed PKCS#7 envelope.
+    public func wrapReceipt(payload: [UInt8], encoding: ReceiptEncoding = .init()) throws -> [UInt8] {
+        let digestOID: [UInt]
+        let digestBytes: [UInt8]
+        let signature: _RSA.Signing.RSASignature
+        var signedAttributes: [UInt8]?
+        switch encoding.digest {
+        case .sha1: digestOID = [1, 3, 14, 3, 2, 26]; digestBytes = Array(Insecure.SHA1.hash(data: payload))
+        case .sha256: digestOID = [2, 16, 840, 1, 101, 3, 4, 2, 1]; digestBytes = Array(SHA256.hash(data: payload))
+        case .sha384: digestOID = [2, 16, 840, 1, 101, 3, 4, 2, 2]; digestBytes = Array(SHA384.hash(data: payload))
+        case .sha512: digestOID = [2, 16, 840, 1, 101, 3, 4, 2, 3]; digestBytes = Array(SHA512.hash(data: payload))
+        }
+        var toSign = payload
+        if encoding.signedAttributes {
+            var messageDigest = digestBytes
+            if encoding.corruptMessageDigest { messageDigest[0] ^= 0xFF }
+            let attrs = ASN1Value.set([
+                .sequence([.oid([1, 2, 840, 113549, 1, 9, 3]), .set([.oid([1, 2, 840, 113549, 1, 7, 1])])]),
+                .sequence([.oid([1, 2, 840, 113549, 1, 9, 4]), .set([.octetString(messageDigest)])]),
+            ]).encoded(ber: false)
+            signedAttributes = attrs
+            toSign = attrs
+        }
+        switch encoding.digest {
+        case .sha1: signature = try receiptKey.signature(for: Insecure.SHA1.hash(data: toSign), padding: .insecurePKCS1v1_5)
+        case .sha256: signature = try receiptKey.signature(for: SHA256.hash(data: toSign), padding: .insecurePKCS1v1_5)
+        case .sha384: signature = try receiptKey.signature(for: SHA384.hash(data: toSign), padding: .insecurePKCS1v1_5)
+        case .sha512: signature = try receiptKey.signature(for: SHA512.hash(data: toSign), padding: .insecurePKCS1v1_5)
+        }
+        let signerCert = encoding.signerIsIntermediate ? intermediate : receiptSigner
+        var issuerSerializer = DER.Serializer()
+        try issuerSerializer.serialize(signerCert.issuer)
+        let sid = ASN1Value.sequence([
+            .raw(issuerSerializer.serializedBytes),
+            .primitive(tag: 0x02, bytes: Array(signerCert.serialNumber.bytes)),
+        ])
+        var signerFields: [ASN1Value] = [
+            .integer(1), sid, .sequence([.oid(digestOID), .null]),
+        ]
+        if let signedAttributes {
+            signerFields.append(.raw([0xA0] + signedAttributes.dropFirst()))
+        }
+        signerFields += [
+            .sequence([.oid([1, 2, 840, 113549, 1, 1, 1]), .null]),
+            .octetString(Array(signature.rawRepresentation)),
+        ]
+        let signedData = ASN1Value.sequence([
+            .integer(1),
+            .set([.sequence([.oid(digestOID), .null])]),
+            .sequence([
+                .oid([1, 2, 840, 113549, 1, 7, 1]),
+                .constructed(tag: 0xA0, children: [.chunkedOctetString(payload, chunkSize: 1000)]),
+            ]),
+            .constructed(tag: 0xA0, children: [.raw(try Self.der(receiptSigner)), .raw(try Self.der(intermediate)), .raw(try Self.der(root))]),
+            .set([.sequence(signerFields)]),
+        ])
+        let contentInfo = ASN1Value.sequence([
+            .oid([1, 2, 840, 113549, 1, 7, 2]),
+            .constructed(tag: 0xA0, children: [signedData]),
+        ])
+        return contentInfo.encoded(ber: encoding.ber)
+    }
+}
+
+/// A sandbox StoreKit 2 transaction's contents.
+public struct TransactionSpec: Sendable {
+    public var bundleId: String
+    public var productId: String
+    public var transactionId: String
+    public var originalTransactionId: String?
+    public var purchaseDate: Date?
+    public var revocationDate: Date?
+    public var environment: Environment = .localTesting
+    public var type = "Non-Consumable"
+    public var quantity = 1
+    public var appAccountToken: String?
+
+    public init(bundleId: String, productId: String, transactionId: String) {
+        self.bundleId = bundleId
+        self.productId = productId
+        self.transactionId = transactionId
+    }
+}
+
+/// How to sign a sandbox JWS. The non-default knobs build negative fixtures.
+public struct JWSEncoding: Sendable {
+    public var alg = "ES256"
+    /// Which certificates go in x5c, in order.
+    public enum Chain: Sendable { case standard, leafOnly, leafAndIntermediate, withExtra, swapped, none }
+    public var chain: Chain = .standard
+    public init() {}
+}
+
+extension SandboxCA {
+    /// Signs any JSON payload as a compact JWS with the sandbox P-256 leaf.
+    public func signJWS(payload: [UInt8], encoding: JWSEncoding = .init()) throws -> String {
+        let leaf = try Self.der(jwsSigner).base64()
+        let mid = try Self.der(intermediate).base64()
+        let top = try Self.der(root).base64()
+        let x5c: [String]?
+        switch encoding.chain {
+        case .standard: x5c = [leaf, mid, top]
+        case .leafOnly: x5c = [leaf]
+        case .leafAndIntermediate: x5c = [leaf, mid]
+        case .withExtra: x5c = [leaf, mid, top, top]
+        case .swapped: x5c = [mid, leaf, top]
+        case .none: x5c = nil
+        }
+        var header: [String: Any] = ["alg": encoding.alg]
+        if let x5c { header["x5c"] = x5c }
+        let headerJSON = try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys])
+        let signingInput = Base64.encodeURL(headerJSON) + "." + Base64.encodeURL(payload)
+        let signature = try jwsKey.signature(for: SHA256.hash(data: Array(signingInput.utf8)))
+        return signingInput + "." + Base64.encodeURL(signature.rawRepresentation)
+    }
+
+    static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+
+    public static func transactionPayload(_ spec: TransactionSpec, now: Date) throws -> [UInt8] {
+        var object: [String: Any] = [
+            "transactionId": spec.transactionId,
+            "originalTransactionId": spec.originalTransactionId ?? spec.transactionId,
+            "bundleId": spec.bundleId,
+            "productId": spec.productId,
+            "purchaseDate": milliseconds(spec.purchaseDate ?? now),
+            "originalPurchaseDate": milliseconds(spec.purchaseDate ?? now),
+            "quantity": spec.quantity,
+            "type": spec.type,
+            "inAppOwnershipType": "PURCHASED",
+            "signedDate": milliseconds(now),
+            "environment": spec.environment.rawValue,
+            "transactionReason": "PURCHASE",
+            "storefront": "USA",
+            "storefrontId": "143441",
+        ]
+        if let revocation = spec.revocationDate {
+            object["revocationDate"] = milliseconds(revocation)
+            object["revocationReason"] = 0
+        }
+        if let token = spec.appAccountToken { object["appAccountToken"] = token }
+        return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+    }
+
+    /// Mints a signed transaction (compact JWS).
+    public func mintTransaction(_ spec: TransactionSpec, now: Date, encoding: JWSEncoding = .init()) throws -> String {
+        try signJWS(payload: Self.transactionPayload(spec, now: now), encoding: encoding)
+    }
+
+    /// Mints an App Store Server Notification V2 whose `signedTransactionInfo` is a separate JWS.
+    /// REFUND and REVOKE notifications carry a `revocationDate` on the nested transaction.
+    public func mintNotification(type: String, subtype: String? = nil, transaction spec: TransactionSpec, appAppleId: Int64? = nil, now: Date) throws -> String {
+        var spec = spec
+        if ["REFUND", "REVOKE"].contains(type.uppercased()) && spec.revocationDate == nil { spec.revocationDate = now }
+        let inner = try mintTransaction(spec, now: now)
+        var data: [String: Any] = [
+            "bundleId": spec.bundleId,
+            "bundleVersion": "1",
+            "environment": spec.environment.rawValue,
+            "signedTransactionInfo": inner,
+        ]
+        if let appAppleId { data["appAppleId"] = appAppleId }
+        var object: [String: Any] = [
+            "notificationType": type.uppercased(),
+            "notificationUUID": UUID().uuidString.lowercased(),
+            "version": "2.0",
+            "signedDate": Self.milliseconds(now),
+            "data": data,
+        ]
+        if let subtype { object["subtype"] = subtype }
+        return try signJWS(payload: Array(JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])))
+    }
+}
+
+extension Array where Element == UInt8 {
+    func base64() -> String { Data(self).base64EncodedString() }
+}
