@@ -224,7 +224,9 @@ public final class AppStoreVerifier: Sendable {
         do { issuer = try DistinguishedName(derEncoded: DER.parse(Array(envelope.signer.issuerEncoded))) } catch {
             throw VerificationError(.malformed, "signer issuer name does not parse")
         }
-        guard let signerIndex = certificates.firstIndex(where: { $0.0.issuer == issuer && $0.0.serialNumber.bytes == envelope.signer.serialBytes }) else {
+        // Serial numbers compare as unsigned magnitudes (a DER INTEGER may carry a leading 0x00).
+        let serial = envelope.signer.serialBytes.drop(while: { $0 == 0 })
+        guard let signerIndex = certificates.firstIndex(where: { $0.0.issuer == issuer && $0.0.serialNumber.bytes.drop(while: { $0 == 0 }).elementsEqual(serial) }) else {
             throw VerificationError(.signerNotFound, "no certificate matches the signer's issuer and serial number")
         }
         let (leaf, leafDER) = certificates[signerIndex]

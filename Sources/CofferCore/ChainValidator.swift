@@ -8,8 +8,6 @@ struct ValidatedChain: Sendable {
     /// Subject common names, leaf first, root last.
     var subjects: [String]
     var leafKey: Certificate.PublicKey
-    /// Encoded IssuerAndSerialNumber of the leaf, compared against a CMS signer identifier.
-    var leafIssuerSerial: (issuer: DistinguishedName, serial: [UInt8])
     /// The interval in which every certificate of the chain is valid.
     var validFrom: Date
     var validUntil: Date
@@ -26,7 +24,7 @@ final class ChainValidator: Sendable {
 
     init(anchors: [TrustAnchor]) {
         self.anchors = anchors
-        self.roots = CertificateStore(anchors.filter { !$0.signsDirectly }.map(\.certificate))
+        self.roots = CertificateStore(anchors.map(\.certificate))
     }
 
     func cached(_ key: [UInt8], at time: Date) -> ValidatedChain? {
@@ -99,7 +97,6 @@ final class ChainValidator: Sendable {
             anchor: anchor,
             subjects: certificates.map { $0.commonName ?? $0.subject.description },
             leafKey: leaf.publicKey,
-            leafIssuerSerial: (leaf.issuer, Array(leaf.serialNumber.bytes)),
             validFrom: certificates.map(\.notValidBefore).max() ?? leaf.notValidBefore,
             validUntil: certificates.map(\.notValidAfter).min() ?? leaf.notValidAfter)
     }

@@ -81,12 +81,18 @@ public struct TrustAnchor: Sendable, Hashable {
     }
 
     /// Any other CA. It may never vouch for Production.
-    public static func custom(_ der: [UInt8], environments: Set<Environment>, requireAppleExtensions: Bool) throws -> TrustAnchor {
+    /// - Parameter signsDirectly: also accept data signed by this certificate itself (as Xcode does).
+    public static func custom(
+        _ der: [UInt8], environments: Set<Environment>, requireAppleExtensions: Bool, signsDirectly: Bool = false
+    ) throws -> TrustAnchor {
         guard !environments.contains(.production) else {
             throw ConfigurationError(description: "only Apple's roots may vouch for Production data")
         }
+        guard !AppleRoots.isAppleRoot(der) else {
+            throw ConfigurationError(description: "use TrustAnchor.apple for Apple's roots")
+        }
         return try TrustAnchor(
-            kind: .custom, der: der, environments: environments, appleExtensions: requireAppleExtensions, direct: false)
+            kind: .custom, der: der, environments: environments, appleExtensions: requireAppleExtensions, direct: signsDirectly)
     }
 }
 

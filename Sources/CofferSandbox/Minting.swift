@@ -113,6 +113,13 @@ extension SandboxCA {
         return ASN1Value.set(attributes).encoded(ber: false)
     }
 
+    /// DER INTEGER content for an unsigned magnitude (a leading 0x00 keeps it positive).
+    static func integerContent(_ magnitude: ArraySlice<UInt8>) -> [UInt8] {
+        let trimmed = Array(magnitude.drop(while: { $0 == 0 }))
+        guard let first = trimmed.first else { return [0] }
+        return first & 0x80 != 0 ? [0] + trimmed : trimmed
+    }
+
     /// Mints a PKCS#7 receipt signed by the sandbox receipt leaf.
     public func mintReceipt(_ spec: ReceiptSpec, now: Date, encoding: ReceiptEncoding = .init()) throws -> [UInt8] {
         try wrapReceipt(payload: Self.receiptPayload(spec, now: now), encoding: encoding)
@@ -152,7 +159,7 @@ extension SandboxCA {
         try issuerSerializer.serialize(signerCert.issuer)
         let sid = ASN1Value.sequence([
             .raw(issuerSerializer.serializedBytes),
-            .primitive(tag: 0x02, bytes: Array(signerCert.serialNumber.bytes)),
+            .primitive(tag: 0x02, bytes: Self.integerContent(signerCert.serialNumber.bytes)),
         ])
         var signerFields: [ASN1Value] = [
             .integer(1), sid, .sequence([.oid(digestOID), .null]),

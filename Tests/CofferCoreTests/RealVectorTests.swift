@@ -41,7 +41,7 @@ import Testing
     func invalidNowBecauseEveryChainHasExpired(file: String) async throws {
         // L03's source asserts this explicitly ("validationTime=now MUST FAIL"); all four
         // leaves expired before 2026 (latest: L01's, 2024-10-01).
-        let result = await try appleVerifier().verify(try Fixtures.bytes(file), now: testNow, validateAt: testNow)
+        let result = try await appleVerifier().verify(try Fixtures.bytes(file), now: testNow, validateAt: testNow)
         expectInvalid(result, .certificateExpired)
         #expect(result.evidence.receipt?.bundleId != nil, "decoding still reports what it read")
     }
@@ -49,13 +49,13 @@ import Testing
     @Test func base64WithLineBreaksIsAccepted() async throws {
         let der = try Fixtures.bytes("legacy/L11_rc_sandbox_revenuecat_sample1_2020.der")
         let wrapped = Data(der).base64EncodedString(options: [.lineLength64Characters, .endLineWithCarriageReturn, .endLineWithLineFeed])
-        let result = await try appleVerifier().verify(Array(wrapped.utf8), now: testNow)
+        let result = try await appleVerifier().verify(Array(wrapped.utf8), now: testNow)
         #expect(result.isValid)
         #expect(result.evidence.receipt?.inApp.count == 9)
     }
 
     @Test func wrongBundleIsRejected() async throws {
-        let result = await try appleVerifier(bundleIds: ["com.other.app"]).verify(try Fixtures.bytes(Self.appleLegacy[0]), now: testNow)
+        let result = try await appleVerifier(bundleIds: ["com.other.app"]).verify(try Fixtures.bytes(Self.appleLegacy[0]), now: testNow)
         expectInvalid(result, .bundleMismatch)
     }
 
@@ -107,7 +107,7 @@ import Testing
     }
 
     @Test func oldTransactionReceiptPlistIsUnsupported() async throws {
-        let result = await try appleVerifier().verify(try Fixtures.bytes("negative/N01_rc_unsupportedReceipt1_old_transaction_receipt.bin"), now: testNow)
+        let result = try await appleVerifier().verify(try Fixtures.bytes("negative/N01_rc_unsupportedReceipt1_old_transaction_receipt.bin"), now: testNow)
         expectInvalid(result, .unsupportedFormat)
     }
 
@@ -167,7 +167,7 @@ import Testing
     func validAtSignedDateWithExpectedPayload(file: String) async throws {
         let e = try Self.entry(file)
         let payload = try #require(e["payload"] as? [String: Any])
-        let result = await try appleVerifier().verify(Array(try Fixtures.text(file).utf8), now: testNow)
+        let result = try await appleVerifier().verify(Array(try Fixtures.text(file).utf8), now: testNow)
         guard case .valid(let evidence) = result else {
             Issue.record("\(file): \(result.error.map { "\($0)" } ?? "")")
             return
@@ -207,7 +207,7 @@ import Testing
     func validityNowMatchesTheSource(file: String) async throws {
         let e = try Self.entry(file)
         let okNow = (e["chain_now"] as? String) == "OK"
-        let result = await try appleVerifier().verify(Array(try Fixtures.text(file).utf8), now: testNow, validateAt: testNow)
+        let result = try await appleVerifier().verify(Array(try Fixtures.text(file).utf8), now: testNow, validateAt: testNow)
         if okNow {
             #expect(result.isValid, "\(file): \(result.error.map { "\($0)" } ?? "")")
         } else {
@@ -216,12 +216,12 @@ import Testing
     }
 
     @Test func productionOnlyRejectsSandboxJWS() async throws {
-        let result = await try appleVerifier(allowSandbox: false).verify(Array(try Fixtures.text(Self.appleJWS[0]).utf8), now: testNow)
+        let result = try await appleVerifier(allowSandbox: false).verify(Array(try Fixtures.text(Self.appleJWS[0]).utf8), now: testNow)
         expectInvalid(result, .environmentNotAllowed)
     }
 
     @Test func notificationWithWrongBundleIsRejected() async throws {
-        let result = await try appleVerifier(bundleIds: ["com.goodheartapp"]).verify(Array(try Fixtures.text(Self.appleJWS[1]).utf8), now: testNow)
+        let result = try await appleVerifier(bundleIds: ["com.goodheartapp"]).verify(Array(try Fixtures.text(Self.appleJWS[1]).utf8), now: testNow)
         expectInvalid(result, .bundleMismatch)
     }
 
@@ -238,7 +238,7 @@ import Testing
     }
 
     @Test func libraryTestCATransactionIsValidUnderItsRoot() async throws {
-        let result = await try testCAVerifier().verify(Array(try Fixtures.text("jws/JT1_testca_transactionInfo.jws").utf8), now: testNow)
+        let result = try await testCAVerifier().verify(Array(try Fixtures.text("jws/JT1_testca_transactionInfo.jws").utf8), now: testNow)
         #expect(result.isValid, "\(result.error.map { "\($0)" } ?? "")")
         // x5c[2] differs from the configured root's bytes but is never used.
         #expect(result.evidence.signing?.anchorKind == .custom)
@@ -254,15 +254,15 @@ import Testing
     }
 
     @Test func wrongBundleIdVectorIsRejected() async throws {
-        expectInvalid(await try testCAVerifier().verify(Array(try Fixtures.text("jws/JT4_testca_wrongBundleId.jws").utf8), now: testNow), .bundleMismatch)
+        expectInvalid(try await testCAVerifier().verify(Array(try Fixtures.text("jws/JT4_testca_wrongBundleId.jws").utf8), now: testNow), .bundleMismatch)
     }
 
     @Test func missingX5CVectorIsRejected() async throws {
-        expectInvalid(await try testCAVerifier().verify(Array(try Fixtures.text("jws/JT5_testca_missingX5CHeaderClaim.jws").utf8), now: testNow), .certificateChainMissing)
+        expectInvalid(try await testCAVerifier().verify(Array(try Fixtures.text("jws/JT5_testca_missingX5CHeaderClaim.jws").utf8), now: testNow), .certificateChainMissing)
     }
 
     @Test func appleRootsDoNotTrustTheLibraryTestCA() async throws {
-        expectInvalid(await try appleVerifier().verify(Array(try Fixtures.text("jws/JT1_testca_transactionInfo.jws").utf8), now: testNow), .chainUntrusted)
+        expectInvalid(try await appleVerifier().verify(Array(try Fixtures.text("jws/JT1_testca_transactionInfo.jws").utf8), now: testNow), .chainUntrusted)
     }
 
     @Test func xcodeJWSValidOnlyUnderXcodePolicy() async throws {
@@ -280,6 +280,6 @@ import Testing
         #expect(abs((t.purchaseDate?.date.timeIntervalSince1970 ?? 0) - 1697679936.0497297) < 0.000_01)
         // Source: "chain_now … certificate has expired".
         expectInvalid(await xcode.verify(jws, now: testNow, validateAt: testNow), .certificateExpired)
-        expectInvalid(await try appleVerifier().verify(jws, now: testNow), .chainUntrusted)
+        expectInvalid(try await appleVerifier().verify(jws, now: testNow), .chainUntrusted)
     }
 }

@@ -11,7 +11,7 @@ import Testing
     }
 
     @Test func validTransaction() async throws {
-        let result = await try sandboxVerifier().verify(try mint(), now: testNow)
+        let result = try await sandboxVerifier().verify(try mint(), now: testNow)
         guard case .valid(let evidence) = result, case .transaction(let t) = evidence.signed else {
             Issue.record("\(result.error.map { "\($0)" } ?? "not a transaction")")
             return
@@ -25,38 +25,38 @@ import Testing
     func otherAlgorithmsAreRejected(alg: String) async throws {
         var encoding = JWSEncoding()
         encoding.alg = alg
-        expectInvalid(await try sandboxVerifier().verify(try mint(encoding), now: testNow), .unsupportedAlgorithm)
+        expectInvalid(try await sandboxVerifier().verify(try mint(encoding), now: testNow), .unsupportedAlgorithm)
     }
 
     @Test func unsignedAlgNoneWithEmptySignatureIsRejected() async throws {
         let parts = String(decoding: try mint(), as: UTF8.self).split(separator: ".")
         let forged = Base64.encodeURL(Array(#"{"alg":"none"}"#.utf8)) + "." + parts[1] + "."
-        expectInvalid(await try sandboxVerifier().verify(Array(forged.utf8), now: testNow), .unsupportedAlgorithm)
+        expectInvalid(try await sandboxVerifier().verify(Array(forged.utf8), now: testNow), .unsupportedAlgorithm)
     }
 
     @Test(arguments: [JWSEncoding.Chain.leafAndIntermediate, .withExtra])
     func x5cOfTwoOrFourCertificatesIsRejected(chain: JWSEncoding.Chain) async throws {
         var encoding = JWSEncoding()
         encoding.chain = chain
-        expectInvalid(await try sandboxVerifier().verify(try mint(encoding), now: testNow), .chainLengthInvalid)
+        expectInvalid(try await sandboxVerifier().verify(try mint(encoding), now: testNow), .chainLengthInvalid)
     }
 
     @Test func singleSelfIssuedCertificateIsUntrustedWithoutAnXcodeAnchor() async throws {
         var encoding = JWSEncoding()
         encoding.chain = .leafOnly
-        expectInvalid(await try sandboxVerifier().verify(try mint(encoding), now: testNow), .chainUntrusted)
+        expectInvalid(try await sandboxVerifier().verify(try mint(encoding), now: testNow), .chainUntrusted)
     }
 
     @Test func swappedLeafAndIntermediateIsRejected() async throws {
         var encoding = JWSEncoding()
         encoding.chain = .swapped
-        expectInvalid(await try sandboxVerifier().verify(try mint(encoding), now: testNow), .chainUntrusted)
+        expectInvalid(try await sandboxVerifier().verify(try mint(encoding), now: testNow), .chainUntrusted)
     }
 
     @Test func missingX5CIsRejected() async throws {
         var encoding = JWSEncoding()
         encoding.chain = .none
-        expectInvalid(await try sandboxVerifier().verify(try mint(encoding), now: testNow), .certificateChainMissing)
+        expectInvalid(try await sandboxVerifier().verify(try mint(encoding), now: testNow), .certificateChainMissing)
     }
 
     @Test func tamperedPayloadIsRejected() async throws {
@@ -65,14 +65,14 @@ import Testing
         let text = String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "level.pack.1", with: "level.pack.9")
         payload = Array(text.utf8)
         let forged = parts[0] + "." + Base64.encodeURL(payload) + "." + parts[2]
-        let result = await try sandboxVerifier().verify(Array(forged.utf8), now: testNow)
+        let result = try await sandboxVerifier().verify(Array(forged.utf8), now: testNow)
         expectInvalid(result, .signatureInvalid)
     }
 
     @Test func tamperedSignatureIsRejected() async throws {
         var jws = try mint()
         jws[jws.count - 5] = jws[jws.count - 5] == 0x41 ? 0x42 : 0x41
-        expectInvalid(await try sandboxVerifier().verify(jws, now: testNow), .signatureInvalid)
+        expectInvalid(try await sandboxVerifier().verify(jws, now: testNow), .signatureInvalid)
     }
 
     @Test func x5cRootBytesAreNeverTrusted() async throws {
@@ -86,7 +86,7 @@ import Testing
         object["x5c"] = x5c
         let newHeader = Base64.encodeURL(try JSONSerialization.data(withJSONObject: object))
         jws = newHeader + "." + jws.split(separator: ".").dropFirst().joined(separator: ".")
-        let result = await try sandboxVerifier().verify(Array(jws.utf8), now: testNow)
+        let result = try await sandboxVerifier().verify(Array(jws.utf8), now: testNow)
         expectInvalid(result, .chainUntrusted)
     }
 
@@ -100,7 +100,7 @@ import Testing
 
     @Test func refundNotificationVerifiesItsNestedTransaction() async throws {
         let jws = try sharedCA.mintNotification(type: "REFUND", transaction: spec, now: testNow)
-        let result = await try sandboxVerifier().verify(Array(jws.utf8), now: testNow)
+        let result = try await sandboxVerifier().verify(Array(jws.utf8), now: testNow)
         guard case .valid(let evidence) = result, case .notification(let n) = evidence.signed else {
             Issue.record("\(result.error.map { "\($0)" } ?? "not a notification")")
             return
@@ -119,7 +119,7 @@ import Testing
             "data": ["bundleId": "com.coffer.demo", "environment": "LocalTesting", "signedTransactionInfo": inner],
         ]
         let jws = try sharedCA.signJWS(payload: Array(JSONSerialization.data(withJSONObject: payload)))
-        let result = await try sandboxVerifier().verify(Array(jws.utf8), now: testNow)
+        let result = try await sandboxVerifier().verify(Array(jws.utf8), now: testNow)
         expectInvalid(result, .chainUntrusted)
         #expect(result.error?.detail.hasPrefix("signedTransactionInfo") == true)
     }
@@ -148,6 +148,6 @@ import Testing
             "data": ["bundleId": "com.coffer.demo", "environment": "LocalTesting", "signedTransactionInfo": inner],
         ]
         let jws = try sharedCA.signJWS(payload: Array(JSONSerialization.data(withJSONObject: payload)))
-        expectInvalid(await try sandboxVerifier().verify(Array(jws.utf8), now: testNow), .bundleMismatch)
+        expectInvalid(try await sandboxVerifier().verify(Array(jws.utf8), now: testNow), .bundleMismatch)
     }
 }

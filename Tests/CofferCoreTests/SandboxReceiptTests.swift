@@ -17,7 +17,7 @@ import Testing
         var spec = demoReceipt()
         // Big enough that BER output splits the content into several chunks.
         spec.purchases += (0..<40).map { PurchaseSpec(productId: "level.pack.\($0)", transactionId: "\(2000 + $0)") }
-        let result = await try sandboxVerifier().verify(try mint(spec, encoding: encoding), now: testNow)
+        let result = try await sandboxVerifier().verify(try mint(spec, encoding: encoding), now: testNow)
         guard case .valid(let evidence) = result else { Issue.record("\(result.error.map { "\($0)" } ?? "")"); return }
         #expect(evidence.isBER == ber)
         #expect(evidence.environment == .localTesting)
@@ -32,38 +32,38 @@ import Testing
     @Test func signedAttributesAreVerified() async throws {
         var encoding = ReceiptEncoding()
         encoding.signedAttributes = true
-        #expect(await try sandboxVerifier().verify(try mint(encoding: encoding), now: testNow).isValid)
+        #expect(try await sandboxVerifier().verify(try mint(encoding: encoding), now: testNow).isValid)
         encoding.corruptMessageDigest = true
-        expectInvalid(await try sandboxVerifier().verify(try mint(encoding: encoding), now: testNow), .signatureInvalid)
+        expectInvalid(try await sandboxVerifier().verify(try mint(encoding: encoding), now: testNow), .signatureInvalid)
     }
 
     @Test func wrongRootIsUntrusted() async throws {
         let other = try SandboxCA.create(now: testNow)
-        expectInvalid(await try sandboxVerifier(other).verify(try mint(), now: testNow), .chainUntrusted)
+        expectInvalid(try await sandboxVerifier(other).verify(try mint(), now: testNow), .chainUntrusted)
     }
 
     @Test func appleRootsNeverTrustSandboxReceipts() async throws {
-        expectInvalid(await try appleVerifier().verify(try mint(), now: testNow), .chainUntrusted)
+        expectInvalid(try await appleVerifier().verify(try mint(), now: testNow), .chainUntrusted)
     }
 
     @Test func signerNamedAsTheIntermediateIsRejected() async throws {
         var encoding = ReceiptEncoding()
         encoding.signerIsIntermediate = true
-        expectInvalid(await try sandboxVerifier().verify(try mint(encoding: encoding), now: testNow), .chainUntrusted)
+        expectInvalid(try await sandboxVerifier().verify(try mint(encoding: encoding), now: testNow), .chainUntrusted)
     }
 
     @Test func missingLeafOIDIsRejected() async throws {
         var options = SandboxCA.Options()
         options.leafAppleExtension = false
         let ca = try SandboxCA.create(now: testNow, options: options)
-        expectInvalid(await try sandboxVerifier(ca).verify(try mint(ca: ca), now: testNow), .missingAppleExtension)
+        expectInvalid(try await sandboxVerifier(ca).verify(try mint(ca: ca), now: testNow), .missingAppleExtension)
     }
 
     @Test func missingIntermediateOIDIsRejected() async throws {
         var options = SandboxCA.Options()
         options.intermediateAppleExtension = false
         let ca = try SandboxCA.create(now: testNow, options: options)
-        expectInvalid(await try sandboxVerifier(ca).verify(try mint(ca: ca), now: testNow), .missingAppleExtension)
+        expectInvalid(try await sandboxVerifier(ca).verify(try mint(ca: ca), now: testNow), .missingAppleExtension)
     }
 
     @Test func expiredChainIsRejectedAndTheCacheHonoursValidity() async throws {
@@ -86,14 +86,14 @@ import Testing
     @Test func wrongBundleIsRejected() async throws {
         var spec = demoReceipt()
         spec.bundleId = "com.evil.clone"
-        expectInvalid(await try sandboxVerifier().verify(try mint(spec), now: testNow), .bundleMismatch)
+        expectInvalid(try await sandboxVerifier().verify(try mint(spec), now: testNow), .bundleMismatch)
     }
 
     @Test func claimedEnvironmentMustBeOneTheRootVouchesFor() async throws {
         for environment in [Environment.production, .sandbox, .xcode] {
             var spec = demoReceipt()
             spec.environment = environment
-            expectInvalid(await try sandboxVerifier().verify(try mint(spec), now: testNow), .environmentNotAllowed)
+            expectInvalid(try await sandboxVerifier().verify(try mint(spec), now: testNow), .environmentNotAllowed)
         }
     }
 
@@ -115,20 +115,20 @@ import Testing
     @Test func tamperedContentByteBreaksTheSignature() async throws {
         var receipt = try mint()
         receipt[try offset(of: Array("level.pack.1".utf8), in: receipt) + 6] ^= 0x01  // "level/pack.1"
-        let result = await try sandboxVerifier().verify(receipt, now: testNow)
+        let result = try await sandboxVerifier().verify(receipt, now: testNow)
         expectInvalid(result, .signatureInvalid)
     }
 
     @Test func tamperedSignatureByteIsRejected() async throws {
         var receipt = try mint()
         receipt[receipt.count - 10] ^= 0x40  // inside the RSA signature, the last field
-        expectInvalid(await try sandboxVerifier().verify(receipt, now: testNow), .signatureInvalid)
+        expectInvalid(try await sandboxVerifier().verify(receipt, now: testNow), .signatureInvalid)
     }
 
     @Test func tamperedCertificateByteIsRejected() async throws {
         var receipt = try mint()
         receipt[try offset(of: Array("Receipt Signing".utf8), in: receipt)] ^= 0x20  // "receipt Signing"
-        expectInvalid(await try sandboxVerifier().verify(receipt, now: testNow), .chainUntrusted)
+        expectInvalid(try await sandboxVerifier().verify(receipt, now: testNow), .chainUntrusted)
     }
 
     @Test func truncationsAreMalformedNeverACrash() async throws {
@@ -143,9 +143,9 @@ import Testing
     @Test func tooDeeplyNestedBERIsRejected() async throws {
         // 40 nested indefinite-length SEQUENCEs.
         let deep = Array(repeating: [UInt8]([0x30, 0x80]), count: 40).flatMap { $0 } + Array(repeating: 0, count: 80)
-        expectInvalid(await try sandboxVerifier().verifyReceipt(deep, now: testNow), .limitExceeded)
+        expectInvalid(try await sandboxVerifier().verifyReceipt(deep, now: testNow), .limitExceeded)
         let deepDER = (0..<40).reduce([UInt8]([0x05, 0x00])) { inner, _ in [0x30, UInt8(inner.count)] + inner }
-        expectInvalid(await try sandboxVerifier().verifyReceipt(deepDER, now: testNow), .limitExceeded)
+        expectInvalid(try await sandboxVerifier().verifyReceipt(deepDER, now: testNow), .limitExceeded)
     }
 
     @Test func oversizedInputIsRejected() async throws {

@@ -1,0 +1,140 @@
+import ArgumentParser
+import CofferCore
+import Foundation
+
+typealias RFC3339Parsing = RFC3339
+
+struct ReceiptCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "receipt", abstract: "Inspect App Store receipts and signed transactions.",
+        subcommands: [Inspect.self])
+
+    struct Inspect: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Verify and decode a receipt (PKCS#7 DER/BER/base64) or a StoreKit 2 JWS.",
+            discussion: """
+                Exit status: 0 when valid, 1 when invalid, 2 on usage or I/O errors.
+                Default trust roots are Apple Root CA and Apple Root CA - G3 (built in). Chains are
+                validated at the data's own signing time (receipt creation date, JWS signedDate)
+                unless --at is given. With --root, a non-Apple certificate may vouch for Sandbox,
+                Xcode and LocalTesting data (never Production).
+                """)
+
+        @Argument(help: "The file to inspect ('-' for standard input).")
+        var file: String
+
+        @Option(name: .customLong("root"), help: "A trust root certificate (DER or PEM). Repeatable. Replaces the built-in Apple roots.")
+        var roots: [String] = []
+
+        @Option(name: .customLong("environment"), help: "An environment to accept: Production, Sandbox, Xcode, LocalTesting. Repeatable.")
+        var environments: [String] = []
+
+        @Option(name: .customLong("bundle-id"), help: "The bundle identifier the data must carry.")
+        var bundleId: String?
+
+        @Option(name: .customLong("at"), help: "Validate certificates at this ISO 8601 instant instead of the signing time.")
+        var at: String?
+
+        @Option(name: .customLong("device-id"), help: "A device identifier (UUID) to check the receipt hash against.")
+        var deviceId: String?
+
+        @Flag(help: "Print one JSON object.")
+        var json = false
+
+        func run() async throws {
+            let input = try IO.read(file)
+            let anchors = try TrustRoots.anchors(roots: roots, environments: environments)
+            let validateAt = try IO.date(at, "--at")
+            var device: [UInt8]?
+            if let deviceId {
+                guard let uuid = UUID(uuidString: deviceId) else { throw UsageError("--device-id: '\(deviceId)' is not a UUID") }
+                device = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+            }
+            let verifier = AppStoreVerifier(configuration: VerifierConfiguration(anchors: anchors, bundleIds: bundleId.map { [$0] }))
+            let result = await verifier.verify(input, now: Date(), validateAt: validateAt, deviceIdentifier: device)
+            if json {
+                print(InspectionReport.json(result))
+            } else {
+                printHuman(result)
+            }
+            if !result.isValid { throw ExitCode(1) }
+        }
+
+        func printHuman(_ result: VerificationResult) {
+            let e = result.evidence
+            if let error = result.error {
+                print("verdict: invalid (\(error.code.rawValue)) \(error.detail)")
+            } else {
+                print("verdict: valid")
+            }
+            if let kind = e.kind { print("kind: \(kind.rawValue)") }
+            if let env = e.environment { print("environment: \(env.rawValue)") }
+            if let s = e.signing {
+                print("signed: \(s.digest) by \(s.chain.joined(separator: " → ")), validated at \(RFC3339.format(s.validatedAt))")
+            }
+            if let r = e.receipt {
+                print("bundle id: \(r.bundleId ?? "-")  app version: \(r.appVersion ?? "-")  created: \(r.creationDate.map(RFC3339.format) ?? "-")")
+                for p in r.inApp {
+                    var line = "  \(p.productId ?? "?") transaction \(p.transactionId ?? "?")"
+                    if let d = p.purchaseDate { line += " purchased \(RFC3339.format(d))" }
+                    if let d = p.cancellationDate { line += " CANCELLED \(RFC3339.format(d))" }
+                    print(line)
+                }
+            }
+            if e.payloadJSON != nil, let object = InspectionReport.object(result)["payload"],
+                let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
+            {
+                print("payload: " + String(decoding: data, as: UTF8.self))
+            }
+        }
+    }
+}
+
+/// Turns `--root` / `--environment` flags into trust anchors.
+enum TrustRoots {
+    static func parseEnvironments(_ values: [String]) throws -> Set<Environment> {
+        Set(try values.map { value in
+            guard let env = Environment.allCases.first(where: { $0.rawValue.lowercased() == value.lowercased() }) else {
+                throw UsageError("--environment: '\(value)' is not one of Production, Sandbox, Xcode, LocalTesting")
+            }
+            return env
+        })
+    }
+
+    /// Reads a certificate as DER or PEM.
+    static func certificate(_ path: String) throws -> [UInt8] {
+        let bytes = try IO.read(path)
+        if bytes.first == 0x30 { return bytes }
+        let text = String(decoding: bytes, as: UTF8.self)
+        let body = text.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
+        guard text.contains("-----BEGIN CERTIFICATE-----"), let der = Base64.decode(body) else {
+            throw UsageError("\(path) is not a DER or PEM certificate")
+        }
+        return der
+    }
+
+    static func anchors(roots: [String], environments: [String]) throws -> [TrustAnchor] {
+        let requested = try parseEnvironments(environments)
+        let rootBytes = roots.isEmpty ? [AppleRoots.appleRootCA, AppleRoots.appleRootCAG3] : try roots.map(certificate)
+        var anchors: [TrustAnchor] = []
+        do {
+            for der in rootBytes {
+                if AppleRoots.isAppleRoot(der) {
+                    let appleEnvs = requested.isEmpty ? [.production, .sandbox] : requested.intersection([.production, .sandbox])
+                    guard !appleEnvs.isEmpty else { continue }
+                    anchors.append(try .apple(der, allowSandbox: appleEnvs.contains(.sandbox)))
+                } else {
+                    if requested.contains(.production) && requested.isSubset(of: [.production]) {
+                        throw UsageError("only Apple's roots may vouch for Production data")
+                    }
+                    let envs = requested.isEmpty ? [.sandbox, .xcode, .localTesting] : requested.subtracting([.production])
+                    anchors.append(try .custom(der, environments: envs, requireAppleExtensions: true, signsDirectly: envs.contains(.xcode)))
+                }
+            }
+        } catch let error as TrustAnchor.ConfigurationError {
+            throw UsageError(error.description)
+        }
+        guard !anchors.isEmpty else { throw UsageError("no trust root can vouch for the requested environments") }
+        return anchors
+    }
+}

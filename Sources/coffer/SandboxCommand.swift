@@ -1,0 +1,188 @@
+import ArgumentParser
+import CofferCore
+import CofferSandbox
+import Foundation
+
+struct SandboxCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sandbox",
+        abstract: "Coffer's own StoreKit testing CA: mint receipts, transactions and notifications.",
+        discussion: "Sandbox data is only ever trusted for the LocalTesting environment, and only where its root is configured.",
+        subcommands: [Init.self, Receipt.self, Transaction.self, Notification.self])
+
+    static func load(_ dir: String) throws -> SandboxCA {
+        do {
+            return try SandboxCA.load { name in try IO.read((dir as NSString).appendingPathComponent(name)) }
+        } catch let error as SandboxCA.LoadError {
+            throw UsageError("\(error.description) (create one with `coffer sandbox init --dir \(dir)`)")
+        }
+    }
+
+    static func environment(_ value: String) throws -> Environment {
+        guard let env = Environment.allCases.first(where: { $0.rawValue.lowercased() == value.lowercased() }) else {
+            throw UsageError("--environment: '\(value)' is not one of Production, Sandbox, Xcode, LocalTesting")
+        }
+        return env
+    }
+
+    struct Init: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a sandbox CA (root, intermediate, receipt and JWS signing leaves) in a directory.")
+
+        @Option(help: "Directory to create the CA in.")
+        var dir: String
+
+        @Flag(help: "Replace an existing CA in the directory.")
+        var force = false
+
+        func run() async throws {
+            let fm = FileManager.default
+            let rootPath = (dir as NSString).appendingPathComponent(SandboxCA.FileName.root)
+            if fm.fileExists(atPath: rootPath) && !force {
+                throw UsageError("\(dir) already holds a sandbox CA (use --force to replace it)")
+            }
+            do {
+                try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            } catch {
+                throw UsageError("cannot create \(dir): \(error.localizedDescription)")
+            }
+            let ca = try SandboxCA.create(now: Date())
+            for (name, bytes) in try ca.files() {
+                try IO.write(bytes, to: (dir as NSString).appendingPathComponent(name), mode: name.hasSuffix("key.pem") ? 0o600 : 0o644)
+            }
+            print("sandbox CA created in \(dir); trust \((dir as NSString).appendingPathComponent(SandboxCA.FileName.rootDER)) for LocalTesting")
+        }
+    }
+
+    struct Receipt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Mint a legacy (PKCS#7) app receipt signed by the sandbox CA.",
+            discussion: "Writes DER to standard output unless --out or --out-dir is given.")
+
+        @Option(help: "Sandbox CA directory.") var dir: String
+        @Option(name: .customLong("bundle-id")) var bundleId: String
+        @Option(name: .customLong("purchase"), help: "PRODUCT:TRANSACTION_ID. Repeatable.") var purchases: [String] = []
+        @Option(name: .customLong("app-version")) var appVersion = "1.0"
+        @Option(name: .customLong("purchase-date"), help: "ISO 8601; default now.") var purchaseDate: String?
+        @Option(name: .customLong("cancellation-date"), help: "ISO 8601; marks every purchase as cancelled (refunded).") var cancellationDate: String?
+        @Option(name: .customLong("creation-date"), help: "ISO 8601 receipt creation date; default now.") var creationDate: String?
+        @Option(help: "Production, Sandbox, Xcode or LocalTesting.") var environment = "LocalTesting"
+        @Flag(help: "BER with indefinite lengths and a chunked content OCTET STRING, like Xcode.") var ber = false
+        @Option(help: "sha1 or sha256.") var digest = "sha256"
+        @Option(name: .customLong("device-id"), help: "Device UUID to bind the receipt hash to.") var deviceId: String?
+        @Option(help: "Write the receipt to this file.") var out: String?
+        @Option(help: "Mint this many receipts, with consecutive transaction ids, one per purchase.") var count = 1
+        @Option(name: .customLong("out-dir"), help: "With --count: write DIR/<transactionId>.der.") var outDir: String?
+        @Flag(help: "Print base64 instead of DER.") var base64 = false
+
+        func validate() throws {
+            guard !purchases.isEmpty else { throw ValidationError("at least one --purchase PRODUCT:TRANSACTION_ID is required") }
+            guard count >= 1, count <= 1_000_000 else { throw ValidationError("--count must be between 1 and 1000000") }
+            if count > 1 && outDir == nil { throw ValidationError("--count above 1 needs --out-dir") }
+            guard ["sha1", "sha256"].contains(digest) else { throw ValidationError("--digest must be sha1 or sha256") }
+        }
+
+        func run() async throws {
+            let ca = try SandboxCommand.load(dir)
+            let now = Date()
+            var base = ReceiptSpec(bundleId: bundleId, purchases: [])
+            base.appVersion = appVersion
+            base.environment = try SandboxCommand.environment(environment)
+            base.creationDate = try IO.date(creationDate, "--creation-date")
+            if let deviceId {
+                guard let uuid = UUID(uuidString: deviceId) else { throw UsageError("--device-id: '\(deviceId)' is not a UUID") }
+                base.deviceIdentifier = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+            }
+            let purchased = try IO.date(purchaseDate, "--purchase-date")
+            let cancelled = try IO.date(cancellationDate, "--cancellation-date")
+            let parsed = try purchases.map { value -> PurchaseSpec in
+                let parts = value.split(separator: ":", maxSplits: 1).map(String.init)
+                guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+                    throw UsageError("--purchase: '\(value)' is not PRODUCT:TRANSACTION_ID")
+                }
+                var p = PurchaseSpec(productId: parts[0], transactionId: parts[1])
+                p.purchaseDate = purchased
+                p.cancellationDate = cancelled
+                return p
+            }
+            var encoding = ReceiptEncoding()
+            encoding.ber = ber
+            encoding.digest = digest == "sha1" ? .sha1 : .sha256
+
+            if let outDir {
+                try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
+                for i in 0..<count {
+                    var spec = base
+                    spec.purchases = try parsed.map { p in
+                        var p = p
+                        p.transactionId = try Self.offset(p.transactionId, by: i)
+                        return p
+                    }
+                    let der = try ca.mintReceipt(spec, now: now, encoding: encoding)
+                    let name = spec.purchases[0].transactionId
+                    try IO.write(base64 ? Array(Data(der).base64EncodedString().utf8) : der, to: (outDir as NSString).appendingPathComponent("\(name).der"))
+                }
+                print("wrote \(count) receipt(s) to \(outDir)")
+                return
+            }
+            var spec = base
+            spec.purchases = parsed
+            let der = try ca.mintReceipt(spec, now: now, encoding: encoding)
+            try IO.output(base64 ? Array((Data(der).base64EncodedString() + (out == nil ? "\n" : "")).utf8) : der, to: out)
+        }
+
+        /// `transactionId + i` for numeric ids.
+        static func offset(_ id: String, by i: Int) throws -> String {
+            if i == 0 { return id }
+            guard let n = Int(id), n <= Int.max - i else { throw UsageError("--count needs numeric transaction ids, got '\(id)'") }
+            return String(n + i)
+        }
+    }
+
+    struct Transaction: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Mint a StoreKit 2 signed transaction (prints the compact JWS).")
+
+        @Option(help: "Sandbox CA directory.") var dir: String
+        @Option(name: .customLong("bundle-id")) var bundleId: String
+        @Option var product: String
+        @Option(name: .customLong("transaction-id")) var transactionId: String
+        @Option(name: .customLong("original-transaction-id")) var originalTransactionId: String?
+        @Option(name: .customLong("revocation-date"), help: "ISO 8601: the purchase was refunded or revoked.") var revocationDate: String?
+        @Option(name: .customLong("app-account-token")) var appAccountToken: String?
+        @Option(help: "Production, Sandbox, Xcode or LocalTesting.") var environment = "LocalTesting"
+        @Option(help: "Write the JWS to this file.") var out: String?
+
+        func run() async throws {
+            let ca = try SandboxCommand.load(dir)
+            var spec = TransactionSpec(bundleId: bundleId, productId: product, transactionId: transactionId)
+            spec.originalTransactionId = originalTransactionId
+            spec.revocationDate = try IO.date(revocationDate, "--revocation-date")
+            spec.environment = try SandboxCommand.environment(environment)
+            spec.appAccountToken = appAccountToken
+            let jws = try ca.mintTransaction(spec, now: Date())
+            try IO.output(Array((jws + (out == nil ? "\n" : "")).utf8), to: out)
+        }
+    }
+
+    struct Notification: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Mint an App Store Server Notification V2 with a nested signed transaction.")
+
+        @Option(help: "Sandbox CA directory.") var dir: String
+        @Option(help: "REFUND, REVOKE, ONE_TIME_CHARGE, DID_RENEW, …") var type: String
+        @Option var subtype: String?
+        @Option(name: .customLong("bundle-id")) var bundleId: String
+        @Option var product: String
+        @Option(name: .customLong("transaction-id")) var transactionId: String
+        @Option(help: "Production, Sandbox, Xcode or LocalTesting.") var environment = "LocalTesting"
+        @Option(help: "Write the JWS to this file.") var out: String?
+
+        func run() async throws {
+            let ca = try SandboxCommand.load(dir)
+            var spec = TransactionSpec(bundleId: bundleId, productId: product, transactionId: transactionId)
+            spec.environment = try SandboxCommand.environment(environment)
+            let jws = try ca.mintNotification(type: type, subtype: subtype, transaction: spec, now: Date())
+            try IO.output(Array((jws + (out == nil ? "\n" : "")).utf8), to: out)
+        }
+    }
+}
