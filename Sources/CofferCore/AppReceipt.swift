@@ -63,7 +63,9 @@ extension AppReceipt {
         while !reader.isAtEnd {
             let (type, value) = try attribute(&reader)
             elements += 1
-            guard elements <= limits.maxElements else { throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes") }
+            guard elements <= limits.maxElements else {
+                throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes")
+            }
             if [0, 1, 2, 3, 4, 5, 12, 19, 21].contains(type) {
                 guard seen.insert(type).inserted else { throw VerificationError(.malformed, "receipt attribute \(type) appears twice") }
             }
@@ -101,7 +103,9 @@ extension AppReceipt {
         while !reader.isAtEnd {
             let (type, value) = try attribute(&reader)
             elements += 1
-            guard elements <= limits.maxElements else { throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes") }
+            guard elements <= limits.maxElements else {
+                throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes")
+            }
             switch type {
             case 1701: purchase.quantity = try integer(value, type)
             case 1702: purchase.productId = try string(value, type)
@@ -170,7 +174,9 @@ extension AppReceipt {
 
     static func date(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> Date? {
         guard let text = try string(bytes, type) else { return nil }
-        guard let date = RFC3339.parse(text) else { throw VerificationError(.malformed, "attribute \(type) is not an RFC 3339 date: \(text.prefix(40))") }
+        guard let date = RFC3339.parse(text) else {
+            throw VerificationError(.malformed, "attribute \(type) is not an RFC 3339 date: \(text.prefix(40))")
+        }
         return date
     }
 }

@@ -138,7 +138,9 @@ public final class AppStoreVerifier: Sendable {
         }
     }
 
-    private func verifyReceipt(_ der: [UInt8], validateAt: Date?, deviceIdentifier: [UInt8]?, into evidence: inout Evidence) async throws(VerificationError) {
+    private func verifyReceipt(_ der: [UInt8], validateAt: Date?, deviceIdentifier: [UInt8]?, into evidence: inout Evidence)
+        async throws(VerificationError)
+    {
         let limits = configuration.limits
         guard der.count <= limits.maxInputBytes else {
             throw VerificationError(.limitExceeded, "receipt of \(der.count) bytes exceeds \(limits.maxInputBytes)")
@@ -164,7 +166,8 @@ public final class AppStoreVerifier: Sendable {
             chain = try await validateReceiptChain(envelope, at: validationTime)
             chains.remember(chain, key: key)
         }
-        evidence.signing = SigningInfo(digest: envelope.signer.digest.rawValue, chain: chain.subjects, validatedAt: validationTime, anchorKind: chain.anchor.kind)
+        evidence.signing = SigningInfo(
+            digest: envelope.signer.digest.rawValue, chain: chain.subjects, validatedAt: validationTime, anchorKind: chain.anchor.kind)
 
         // Signature over the content (or over the signed attributes, which hold its digest).
         let algorithm: Certificate.SignatureAlgorithm
@@ -187,7 +190,9 @@ public final class AppStoreVerifier: Sendable {
         } else {
             valid = chain.leafKey.isValidSignature(envelope.signer.signature, for: envelope.content, signatureAlgorithm: algorithm)
         }
-        guard valid else { throw VerificationError(.signatureInvalid, "receipt signature does not verify with \(chain.subjects.first ?? "the signer")") }
+        guard valid else {
+            throw VerificationError(.signatureInvalid, "receipt signature does not verify with \(chain.subjects.first ?? "the signer")")
+        }
 
         // Policy.
         guard let environment = receipt.environment else {
@@ -226,7 +231,11 @@ public final class AppStoreVerifier: Sendable {
         }
         // Serial numbers compare as unsigned magnitudes (a DER INTEGER may carry a leading 0x00).
         let serial = envelope.signer.serialBytes.drop(while: { $0 == 0 })
-        guard let signerIndex = certificates.firstIndex(where: { $0.0.issuer == issuer && $0.0.serialNumber.bytes.drop(while: { $0 == 0 }).elementsEqual(serial) }) else {
+        guard
+            let signerIndex = certificates.firstIndex(where: {
+                $0.0.issuer == issuer && $0.0.serialNumber.bytes.drop(while: { $0 == 0 }).elementsEqual(serial)
+            })
+        else {
             throw VerificationError(.signerNotFound, "no certificate matches the signer's issuer and serial number")
         }
         let (leaf, leafDER) = certificates[signerIndex]
@@ -249,7 +258,9 @@ public final class AppStoreVerifier: Sendable {
     func checkEnvironment(_ environment: Environment, anchor: TrustAnchor) throws(VerificationError) {
         guard anchor.environments.contains(environment) else {
             let allowed = anchor.environments.sorted().map(\.rawValue).joined(separator: ", ")
-            throw VerificationError(.environmentNotAllowed, "\(environment.rawValue) data signed under \(anchor.certificate.commonName ?? "a root") that vouches for \(allowed)")
+            throw VerificationError(
+                .environmentNotAllowed,
+                "\(environment.rawValue) data signed under \(anchor.certificate.commonName ?? "a root") that vouches for \(allowed)")
         }
     }
 

@@ -98,7 +98,9 @@ struct SignedDataEnvelope {
         var fields = try children(wrapped[0], "SignedData")[...]
 
         // version, digestAlgorithms
-        guard let version = fields.popFirst(), version.identifier == .integer else { throw VerificationError(.malformed, "SignedData version missing") }
+        guard let version = fields.popFirst(), version.identifier == .integer else {
+            throw VerificationError(.malformed, "SignedData version missing")
+        }
         guard let digestAlgorithms = fields.popFirst(), digestAlgorithms.identifier == .set else {
             throw VerificationError(.malformed, "SignedData digestAlgorithms missing")
         }
@@ -145,7 +147,9 @@ struct SignedDataEnvelope {
     private static func parseSigner(_ node: ASN1Node) throws -> Signer {
         guard node.identifier == .sequence else { throw VerificationError(.malformed, "SignerInfo is not a SEQUENCE") }
         var fields = try children(node, "SignerInfo")[...]
-        guard let version = fields.popFirst(), version.identifier == .integer else { throw VerificationError(.malformed, "SignerInfo version missing") }
+        guard let version = fields.popFirst(), version.identifier == .integer else {
+            throw VerificationError(.malformed, "SignerInfo version missing")
+        }
         guard let sid = fields.popFirst() else { throw VerificationError(.malformed, "SignerInfo sid missing") }
         guard sid.identifier == .sequence else {
             throw VerificationError(.unsupportedFormat, "signer identified by subjectKeyIdentifier; issuerAndSerialNumber required")

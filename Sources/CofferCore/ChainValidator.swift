@@ -40,7 +40,9 @@ final class ChainValidator: Sendable {
     }
 
     /// Validates `leaf` (with `intermediates` as untrusted helpers) at `time`.
-    func validate(leaf: Certificate, leafDER: ArraySlice<UInt8>, intermediates: [Certificate], at time: Date) async throws(VerificationError) -> ValidatedChain {
+    func validate(leaf: Certificate, leafDER: ArraySlice<UInt8>, intermediates: [Certificate], at time: Date) async throws(VerificationError)
+        -> ValidatedChain
+    {
         // Xcode-style anchors sign directly: the leaf *is* the anchor.
         if let direct = anchors.first(where: { $0.signsDirectly && $0.derBytes[...] == leafDER }) {
             try checkValidity([leaf], at: time)

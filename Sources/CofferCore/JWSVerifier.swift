@@ -41,7 +41,8 @@ extension AppStoreVerifier {
         }
     }
 
-    private func verifyJWS(_ text: String, now: Date, validateAt: Date?, nested: Bool, into evidence: inout Evidence) async throws(VerificationError) {
+    private func verifyJWS(_ text: String, now: Date, validateAt: Date?, nested: Bool, into evidence: inout Evidence) async throws(VerificationError)
+    {
         guard text.utf8.count <= configuration.limits.maxInputBytes else {
             throw VerificationError(.limitExceeded, "JWS of \(text.utf8.count) characters")
         }
@@ -108,7 +109,9 @@ extension AppStoreVerifier {
                     throw VerificationError(.malformed, "signedTransactionInfo is not a transaction")
                 }
                 guard nestedEvidence.environment == environment else {
-                    throw VerificationError(.environmentMismatch, "signedTransactionInfo claims \(nestedEvidence.environment?.rawValue ?? "?"), notification \(environment.rawValue)")
+                    throw VerificationError(
+                        .environmentMismatch,
+                        "signedTransactionInfo claims \(nestedEvidence.environment?.rawValue ?? "?"), notification \(environment.rawValue)")
                 }
                 notification.transaction = transaction
             }
@@ -121,7 +124,9 @@ extension AppStoreVerifier {
                     throw VerificationError(.malformed, "signedRenewalInfo is not renewal info")
                 }
                 guard nestedEvidence.environment == environment else {
-                    throw VerificationError(.environmentMismatch, "signedRenewalInfo claims \(nestedEvidence.environment?.rawValue ?? "?"), notification \(environment.rawValue)")
+                    throw VerificationError(
+                        .environmentMismatch,
+                        "signedRenewalInfo claims \(nestedEvidence.environment?.rawValue ?? "?"), notification \(environment.rawValue)")
                 }
                 notification.renewalInfo = renewal
             }
@@ -180,7 +185,9 @@ extension AppStoreVerifier {
             if object["notificationType"] != nil {
                 return .notification(try decoder.decode(SignedNotification.self, from: Data(payload)))
             }
-            if object["transactionId"] == nil && (object["autoRenewProductId"] != nil || object["autoRenewStatus"] != nil || object["renewalDate"] != nil) {
+            if object["transactionId"] == nil
+                && (object["autoRenewProductId"] != nil || object["autoRenewStatus"] != nil || object["renewalDate"] != nil)
+            {
                 return .renewalInfo(try decoder.decode(SignedRenewalInfo.self, from: Data(payload)))
             }
             if object["transactionId"] == nil && (object["receiptType"] != nil || object["applicationVersion"] != nil) {

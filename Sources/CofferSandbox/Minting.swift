@@ -275,7 +275,9 @@ extension SandboxCA {
 
     /// Mints an App Store Server Notification V2 whose `signedTransactionInfo` is a separate JWS.
     /// REFUND and REVOKE notifications carry a `revocationDate` on the nested transaction.
-    public func mintNotification(type: String, subtype: String? = nil, transaction spec: TransactionSpec, appAppleId: Int64? = nil, now: Date) throws -> String {
+    public func mintNotification(type: String, subtype: String? = nil, transaction spec: TransactionSpec, appAppleId: Int64? = nil, now: Date) throws
+        -> String
+    {
         var spec = spec
         if ["REFUND", "REVOKE"].contains(type.uppercased()) && spec.revocationDate == nil { spec.revocationDate = now }
         let inner = try mintTransaction(spec, now: now)

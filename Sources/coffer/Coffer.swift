@@ -60,7 +60,9 @@ enum IO {
 
     static func date(_ text: String?, _ flag: String) throws -> Date? {
         guard let text else { return nil }
-        guard let date = RFC3339Parsing.parse(text) else { throw UsageError("\(flag): '\(text)' is not an ISO 8601 date (e.g. 2024-02-23T17:27:16Z)") }
+        guard let date = RFC3339Parsing.parse(text) else {
+            throw UsageError("\(flag): '\(text)' is not an ISO 8601 date (e.g. 2024-02-23T17:27:16Z)")
+        }
         return date
     }
 }

@@ -93,12 +93,13 @@ struct ReceiptCommand: AsyncParsableCommand {
 /// Turns `--root` / `--environment` flags into trust anchors.
 enum TrustRoots {
     static func parseEnvironments(_ values: [String]) throws -> Set<Environment> {
-        Set(try values.map { value in
-            guard let env = Environment.allCases.first(where: { $0.rawValue.lowercased() == value.lowercased() }) else {
-                throw UsageError("--environment: '\(value)' is not one of Production, Sandbox, Xcode, LocalTesting")
-            }
-            return env
-        })
+        Set(
+            try values.map { value in
+                guard let env = Environment.allCases.first(where: { $0.rawValue.lowercased() == value.lowercased() }) else {
+                    throw UsageError("--environment: '\(value)' is not one of Production, Sandbox, Xcode, LocalTesting")
+                }
+                return env
+            })
     }
 
     /// Reads a certificate as DER or PEM.

@@ -120,7 +120,8 @@ struct SandboxCommand: AsyncParsableCommand {
                     }
                     let der = try ca.mintReceipt(spec, now: now, encoding: encoding)
                     let name = spec.purchases[0].transactionId
-                    try IO.write(base64 ? Array(Data(der).base64EncodedString().utf8) : der, to: (outDir as NSString).appendingPathComponent("\(name).der"))
+                    try IO.write(
+                        base64 ? Array(Data(der).base64EncodedString().utf8) : der, to: (outDir as NSString).appendingPathComponent("\(name).der"))
                 }
                 print("wrote \(count) receipt(s) to \(outDir)")
                 return

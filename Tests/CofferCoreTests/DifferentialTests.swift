@@ -13,7 +13,9 @@ import Testing
         var description: String { name }
     }
 
-    static func encoding(ber: Bool = false, digest: DigestAlgorithm = .sha256, signedAttributes: Bool = false, corrupt: Bool = false) -> ReceiptEncoding {
+    static func encoding(ber: Bool = false, digest: DigestAlgorithm = .sha256, signedAttributes: Bool = false, corrupt: Bool = false)
+        -> ReceiptEncoding
+    {
         var e = ReceiptEncoding()
         e.ber = ber
         e.digest = digest
@@ -40,7 +42,11 @@ import Testing
         Case(name: "signed attributes, wrong messageDigest", encoding: encoding(signedAttributes: true, corrupt: true)),
         Case(name: "tampered content", mutate: flip("level.pack.1", at: 3)),
         Case(name: "tampered content (BER)", mutate: flip("level.pack.1", at: 3), encoding: encoding(ber: true)),
-        Case(name: "tampered signature", mutate: { var b = $0; b[b.count - 20] ^= 0x01; return b }),
+        Case(
+            name: "tampered signature",
+            mutate: {
+                var b = $0; b[b.count - 20] ^= 0x01; return b
+            }),
         Case(name: "tampered certificate", mutate: flip("Receipt Signing")),
     ]
 

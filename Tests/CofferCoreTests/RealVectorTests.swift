@@ -61,7 +61,8 @@ import Testing
 
     @Test func productionOnlyConfigurationRejectsSandboxReceipts() async throws {
         let verifier = try appleVerifier(allowSandbox: false)
-        expectInvalid(await verifier.verify(try Fixtures.bytes("legacy/L11_rc_sandbox_revenuecat_sample1_2020.der"), now: testNow), .environmentNotAllowed)
+        expectInvalid(
+            await verifier.verify(try Fixtures.bytes("legacy/L11_rc_sandbox_revenuecat_sample1_2020.der"), now: testNow), .environmentNotAllowed)
         #expect(await verifier.verify(try Fixtures.bytes("legacy/L01_tp_production_getpure_2024.der"), now: testNow).isValid)
     }
 
@@ -72,16 +73,18 @@ import Testing
 
     @Test func wrongAppleRootFailsClosed() async throws {
         // The G3 root is genuine Apple, but legacy receipts chain to Apple Root CA.
-        let verifier = AppStoreVerifier(configuration: VerifierConfiguration(
-            anchors: [try .apple(AppleRoots.appleRootCAG3, allowSandbox: true)], bundleIds: nil))
+        let verifier = AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: [try .apple(AppleRoots.appleRootCAG3, allowSandbox: true)], bundleIds: nil))
         expectInvalid(await verifier.verify(try Fixtures.bytes(Self.appleLegacy[0]), now: testNow), .chainUntrusted)
     }
 
     @Test(arguments: ["xcode/X02_apple_xcode_app_receipt_with_transaction_2023.der", "xcode/X05_kvitto_xcode_storekit_test_eehelper_2020.der"])
     func xcodeReceiptsValidOnlyUnderXcodePolicy(file: String) async throws {
         let e = try Self.entry(file)
-        let xcode = AppStoreVerifier(configuration: VerifierConfiguration(
-            anchors: [try .xcode(try Fixtures.bytes("certs/StoreKitTestCertificate_xcode_receipts.cer"))], bundleIds: nil))
+        let xcode = AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: [try .xcode(try Fixtures.bytes("certs/StoreKitTestCertificate_xcode_receipts.cer"))], bundleIds: nil))
         let result = await xcode.verify(try Fixtures.bytes(file), now: testNow)
         guard case .valid(let evidence) = result else {
             Issue.record("\(file): \(result.error.map { "\($0)" } ?? "")")
@@ -107,7 +110,8 @@ import Testing
     }
 
     @Test func oldTransactionReceiptPlistIsUnsupported() async throws {
-        let result = try await appleVerifier().verify(try Fixtures.bytes("negative/N01_rc_unsupportedReceipt1_old_transaction_receipt.bin"), now: testNow)
+        let result = try await appleVerifier().verify(
+            try Fixtures.bytes("negative/N01_rc_unsupportedReceipt1_old_transaction_receipt.bin"), now: testNow)
         expectInvalid(result, .unsupportedFormat)
     }
 
@@ -139,8 +143,10 @@ import Testing
             #expect(record.originalTransactionId == want["original_transaction_id"] as? String)
             #expect(record.quantity == (want["quantity"] as? Int).map(Int64.init))
             #expect(record.webOrderLineItemId == (want["web_order_line_item_id"] as? Int).map(Int64.init))
-            for (value, key) in [(record.purchaseDate, "purchase_date"), (record.originalPurchaseDate, "original_purchase_date"),
-                                 (record.expiresDate, "expires_date"), (record.cancellationDate, "cancellation_date")] {
+            for (value, key) in [
+                (record.purchaseDate, "purchase_date"), (record.originalPurchaseDate, "original_purchase_date"),
+                (record.expiresDate, "expires_date"), (record.cancellationDate, "cancellation_date"),
+            ] {
                 let text = want[key] as? String ?? ""
                 #expect(value == (text.isEmpty ? nil : try date(text)), "\(key)")
             }
@@ -226,15 +232,19 @@ import Testing
     }
 
     @Test func notificationWithWrongAppAppleIdIsRejected() async throws {
-        let verifier = AppStoreVerifier(configuration: VerifierConfiguration(
-            anchors: try TrustAnchor.appleRoots(allowSandbox: true), bundleIds: nil, appAppleId: 42))
+        let verifier = AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: try TrustAnchor.appleRoots(allowSandbox: true), bundleIds: nil, appAppleId: 42))
         expectInvalid(await verifier.verify(Array(try Fixtures.text(Self.appleJWS[1]).utf8), now: testNow), .appAppleIdMismatch)
     }
 
     func testCAVerifier() throws -> AppStoreVerifier {
-        AppStoreVerifier(configuration: VerifierConfiguration(
-            anchors: [try .custom(try Fixtures.bytes("certs/apple_swiftlib_testCA.cer"), environments: [.sandbox], requireAppleExtensions: false)],
-            bundleIds: ["com.example"]))
+        AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: [
+                    try .custom(try Fixtures.bytes("certs/apple_swiftlib_testCA.cer"), environments: [.sandbox], requireAppleExtensions: false)
+                ],
+                bundleIds: ["com.example"]))
     }
 
     @Test func libraryTestCATransactionIsValidUnderItsRoot() async throws {
@@ -247,29 +257,35 @@ import Testing
     @Test func libraryTestCACarriesTheAppleOIDs() async throws {
         // Contrary to the vectors README, the library's test leaf and intermediate do carry
         // 1.2.840.113635.100.6.11.1 and …6.2.1, so JT1 passes with the OID check on too.
-        let verifier = AppStoreVerifier(configuration: VerifierConfiguration(
-            anchors: [try .custom(try Fixtures.bytes("certs/apple_swiftlib_testCA.cer"), environments: [.sandbox], requireAppleExtensions: true)],
-            bundleIds: nil))
+        let verifier = AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: [try .custom(try Fixtures.bytes("certs/apple_swiftlib_testCA.cer"), environments: [.sandbox], requireAppleExtensions: true)],
+                bundleIds: nil))
         #expect(await verifier.verify(Array(try Fixtures.text("jws/JT1_testca_transactionInfo.jws").utf8), now: testNow).isValid)
     }
 
     @Test func wrongBundleIdVectorIsRejected() async throws {
-        expectInvalid(try await testCAVerifier().verify(Array(try Fixtures.text("jws/JT4_testca_wrongBundleId.jws").utf8), now: testNow), .bundleMismatch)
+        expectInvalid(
+            try await testCAVerifier().verify(Array(try Fixtures.text("jws/JT4_testca_wrongBundleId.jws").utf8), now: testNow), .bundleMismatch)
     }
 
     @Test func missingX5CVectorIsRejected() async throws {
-        expectInvalid(try await testCAVerifier().verify(Array(try Fixtures.text("jws/JT5_testca_missingX5CHeaderClaim.jws").utf8), now: testNow), .certificateChainMissing)
+        expectInvalid(
+            try await testCAVerifier().verify(Array(try Fixtures.text("jws/JT5_testca_missingX5CHeaderClaim.jws").utf8), now: testNow),
+            .certificateChainMissing)
     }
 
     @Test func appleRootsDoNotTrustTheLibraryTestCA() async throws {
-        expectInvalid(try await appleVerifier().verify(Array(try Fixtures.text("jws/JT1_testca_transactionInfo.jws").utf8), now: testNow), .chainUntrusted)
+        expectInvalid(
+            try await appleVerifier().verify(Array(try Fixtures.text("jws/JT1_testca_transactionInfo.jws").utf8), now: testNow), .chainUntrusted)
     }
 
     @Test func xcodeJWSValidOnlyUnderXcodePolicy() async throws {
         let jws = Array(try Fixtures.text("jws/JX2_xcode_signed_transaction_2023.jws").utf8)
-        let xcode = AppStoreVerifier(configuration: VerifierConfiguration(
-            anchors: [try .xcode(try Fixtures.bytes("certs/xcode_jws_StoreKitTestingInXcode.cer"))],
-            bundleIds: ["com.example.naturelab.backyardbirds.example"]))
+        let xcode = AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: [try .xcode(try Fixtures.bytes("certs/xcode_jws_StoreKitTestingInXcode.cer"))],
+                bundleIds: ["com.example.naturelab.backyardbirds.example"]))
         let result = await xcode.verify(jws, now: testNow)
         #expect(result.isValid, "\(result.error.map { "\($0)" } ?? "")")
         #expect(result.evidence.environment == .xcode)

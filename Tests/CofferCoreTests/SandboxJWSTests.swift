@@ -94,7 +94,8 @@ import Testing
         let verifier = try sandboxVerifier()
         for bad in ["eyJ.a", "eyJhbGciOiJFUzI1NiJ9..sig", "eyJ!!!.eyJ9.c2ln", "eyJhbGciOiJFUzI1NiJ9.bm90IGpzb24.c2ln"] {
             let result = await verifier.verify(Array(bad.utf8), now: testNow)
-            #expect(result.error?.code == .malformed || result.error?.code == .unsupportedFormat, "\(bad): \(result.error.map { "\($0)" } ?? "valid")")
+            #expect(
+                result.error?.code == .malformed || result.error?.code == .unsupportedFormat, "\(bad): \(result.error.map { "\($0)" } ?? "valid")")
         }
     }
 
@@ -133,9 +134,10 @@ import Testing
             "data": ["bundleId": "com.coffer.demo", "environment": "LocalTesting", "signedTransactionInfo": inner],
         ]
         let jws = try sharedCA.signJWS(payload: Array(JSONSerialization.data(withJSONObject: payload)))
-        let wide = AppStoreVerifier(configuration: VerifierConfiguration(
-            anchors: [try .custom(sharedCA.rootDER, environments: [.sandbox, .localTesting], requireAppleExtensions: true)],
-            bundleIds: ["com.coffer.demo"]))
+        let wide = AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: [try .custom(sharedCA.rootDER, environments: [.sandbox, .localTesting], requireAppleExtensions: true)],
+                bundleIds: ["com.coffer.demo"]))
         expectInvalid(await wide.verify(Array(jws.utf8), now: testNow), .environmentMismatch)
     }
 

@@ -43,7 +43,8 @@ let sharedCA: SandboxCA = {
     do { return try SandboxCA.create(now: testNow) } catch { fatalError("sandbox CA: \(error)") }
 }()
 
-func sandboxVerifier(_ ca: SandboxCA = sharedCA, bundleIds: Set<String>? = ["com.coffer.demo"], extra: [TrustAnchor] = []) throws -> AppStoreVerifier {
+func sandboxVerifier(_ ca: SandboxCA = sharedCA, bundleIds: Set<String>? = ["com.coffer.demo"], extra: [TrustAnchor] = []) throws -> AppStoreVerifier
+{
     AppStoreVerifier(configuration: VerifierConfiguration(anchors: [try ca.anchor()] + extra, bundleIds: bundleIds))
 }
 

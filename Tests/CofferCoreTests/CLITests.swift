@@ -1,0 +1,151 @@
+import CofferCore
+import Foundation
+import Testing
+
+/// Drives the built `coffer` executable the way scripts and operators do.
+@Suite struct CLITests {
+    struct Run {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    static var binary: URL {
+        get throws {
+            let dir = Bundle.module.bundleURL.deletingLastPathComponent()
+            let url = dir.appendingPathComponent("coffer")
+            try #require(FileManager.default.isExecutableFile(atPath: url.path), "build the coffer executable first (swift build)")
+            return url
+        }
+    }
+
+    func coffer(_ arguments: [String], stdin: Data? = nil) throws -> Run {
+        let process = Process()
+        process.executableURL = try Self.binary
+        process.arguments = arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let input = Pipe()
+        process.standardInput = input
+        try process.run()
+        if let stdin { input.fileHandleForWriting.write(stdin) }
+        try input.fileHandleForWriting.close()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(
+            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    func fixture(_ path: String) throws -> String { try Fixtures.root.appendingPathComponent(path).path }
+
+    func temporaryDirectory() throws -> URL {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    @Test func inspectValidRealReceiptAsJSON() throws {
+        let run = try coffer(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--json"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        #expect(object["verdict"] as? String == "valid")
+        #expect(object["kind"] as? String == "appReceipt")
+        #expect(object["environment"] as? String == "Production")
+        let signing = try #require(object["signing"] as? [String: Any])
+        #expect(signing["digest"] as? String == "sha256")
+        #expect(signing["validatedAt"] as? String == "2024-02-23T17:27:16Z")
+        #expect((signing["chain"] as? [String])?.last == "Apple Root CA")
+        let receipt = try #require(object["receipt"] as? [String: Any])
+        #expect(receipt["bundleId"] as? String == "org.getpure.pure-iphone")
+        #expect(receipt["opaque"] as? String == "5df7132d42ab2cfba24ad546b6361906")
+        let inApp = try #require(receipt["inApp"] as? [[String: Any]])
+        #expect(inApp.count == 4)
+        #expect(inApp[0]["purchaseDate"] as? String == "2023-05-09T23:20:55Z")
+        #expect(inApp[0]["cancellationDate"] == nil, "absent fields are omitted")
+    }
+
+    @Test func inspectInvalidExitsOneAndStillDecodes() throws {
+        let run = try coffer([
+            "receipt", "inspect", try fixture("legacy/L03_tp_sandbox_nutcall_187iap_2020.der"), "--at", "2026-11-22T00:00:00Z", "--json",
+        ])
+        #expect(run.status == 1)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        #expect(object["verdict"] as? String == "invalid")
+        #expect((object["error"] as? [String: Any])?["code"] as? String == "certificateExpired")
+        #expect(((object["receipt"] as? [String: Any])?["inApp"] as? [Any])?.count == 187)
+    }
+
+    @Test func inspectNotificationDecodesNestedJWS() throws {
+        let run = try coffer(["receipt", "inspect", try fixture("jws/J23_real_sandbox_notification_REFUND_1760592122788_session.jws"), "--json"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        #expect(object["kind"] as? String == "notification")
+        let data = try #require((object["payload"] as? [String: Any])?["data"] as? [String: Any])
+        let nested = try #require(data["signedTransactionInfo"] as? [String: Any])
+        #expect(nested["transactionId"] as? String == "2000001032604840")
+    }
+
+    @Test func usageAndIOErrorsExitTwo() throws {
+        #expect(try coffer(["receipt", "inspect", "/nonexistent/receipt"]).status == 2)
+        #expect(try coffer(["receipt", "inspect"]).status == 2)
+        #expect(try coffer(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--at", "yesterday"]).status == 2)
+        #expect(try coffer(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--environment", "Prod"]).status == 2)
+        #expect(try coffer(["receipt", "inspect", "--no-such-flag", "x"]).status == 2)
+    }
+
+    @Test func unsupportedFormatIsAnInvalidVerdict() throws {
+        let run = try coffer(["receipt", "inspect", try fixture("negative/N01_rc_unsupportedReceipt1_old_transaction_receipt.bin"), "--json"])
+        #expect(run.status == 1)
+        #expect(run.stdout.contains("\"unsupportedFormat\""))
+    }
+
+    @Test func sandboxRoundTrip() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let ca = dir.appendingPathComponent("ca").path
+        #expect(try coffer(["sandbox", "init", "--dir", ca]).status == 0)
+        #expect(try coffer(["sandbox", "init", "--dir", ca]).status == 2, "never silently overwrites a CA")
+        let keyMode = try FileManager.default.attributesOfItem(atPath: ca + "/receipt-signer-key.pem")[.posixPermissions] as? Int
+        #expect(keyMode == 0o600)
+
+        let receipt = dir.appendingPathComponent("r.der").path
+        let mint = try coffer([
+            "sandbox", "receipt", "--dir", ca, "--bundle-id", "com.coffer.demo", "--purchase", "level.pack.1:1000",
+            "--purchase", "level.pack.2:1001", "--ber", "--digest", "sha1", "--out", receipt,
+        ])
+        #expect(mint.status == 0, "\(mint.stderr)")
+        let ok = try coffer([
+            "receipt", "inspect", receipt, "--root", ca + "/root.pem", "--environment", "LocalTesting", "--bundle-id", "com.coffer.demo",
+        ])
+        #expect(ok.status == 0, "\(ok.stdout)\(ok.stderr)")
+        #expect(ok.stdout.contains("level.pack.2 transaction 1001"))
+        // Apple's roots (the default) never trust it, and Production is refused for a non-Apple root.
+        #expect(try coffer(["receipt", "inspect", receipt]).status == 1)
+        #expect(try coffer(["receipt", "inspect", receipt, "--root", ca + "/root.cer", "--environment", "Production"]).status == 2)
+        #expect(try coffer(["receipt", "inspect", receipt, "--root", ca + "/root.cer", "--bundle-id", "com.other"]).status == 1)
+
+        let jws = try coffer([
+            "sandbox", "transaction", "--dir", ca, "--bundle-id", "com.coffer.demo", "--product", "level.pack.1", "--transaction-id", "77",
+        ])
+        #expect(jws.status == 0)
+        let checked = try coffer(["receipt", "inspect", "-", "--root", ca + "/root.cer", "--json"], stdin: Data(jws.stdout.utf8))
+        #expect(checked.status == 0, "\(checked.stdout)")
+        #expect(checked.stdout.contains("\"kind\" : \"transaction\""))
+
+        let refund = try coffer([
+            "sandbox", "notification", "--dir", ca, "--type", "REFUND", "--bundle-id", "com.coffer.demo", "--product", "level.pack.1",
+            "--transaction-id", "77",
+        ])
+        let refundChecked = try coffer(["receipt", "inspect", "-", "--root", ca + "/root.cer", "--json"], stdin: Data(refund.stdout.utf8))
+        #expect(refundChecked.status == 0)
+        #expect(refundChecked.stdout.contains("revocationDate"))
+
+        let many = dir.appendingPathComponent("many").path
+        let batch = try coffer(["sandbox", "receipt", "--dir", ca, "--bundle-id", "b", "--purchase", "p:500", "--count", "3", "--out-dir", many])
+        #expect(batch.status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: many).sorted() == ["500.der", "501.der", "502.der"])
+    }
+}
