@@ -57,7 +57,7 @@ extension AppReceipt {
         let set = try outer.next(tag: 0x31, "receipt payload")
         guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after the receipt payload") }
         var receipt = AppReceipt()
-        var seen = Set<Int>()
+        var seen: UInt32 = 0
         var elements = 0
         var reader = TLVReader(set.value)
         while !reader.isAtEnd {
@@ -66,8 +66,12 @@ extension AppReceipt {
             guard elements <= limits.maxElements else {
                 throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes")
             }
-            if [0, 1, 2, 3, 4, 5, 12, 19, 21].contains(type) {
-                guard seen.insert(type).inserted else { throw VerificationError(.malformed, "receipt attribute \(type) appears twice") }
+            switch type {
+            case 0, 1, 2, 3, 4, 5, 12, 19, 21:
+                let bit: UInt32 = 1 << UInt32(type)
+                guard seen & bit == 0 else { throw VerificationError(.malformed, "receipt attribute \(type) appears twice") }
+                seen |= bit
+            default: break
             }
             switch type {
             case 0: receipt.receiptType = try string(value, type)

@@ -1,2 +1,0 @@
-import Benchmark
-let benchmarks: @Sendable () -> Void = {}
