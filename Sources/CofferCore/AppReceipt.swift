@@ -53,13 +53,13 @@ extension AppReceipt {
     /// Decodes a receipt payload. Throws ``VerificationError`` with code `malformed` or
     /// `limitExceeded` for anything that is not a well-formed receipt.
     public static func decode(_ bytes: ArraySlice<UInt8>, limits: VerificationLimits = .init()) throws(VerificationError) -> AppReceipt {
-        var outer = TLVReader(bytes)
+        var outer = DERCursor(bytes)
         let set = try outer.next(tag: 0x31, "receipt payload")
         guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after the receipt payload") }
         var receipt = AppReceipt()
         var seen: UInt32 = 0
         var elements = 0
-        var reader = TLVReader(set.value)
+        var reader = outer.children(of: set)
         while !reader.isAtEnd {
             let (type, value) = try attribute(&reader)
             elements += 1
@@ -99,11 +99,11 @@ extension AppReceipt {
     private static func inAppPurchase(
         _ bytes: ArraySlice<UInt8>, limits: VerificationLimits, elements: inout Int
     ) throws(VerificationError) -> InAppPurchase {
-        var outer = TLVReader(bytes)
+        var outer = DERCursor(bytes)
         let set = try outer.next(tag: 0x31, "in-app record")
         guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after an in-app record") }
         var purchase = InAppPurchase()
-        var reader = TLVReader(set.value)
+        var reader = outer.children(of: set)
         while !reader.isAtEnd {
             let (type, value) = try attribute(&reader)
             elements += 1
@@ -128,44 +128,48 @@ extension AppReceipt {
     }
 
     /// Reads `SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }`.
-    private static func attribute(_ reader: inout TLVReader) throws(VerificationError) -> (Int, ArraySlice<UInt8>) {
-        let sequence = try reader.next(tag: 0x30, "receipt attribute")
-        var fields = TLVReader(sequence.value)
+    private static func attribute(_ reader: inout DERCursor) throws(VerificationError) -> (Int, ArraySlice<UInt8>) {
+        var fields = reader.children(of: try reader.next(tag: 0x30, "receipt attribute"))
         let typeTLV = try fields.next(tag: 0x02, "receipt attribute type")
         _ = try fields.next(tag: 0x02, "receipt attribute version")
         let value = try fields.next(tag: 0x04, "receipt attribute value")
         guard fields.isAtEnd else { throw VerificationError(.malformed, "receipt attribute has extra fields") }
-        guard let type = try integerValue(typeTLV.value), let small = Int(exactly: type) else {
+        guard let type = try integerValue(fields.value(typeTLV)), let small = Int(exactly: type) else {
             throw VerificationError(.malformed, "receipt attribute type is empty")
         }
-        return (small, value.value)
+        return (small, fields.value(value))
     }
 
-    private static func single(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> TLV {
-        var reader = TLVReader(bytes)
+    /// The single element an attribute value holds: its tag and content.
+    private static func single(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> (UInt8, ArraySlice<UInt8>) {
+        var reader = DERCursor(bytes)
         let tlv: TLV
         do { tlv = try reader.next() } catch { throw VerificationError(.malformed, "attribute \(type): \(error.detail)") }
-        guard reader.isAtEnd else { throw VerificationError(.malformed, "attribute \(type) has trailing bytes") }
-        return tlv
+        guard reader.isAtEnd, tlv.valueEnd == tlv.end else { throw VerificationError(.malformed, "attribute \(type) has trailing bytes") }
+        return (tlv.tag, reader.value(tlv))
+    }
+
+    /// UTF8String, IA5String or PrintableString content; empty means absent.
+    static func stringBytes(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> ArraySlice<UInt8>? {
+        let (tag, value) = try single(bytes, type)
+        guard tag == 0x0C || tag == 0x16 || tag == 0x13 else {
+            throw VerificationError(.malformed, "attribute \(type) is not a string (tag 0x\(String(tag, radix: 16)))")
+        }
+        return value.isEmpty ? nil : value
     }
 
     static func string(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> String? {
-        let tlv = try single(bytes, type)
-        // UTF8String, IA5String, PrintableString
-        guard tlv.tag == 0x0C || tlv.tag == 0x16 || tlv.tag == 0x13 else {
-            throw VerificationError(.malformed, "attribute \(type) is not a string (tag 0x\(String(tlv.tag, radix: 16)))")
-        }
-        guard !tlv.value.isEmpty else { return nil }
-        guard let text = String(validating: tlv.value, as: UTF8.self) else {
+        guard let value = try stringBytes(bytes, type) else { return nil }
+        guard let text = String(validating: value, as: UTF8.self) else {
             throw VerificationError(.malformed, "attribute \(type) is not valid UTF-8")
         }
         return text
     }
 
     static func integer(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> Int64? {
-        let tlv = try single(bytes, type)
-        guard tlv.tag == 0x02 else { throw VerificationError(.malformed, "attribute \(type) is not an INTEGER") }
-        return try integerValue(tlv.value)
+        let (tag, value) = try single(bytes, type)
+        guard tag == 0x02 else { throw VerificationError(.malformed, "attribute \(type) is not an INTEGER") }
+        return try integerValue(value)
     }
 
     static func integerValue(_ bytes: ArraySlice<UInt8>) throws(VerificationError) -> Int64? {
@@ -177,9 +181,9 @@ extension AppReceipt {
     }
 
     static func date(_ bytes: ArraySlice<UInt8>, _ type: Int) throws(VerificationError) -> Date? {
-        guard let text = try string(bytes, type) else { return nil }
-        guard let date = RFC3339.parse(text) else {
-            throw VerificationError(.malformed, "attribute \(type) is not an RFC 3339 date: \(text.prefix(40))")
+        guard let value = try stringBytes(bytes, type) else { return nil }
+        guard let date = RFC3339.parse(bytes: value) else {
+            throw VerificationError(.malformed, "attribute \(type) is not an RFC 3339 date: \(String(decoding: value.prefix(40), as: UTF8.self))")
         }
         return date
     }

@@ -96,24 +96,25 @@ public final class AppStoreVerifier: Sendable {
         }
         switch Self.detect(input) {
         case .pkcs7(let der): return await verifyReceipt(der, now: now, validateAt: validateAt, deviceIdentifier: deviceIdentifier)
-        case .jws(let text): return await verifySignedData(text, now: now, validateAt: validateAt)
+        case .jws(let bytes): return await verifySignedData(bytes: bytes, now: now, validateAt: validateAt)
         case .unsupported(let why): return .invalid(VerificationError(.unsupportedFormat, why), Evidence())
         }
     }
 
-    enum Detected { case pkcs7([UInt8]), jws(String), unsupported(String) }
+    enum Detected { case pkcs7([UInt8]), jws(ArraySlice<UInt8>), unsupported(String) }
 
     static func detect(_ input: [UInt8]) -> Detected {
         if input.first == 0x30 { return .pkcs7(input) }
-        guard let text = String(validating: input, as: UTF8.self) else {
-            return .unsupported("neither PKCS#7 (DER/BER), base64 nor a JWS")
+        func isSpace(_ c: UInt8) -> Bool { c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 }
+        guard let start = input.firstIndex(where: { !isSpace($0) }), let last = input.lastIndex(where: { !isSpace($0) }) else {
+            return .unsupported("empty input")
         }
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        if trimmed.hasPrefix("{") || trimmed.hasPrefix("<?xml") || trimmed.hasPrefix("bplist") {
+        let trimmed = input[start...last]
+        if trimmed.starts(with: "eyJ".utf8) { return .jws(trimmed) }
+        if trimmed.starts(with: "{".utf8) || trimmed.starts(with: "<?xml".utf8) || trimmed.starts(with: "bplist".utf8) {
             return .unsupported("a property list (iOS 6 style transaction receipt), not a PKCS#7 app receipt")
         }
-        if trimmed.hasPrefix("eyJ") && trimmed.utf8.filter({ $0 == 0x2E }).count == 2 { return .jws(trimmed) }
-        if let der = Base64.decode(trimmed), !der.isEmpty {
+        if let der = Base64.decode(bytes: trimmed, url: false), !der.isEmpty {
             if der.first == 0x30 { return .pkcs7(der) }
             if der.first == 0x7B { return .unsupported("a base64 property list (iOS 6 style transaction receipt), not a PKCS#7 app receipt") }
             return .unsupported("base64 text that is not a PKCS#7 receipt")
@@ -156,9 +157,7 @@ public final class AppStoreVerifier: Sendable {
         let validationTime = validateAt ?? creationDate
 
         // Chain, validated at the receipt's creation date; cached by exact certificate bytes.
-        var key: [UInt8] = [0x52]
-        key.append(contentsOf: envelope.certificatesEncoded)
-        key.append(contentsOf: envelope.signer.sidEncoded)
+        let key = CacheKey([0x52], envelope.certificatesEncoded, envelope.signer.sidEncoded)
         let chain: ValidatedChain
         if let hit = chains.cached(key, at: validationTime) {
             chain = hit

@@ -1,20 +1,41 @@
 import SwiftASN1
 
-/// Object identifiers used by Apple receipts and CMS.
+/// DER content bytes of the object identifiers receipts use, compared without decoding.
+enum OIDBytes {
+    static let signedData: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02]  // 1.2.840.113549.1.7.2
+    static let data: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x01]  // 1.2.840.113549.1.7.1
+    static let sha1: [UInt8] = [0x2B, 0x0E, 0x03, 0x02, 0x1A]  // 1.3.14.3.2.26
+    static let sha256: [UInt8] = [0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01]  // 2.16.840.1.101.3.4.2.1
+    static let sha384: [UInt8] = [0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x02]
+    static let sha512: [UInt8] = [0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x03]
+    static let rsaEncryption: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x01]  // 1.2.840.113549.1.1.1
+    static let sha1WithRSA: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x05]
+    static let sha256WithRSA: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x0B]
+    static let sha384WithRSA: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x0C]
+    static let sha512WithRSA: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x0D]
+    static let contentTypeAttribute: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x09, 0x03]  // 1.2.840.113549.1.9.3
+    static let messageDigestAttribute: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x09, 0x04]  // 1.2.840.113549.1.9.4
+
+    static func rsaSignatureDigest(_ oid: ArraySlice<UInt8>) -> DigestAlgorithm? {
+        if oid.elementsEqual(sha1WithRSA) { return .sha1 }
+        if oid.elementsEqual(sha256WithRSA) { return .sha256 }
+        if oid.elementsEqual(sha384WithRSA) { return .sha384 }
+        if oid.elementsEqual(sha512WithRSA) { return .sha512 }
+        return nil
+    }
+
+    /// Dotted form of an encoded OID, for error messages.
+    static func describe(_ encoded: ArraySlice<UInt8>) -> String {
+        (try? ASN1ObjectIdentifier(derEncoded: Array(encoded))).map { "\($0)" } ?? "(invalid OID)"
+    }
+
+    static func describe(content: ArraySlice<UInt8>) -> String {
+        describe(([0x06] + [UInt8(truncatingIfNeeded: min(content.count, 127))] + content.prefix(127))[...])
+    }
+}
+
+/// Apple's marker extensions.
 enum OID {
-    static let signedData: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 7, 2]
-    static let data: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 7, 1]
-    static let sha1: ASN1ObjectIdentifier = [1, 3, 14, 3, 2, 26]
-    static let sha256: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 1]
-    static let sha384: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 2]
-    static let sha512: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 3]
-    static let rsaEncryption: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 1]
-    static let sha1WithRSA: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 5]
-    static let sha256WithRSA: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 11]
-    static let sha384WithRSA: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 12]
-    static let sha512WithRSA: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 13]
-    static let contentTypeAttribute: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 9, 3]
-    static let messageDigestAttribute: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 9, 4]
     /// Apple's marker on receipt and StoreKit signing leaves.
     static let appleReceiptSigningLeaf: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 11, 1]
     /// Apple's marker on WWDR intermediates.
@@ -25,13 +46,17 @@ enum OID {
 public enum DigestAlgorithm: String, Sendable, Hashable, Codable {
     case sha1, sha256, sha384, sha512
 
-    init?(oid: ASN1ObjectIdentifier) {
-        switch oid {
-        case OID.sha1: self = .sha1
-        case OID.sha256: self = .sha256
-        case OID.sha384: self = .sha384
-        case OID.sha512: self = .sha512
-        default: return nil
+    init?(oidContent oid: ArraySlice<UInt8>) {
+        if oid.elementsEqual(OIDBytes.sha1) {
+            self = .sha1
+        } else if oid.elementsEqual(OIDBytes.sha256) {
+            self = .sha256
+        } else if oid.elementsEqual(OIDBytes.sha384) {
+            self = .sha384
+        } else if oid.elementsEqual(OIDBytes.sha512) {
+            self = .sha512
+        } else {
+            return nil
         }
     }
 }
@@ -60,179 +85,145 @@ struct SignedDataEnvelope {
     /// Whether any indefinite length or constructed string was seen (BER rather than DER).
     var isBER: Bool
 
-    static let context0 = ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific)
-    static let context1 = ASN1Identifier(tagWithNumber: 1, tagClass: .contextSpecific)
-
     /// Parses a ContentInfo holding SignedData, in DER or BER.
     static func parse(_ bytes: [UInt8], limits: VerificationLimits) throws(VerificationError) -> SignedDataEnvelope {
-        try TLVReader.checkLimits(bytes[...], limits: limits)
-        do {
-            return try parseChecked(bytes)
-        } catch let error as VerificationError {
-            throw error
-        } catch {
-            throw VerificationError(.malformed, "PKCS#7: \(error)")
-        }
-    }
+        let isBER = try DERCursor.checkLimits(bytes[...], limits: limits)
+        var top = DERCursor(bytes[...])
+        let root = try top.next(tag: 0x30, "ContentInfo")
+        var contentInfo = top.children(of: root)
+        try expectOID(
+            try contentInfo.next(tag: 0x06, "ContentInfo contentType"), OIDBytes.signedData, in: contentInfo, .unsupportedFormat, "ContentInfo type")
+        var explicit = contentInfo.children(of: try contentInfo.next(tag: 0xA0, "[0] SignedData"))
+        guard contentInfo.isAtEnd else { throw VerificationError(.malformed, "unexpected fields in ContentInfo") }
+        let signedDataTLV = try explicit.next(tag: 0x30, "SignedData")
+        guard explicit.isAtEnd else { throw VerificationError(.malformed, "[0] SignedData holds more than one element") }
+        var fields = explicit.children(of: signedDataTLV)
 
-    private static func children(_ node: ASN1Node, _ what: String) throws -> [ASN1Node] {
-        guard case .constructed(let nodes) = node.content else {
-            throw VerificationError(.malformed, "\(what) is not a constructed element")
-        }
-        return Array(nodes)
-    }
-
-    private static func parseChecked(_ bytes: [UInt8]) throws -> SignedDataEnvelope {
-        let root = try BER.parse(bytes)
-        let isBER = root.encodedBytes.count != bytes.count || bytes.count > 1 && bytes[1] == 0x80
-        guard root.identifier == .sequence else { throw VerificationError(.malformed, "ContentInfo is not a SEQUENCE") }
-        let contentInfo = try children(root, "ContentInfo")
-        guard contentInfo.count == 2 else { throw VerificationError(.malformed, "ContentInfo has \(contentInfo.count) fields") }
-        let contentType = try ASN1ObjectIdentifier(berEncoded: contentInfo[0])
-        guard contentType == OID.signedData else {
-            throw VerificationError(.unsupportedFormat, "ContentInfo type \(contentType) is not SignedData")
-        }
-        guard contentInfo[1].identifier == context0 else { throw VerificationError(.malformed, "SignedData is not [0] EXPLICIT") }
-        let wrapped = try children(contentInfo[1], "[0] SignedData")
-        guard wrapped.count == 1, wrapped[0].identifier == .sequence else { throw VerificationError(.malformed, "SignedData is not a SEQUENCE") }
-        var fields = try children(wrapped[0], "SignedData")[...]
-
-        // version, digestAlgorithms
-        guard let version = fields.popFirst(), version.identifier == .integer else {
-            throw VerificationError(.malformed, "SignedData version missing")
-        }
-        guard let digestAlgorithms = fields.popFirst(), digestAlgorithms.identifier == .set else {
-            throw VerificationError(.malformed, "SignedData digestAlgorithms missing")
-        }
+        _ = try fields.next(tag: 0x02, "SignedData version")
+        _ = try fields.next(tag: 0x31, "SignedData digestAlgorithms")
 
         // encapContentInfo
-        guard let encap = fields.popFirst(), encap.identifier == .sequence else { throw VerificationError(.malformed, "encapContentInfo missing") }
-        let encapFields = try children(encap, "encapContentInfo")
-        guard encapFields.count == 2 else { throw VerificationError(.malformed, "receipt has no encapsulated content (detached signature)") }
-        let eContentType = try ASN1ObjectIdentifier(berEncoded: encapFields[0])
-        guard eContentType == OID.data else { throw VerificationError(.unsupportedFormat, "eContentType \(eContentType) is not id-data") }
-        guard encapFields[1].identifier == context0 else { throw VerificationError(.malformed, "eContent is not [0] EXPLICIT") }
-        let eContentWrapper = try children(encapFields[1], "[0] eContent")
-        guard eContentWrapper.count == 1 else { throw VerificationError(.malformed, "eContent wrapper holds \(eContentWrapper.count) elements") }
-        let content = try ASN1OctetString(berEncoded: eContentWrapper[0]).bytes
-        let chunked: Bool
-        if case .constructed = eContentWrapper[0].content { chunked = true } else { chunked = false }
+        var encap = fields.children(of: try fields.next(tag: 0x30, "encapContentInfo"))
+        try expectOID(try encap.next(tag: 0x06, "eContentType"), OIDBytes.data, in: encap, .unsupportedFormat, "eContentType")
+        guard let eContentWrapper = try encap.optional(tag: 0xA0) else {
+            throw VerificationError(.malformed, "receipt has no encapsulated content (detached signature)")
+        }
+        guard encap.isAtEnd else { throw VerificationError(.malformed, "unexpected fields in encapContentInfo") }
+        var wrapper = encap.children(of: eContentWrapper)
+        let eContent = try wrapper.next()
+        guard wrapper.isAtEnd else { throw VerificationError(.malformed, "eContent wrapper holds more than one element") }
+        let content = try wrapper.octetString(eContent, "eContent")
 
         // certificates [0] IMPLICIT, crls [1] IMPLICIT (both optional)
         var certificates: [ArraySlice<UInt8>] = []
         var certificatesEncoded: ArraySlice<UInt8> = []
-        if let next = fields.first, next.identifier == context0 {
-            _ = fields.popFirst()
-            certificatesEncoded = next.encodedBytes
-            for cert in try children(next, "certificates") {
-                guard cert.identifier == .sequence else { throw VerificationError(.malformed, "certificate is not a SEQUENCE") }
-                certificates.append(cert.encodedBytes)
+        if let certs = try fields.optional(tag: 0xA0) {
+            certificatesEncoded = fields.encoded(certs)
+            var list = fields.children(of: certs)
+            while !list.isAtEnd {
+                certificates.append(list.encoded(try list.next(tag: 0x30, "certificate")))
             }
         }
-        if let next = fields.first, next.identifier == context1 { _ = fields.popFirst() }
+        _ = try fields.optional(tag: 0xA1)
 
         // signerInfos
-        guard let signerInfos = fields.popFirst(), signerInfos.identifier == .set else { throw VerificationError(.malformed, "signerInfos missing") }
-        guard fields.isEmpty else { throw VerificationError(.malformed, "unexpected fields after signerInfos") }
-        let signers = try children(signerInfos, "signerInfos")
-        guard signers.count == 1 else {
-            throw VerificationError(.unsupportedFormat, "receipt has \(signers.count) signers; exactly one is supported")
-        }
-        let signer = try parseSigner(signers[0])
+        var signers = fields.children(of: try fields.next(tag: 0x31, "signerInfos"))
+        guard fields.isAtEnd else { throw VerificationError(.malformed, "unexpected fields after signerInfos") }
+        let signerTLV = try signers.next(tag: 0x30, "SignerInfo")
+        guard signers.isAtEnd else { throw VerificationError(.unsupportedFormat, "receipt has several signers; exactly one is supported") }
+        let signer = try parseSigner(signers.children(of: signerTLV))
         return SignedDataEnvelope(
             content: content, certificates: certificates, certificatesEncoded: certificatesEncoded,
-            signer: signer, isBER: isBER || chunked)
+            signer: signer, isBER: isBER || eContent.tag == 0x24)
     }
 
-    private static func parseSigner(_ node: ASN1Node) throws -> Signer {
-        guard node.identifier == .sequence else { throw VerificationError(.malformed, "SignerInfo is not a SEQUENCE") }
-        var fields = try children(node, "SignerInfo")[...]
-        guard let version = fields.popFirst(), version.identifier == .integer else {
-            throw VerificationError(.malformed, "SignerInfo version missing")
+    private static func expectOID(
+        _ tlv: TLV, _ expected: [UInt8], in cursor: DERCursor, _ code: VerificationError.Code, _ what: String
+    ) throws(VerificationError) {
+        guard cursor.value(tlv).elementsEqual(expected) else {
+            throw VerificationError(code, "\(what) \(OIDBytes.describe(cursor.encoded(tlv))) is not the expected one")
         }
-        guard let sid = fields.popFirst() else { throw VerificationError(.malformed, "SignerInfo sid missing") }
-        guard sid.identifier == .sequence else {
+    }
+
+    private static func parseSigner(_ cursor: DERCursor) throws(VerificationError) -> Signer {
+        var fields = cursor
+        _ = try fields.next(tag: 0x02, "SignerInfo version")
+        guard fields.optional(tagPeek: 0x30) else {
             throw VerificationError(.unsupportedFormat, "signer identified by subjectKeyIdentifier; issuerAndSerialNumber required")
         }
-        let sidFields = try children(sid, "IssuerAndSerialNumber")
-        guard sidFields.count == 2, sidFields[0].identifier == .sequence, sidFields[1].identifier == .integer,
-            case .primitive(let serial) = sidFields[1].content
-        else { throw VerificationError(.malformed, "IssuerAndSerialNumber is malformed") }
+        let sid = try fields.next(tag: 0x30, "IssuerAndSerialNumber")
+        var sidFields = fields.children(of: sid)
+        let issuer = try sidFields.next(tag: 0x30, "signer issuer")
+        let serial = try sidFields.next(tag: 0x02, "signer serial number")
+        guard sidFields.isAtEnd else { throw VerificationError(.malformed, "IssuerAndSerialNumber has extra fields") }
 
-        guard let digestNode = fields.popFirst() else { throw VerificationError(.malformed, "SignerInfo digestAlgorithm missing") }
-        let digestOID = try algorithmOID(digestNode)
-        guard let digest = DigestAlgorithm(oid: digestOID) else {
-            throw VerificationError(.unsupportedAlgorithm, "digest algorithm \(digestOID)")
+        let digestOID = try algorithmOID(&fields, "SignerInfo digestAlgorithm")
+        guard let digest = DigestAlgorithm(oidContent: digestOID) else {
+            throw VerificationError(.unsupportedAlgorithm, "digest algorithm \(OIDBytes.describe(content: digestOID))")
         }
-        var signedAttributes: ArraySlice<UInt8>?
-        if let next = fields.first, next.identifier == context0 {
-            _ = fields.popFirst()
-            signedAttributes = next.encodedBytes
-        }
-        guard let signatureAlgorithmNode = fields.popFirst() else { throw VerificationError(.malformed, "SignerInfo signatureAlgorithm missing") }
-        let signatureOID = try algorithmOID(signatureAlgorithmNode)
+        let signedAttributes = try fields.optional(tag: 0xA0).map { fields.encoded($0) }
+        let signatureOID = try algorithmOID(&fields, "SignerInfo signatureAlgorithm")
         let impliedDigest: DigestAlgorithm?
-        switch signatureOID {
-        case OID.rsaEncryption: impliedDigest = nil
-        case OID.sha1WithRSA: impliedDigest = .sha1
-        case OID.sha256WithRSA: impliedDigest = .sha256
-        case OID.sha384WithRSA: impliedDigest = .sha384
-        case OID.sha512WithRSA: impliedDigest = .sha512
-        default: throw VerificationError(.unsupportedAlgorithm, "signature algorithm \(signatureOID)")
+        if signatureOID.elementsEqual(OIDBytes.rsaEncryption) {
+            impliedDigest = nil
+        } else if let implied = OIDBytes.rsaSignatureDigest(signatureOID) {
+            impliedDigest = implied
+        } else {
+            throw VerificationError(.unsupportedAlgorithm, "signature algorithm \(OIDBytes.describe(content: signatureOID))")
         }
         if let impliedDigest, impliedDigest != digest {
-            throw VerificationError(.malformed, "signature algorithm \(signatureOID) contradicts digest \(digest.rawValue)")
+            throw VerificationError(.malformed, "signature algorithm contradicts digest \(digest.rawValue)")
         }
-        guard let signatureNode = fields.popFirst() else { throw VerificationError(.malformed, "SignerInfo signature missing") }
-        let signature = try ASN1OctetString(berEncoded: signatureNode).bytes
-        if let next = fields.first, next.identifier == context1 { _ = fields.popFirst() }
-        guard fields.isEmpty else { throw VerificationError(.malformed, "unexpected fields in SignerInfo") }
+        let signatureTLV = try fields.next()
+        let signature = try fields.octetString(signatureTLV, "SignerInfo signature")
+        _ = try fields.optional(tag: 0xA1)
+        guard fields.isAtEnd else { throw VerificationError(.malformed, "unexpected fields in SignerInfo") }
         return Signer(
-            sidEncoded: sid.encodedBytes, issuerEncoded: sidFields[0].encodedBytes, serialBytes: serial,
+            sidEncoded: fields.encoded(sid), issuerEncoded: fields.encoded(issuer), serialBytes: fields.value(serial),
             digest: digest, signedAttributesEncoded: signedAttributes, signature: signature)
     }
 
-    /// The OID of an AlgorithmIdentifier; parameters must be absent or NULL.
-    private static func algorithmOID(_ node: ASN1Node) throws -> ASN1ObjectIdentifier {
-        guard node.identifier == .sequence else { throw VerificationError(.malformed, "AlgorithmIdentifier is not a SEQUENCE") }
-        let parts = try children(node, "AlgorithmIdentifier")
-        guard (1...2).contains(parts.count) else { throw VerificationError(.malformed, "AlgorithmIdentifier has \(parts.count) fields") }
-        if parts.count == 2 {
-            guard parts[1].identifier == .null else { throw VerificationError(.unsupportedAlgorithm, "algorithm parameters other than NULL") }
+    /// The OID content bytes of an AlgorithmIdentifier; parameters must be absent or NULL.
+    private static func algorithmOID(_ cursor: inout DERCursor, _ what: String) throws(VerificationError) -> ArraySlice<UInt8> {
+        var parts = cursor.children(of: try cursor.next(tag: 0x30, what))
+        let oid = try parts.next(tag: 0x06, what)
+        if !parts.isAtEnd {
+            let parameters = try parts.next()
+            guard parameters.tag == 0x05, parameters.valueStart == parameters.valueEnd, parts.isAtEnd else {
+                throw VerificationError(.unsupportedAlgorithm, "\(what): parameters other than NULL")
+            }
         }
-        return try ASN1ObjectIdentifier(berEncoded: parts[0])
+        return parts.value(oid)
     }
 
     /// Checks the signed attributes (when present) and returns the bytes the signature covers:
-    /// the content itself, or the DER signed-attributes SET re-tagged from `[0]` to `SET`.
+    /// the DER signed-attributes SET re-tagged from `[0]` to `SET`; nil when there are none
+    /// (the signature then covers the content itself).
     func signedBytes(contentDigest: [UInt8]) throws(VerificationError) -> [UInt8]? {
         guard let attributes = signer.signedAttributesEncoded else { return nil }
-        var reader = TLVReader(attributes)
-        let outer = try reader.next()
-        guard outer.tag == 0xA0, reader.isAtEnd else { throw VerificationError(.malformed, "signed attributes are not DER") }
-        var items = TLVReader(outer.value)
+        let cursor = DERCursor(attributes)
+        var top = cursor
+        let outer = try top.next(tag: 0xA0, "signed attributes")
+        guard top.isAtEnd, outer.valueEnd == outer.end else { throw VerificationError(.malformed, "signed attributes are not DER") }
+        var items = cursor.children(of: outer)
         var sawDigest = false
         var sawContentType = false
         while !items.isAtEnd {
-            let attribute = try items.next(tag: 0x30, "signed attribute")
-            var parts = TLVReader(attribute.value)
-            let oidTLV = try parts.next(tag: 0x06, "signed attribute type")
-            let values = try parts.next(tag: 0x31, "signed attribute values")
-            let oid: ASN1ObjectIdentifier
-            do { oid = try ASN1ObjectIdentifier(derEncoded: oidTLV.encoded) } catch { throw VerificationError(.malformed, "signed attribute OID") }
-            var valueReader = TLVReader(values.value)
-            if oid == OID.messageDigestAttribute {
+            var parts = items.children(of: try items.next(tag: 0x30, "signed attribute"))
+            let oid = parts.value(try parts.next(tag: 0x06, "signed attribute type"))
+            var values = parts.children(of: try parts.next(tag: 0x31, "signed attribute values"))
+            if oid.elementsEqual(OIDBytes.messageDigestAttribute) {
                 guard !sawDigest else { throw VerificationError(.malformed, "duplicate messageDigest attribute") }
                 sawDigest = true
-                let value = try valueReader.next(tag: 0x04, "messageDigest")
-                guard valueReader.isAtEnd else { throw VerificationError(.malformed, "messageDigest has several values") }
-                guard Array(value.value) == contentDigest else {
+                let value = try values.next(tag: 0x04, "messageDigest")
+                guard values.isAtEnd else { throw VerificationError(.malformed, "messageDigest has several values") }
+                guard values.value(value).elementsEqual(contentDigest) else {
                     throw VerificationError(.signatureInvalid, "messageDigest attribute does not match the content digest")
                 }
-            } else if oid == OID.contentTypeAttribute {
+            } else if oid.elementsEqual(OIDBytes.contentTypeAttribute) {
                 sawContentType = true
-                let value = try valueReader.next(tag: 0x06, "contentType")
-                guard let type = try? ASN1ObjectIdentifier(derEncoded: value.encoded), type == OID.data else {
+                let value = try values.next(tag: 0x06, "contentType")
+                guard values.value(value).elementsEqual(OIDBytes.data) else {
                     throw VerificationError(.malformed, "contentType attribute is not id-data")
                 }
             }
@@ -244,4 +235,9 @@ struct SignedDataEnvelope {
         bytes[0] = 0x31
         return bytes
     }
+}
+
+extension DERCursor {
+    /// Whether the next element has this tag (nothing consumed).
+    func optional(tagPeek tag: UInt8) -> Bool { position < end && bytes[position] == tag }
 }

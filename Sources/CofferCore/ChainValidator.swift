@@ -19,7 +19,7 @@ struct ValidatedChain: Sendable {
 final class ChainValidator: Sendable {
     let anchors: [TrustAnchor]
     private let roots: CertificateStore
-    private let cache = Mutex<[[UInt8]: ValidatedChain]>([:])
+    private let cache = Mutex<[CacheKey: ValidatedChain]>([:])
     static let cacheCapacity = 256
 
     init(anchors: [TrustAnchor]) {
@@ -27,12 +27,12 @@ final class ChainValidator: Sendable {
         self.roots = CertificateStore(anchors.map(\.certificate))
     }
 
-    func cached(_ key: [UInt8], at time: Date) -> ValidatedChain? {
+    func cached(_ key: CacheKey, at time: Date) -> ValidatedChain? {
         guard let hit = cache.withLock({ $0[key] }) else { return nil }
         return hit.validFrom <= time && time <= hit.validUntil ? hit : nil
     }
 
-    func remember(_ chain: ValidatedChain, key: [UInt8]) {
+    func remember(_ chain: ValidatedChain, key: CacheKey) {
         cache.withLock { entries in
             if entries.count >= Self.cacheCapacity { entries.removeAll(keepingCapacity: true) }
             entries[key] = chain
@@ -101,5 +101,21 @@ final class ChainValidator: Sendable {
             leafKey: leaf.publicKey,
             validFrom: certificates.map(\.notValidBefore).max() ?? leaf.notValidBefore,
             validUntil: certificates.map(\.notValidAfter).min() ?? leaf.notValidAfter)
+    }
+}
+
+/// The exact bytes a verified chain came from (certificates, signer id or JWS header).
+/// Hashes the buffer in one pass instead of byte by byte.
+struct CacheKey: Hashable, Sendable {
+    var bytes: [UInt8]
+
+    init(_ parts: ArraySlice<UInt8>...) {
+        bytes = []
+        bytes.reserveCapacity(parts.reduce(0) { $0 + $1.count })
+        for part in parts { bytes.append(contentsOf: part) }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
     }
 }

@@ -3,29 +3,61 @@ import Foundation
 
 /// Base64 helpers that never trap on input.
 public enum Base64 {
+    /// 0–63 for alphabet characters (both `+/` and `-_`), 0xFE for ASCII whitespace, 0xFF otherwise.
+    private static let table: [UInt8] = {
+        var t = [UInt8](repeating: 0xFF, count: 256)
+        for (i, c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8.enumerated() { t[Int(c)] = UInt8(i) }
+        t[Int(UInt8(ascii: "+"))] = 62
+        t[Int(UInt8(ascii: "/"))] = 63
+        t[Int(UInt8(ascii: "-"))] = 62
+        t[Int(UInt8(ascii: "_"))] = 63
+        for c in [UInt8(ascii: " "), 0x0A, 0x0D, 0x09] { t[Int(c)] = 0xFE }
+        return t
+    }()
+
     /// Decodes standard base64, ignoring ASCII whitespace (receipts are often line-wrapped).
     /// Returns nil on any other non-alphabet character or bad padding.
-    public static func decode(_ text: String) -> [UInt8]? {
-        var cleaned = text
-        if text.utf8.contains(where: { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
-            cleaned = String(decoding: text.utf8.filter { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }, as: UTF8.self)
-        }
-        guard let data = Data(base64Encoded: cleaned) else { return nil }
-        return [UInt8](data)
-    }
+    public static func decode(_ text: String) -> [UInt8]? { decode(bytes: Array(text.utf8)[...], url: false) }
 
     /// Decodes unpadded base64url (RFC 7515 §2). Returns nil on any invalid character.
-    public static func decodeURL<S: StringProtocol>(_ text: S) -> [UInt8]? {
-        var standard = String(text).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        if standard.contains("=") { return nil }
-        switch standard.utf8.count % 4 {
-        case 0: break
-        case 2: standard += "=="
-        case 3: standard += "="
-        default: return nil
+    public static func decodeURL<S: StringProtocol>(_ text: S) -> [UInt8]? { decode(bytes: Array(text.utf8)[...], url: true) }
+
+    /// Decodes base64 (`url: false`: `+/`, optional `=` padding, whitespace ignored) or
+    /// base64url (`url: true`: `-_`, no padding, no whitespace).
+    static func decode(bytes: ArraySlice<UInt8>, url: Bool) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 3 / 4)
+        var accumulator: UInt32 = 0
+        var bits = 0
+        var padding = 0
+        for c in bytes {
+            let v = table[Int(c)]
+            if v == 0xFE {
+                guard !url else { return nil }
+                continue
+            }
+            if c == UInt8(ascii: "=") {
+                guard !url else { return nil }
+                padding += 1
+                continue
+            }
+            guard v != 0xFF, padding == 0 else { return nil }
+            // The two alphabets must not mix.
+            if url ? (c == UInt8(ascii: "+") || c == UInt8(ascii: "/")) : (c == UInt8(ascii: "-") || c == UInt8(ascii: "_")) { return nil }
+            accumulator = (accumulator << 6) | UInt32(v)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+            }
         }
-        guard let data = Data(base64Encoded: standard) else { return nil }
-        return [UInt8](data)
+        // Leftover bits must be zero padding: 0 (complete), 2 or 4 bits (1 or 2 missing chars).
+        guard bits == 0 || bits == 2 || bits == 4, accumulator & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
+        if !url {
+            let expected = bits == 0 ? 0 : (bits == 4 ? 2 : 1)
+            guard padding == 0 || padding == expected else { return nil }
+        }
+        return out
     }
 
     /// Encodes bytes as unpadded base64url.

@@ -9,22 +9,26 @@ struct JWSHeader: Decodable {
     var kid: String?
 }
 
-/// A compact JWS split into its parts. Parts are not yet verified.
+/// A compact JWS split into its parts (ASCII bytes). Parts are not yet verified.
 struct CompactJWS {
-    var headerSegment: Substring
-    var payloadSegment: Substring
-    var signatureSegment: Substring
+    var header: ArraySlice<UInt8>
+    var payload: ArraySlice<UInt8>
+    var signature: ArraySlice<UInt8>
     /// `header.payload`: the bytes the signature covers.
-    var signingInput: Substring
+    var signingInput: ArraySlice<UInt8>
 
-    init(_ text: String) throws(VerificationError) {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3 else { throw VerificationError(.malformed, "JWS has \(parts.count) parts, expected 3") }
-        guard !parts[0].isEmpty, !parts[1].isEmpty else { throw VerificationError(.malformed, "JWS header or payload is empty") }
-        headerSegment = parts[0]
-        payloadSegment = parts[1]
-        signatureSegment = parts[2]
-        signingInput = text[parts[0].startIndex..<parts[1].endIndex]
+    init(_ bytes: ArraySlice<UInt8>) throws(VerificationError) {
+        guard let first = bytes.firstIndex(of: 0x2E), let second = bytes[(first + 1)...].firstIndex(of: 0x2E),
+            !bytes[(second + 1)...].contains(0x2E)
+        else {
+            let dots = bytes.reduce(0) { $0 + ($1 == 0x2E ? 1 : 0) }
+            throw VerificationError(.malformed, "JWS has \(dots + 1) parts, expected 3")
+        }
+        header = bytes[bytes.startIndex..<first]
+        payload = bytes[(first + 1)..<second]
+        signature = bytes[(second + 1)...]
+        signingInput = bytes[bytes.startIndex..<second]
+        guard !header.isEmpty, !payload.isEmpty else { throw VerificationError(.malformed, "JWS header or payload is empty") }
     }
 }
 
@@ -32,24 +36,31 @@ extension AppStoreVerifier {
     /// Verifies a StoreKit 2 compact JWS: a signed transaction, renewal info, app
     /// transaction or App Store Server Notification V2 (whose nested JWS are each verified).
     public func verifySignedData(_ jws: String, now: Date, validateAt: Date? = nil) async -> VerificationResult {
+        await verifySignedData(bytes: Array(jws.utf8)[...], now: now, validateAt: validateAt)
+    }
+
+    func verifySignedData(bytes: ArraySlice<UInt8>, now: Date, validateAt: Date?) async -> VerificationResult {
         var evidence = Evidence()
         do throws(VerificationError) {
-            try await verifyJWS(jws, now: now, validateAt: validateAt, nested: false, into: &evidence)
+            try await verifyJWS(bytes, now: now, validateAt: validateAt, nested: false, into: &evidence)
             return .valid(evidence)
         } catch {
             return .invalid(error, evidence)
         }
     }
 
-    private func verifyJWS(_ text: String, now: Date, validateAt: Date?, nested: Bool, into evidence: inout Evidence) async throws(VerificationError)
-    {
-        guard text.utf8.count <= configuration.limits.maxInputBytes else {
-            throw VerificationError(.limitExceeded, "JWS of \(text.utf8.count) characters")
+    private func verifyJWS(
+        _ text: ArraySlice<UInt8>, now: Date, validateAt: Date?, nested: Bool, into evidence: inout Evidence
+    ) async throws(VerificationError) {
+        guard text.count <= configuration.limits.maxInputBytes else {
+            throw VerificationError(.limitExceeded, "JWS of \(text.count) characters")
         }
         let jws = try CompactJWS(text)
 
         // Payload first (unverified) so that we know the kind and the signing date.
-        guard let payload = Base64.decodeURL(jws.payloadSegment) else { throw VerificationError(.malformed, "JWS payload is not base64url") }
+        guard let payload = Base64.decode(bytes: jws.payload, url: true) else {
+            throw VerificationError(.malformed, "JWS payload is not base64url")
+        }
         evidence.payloadJSON = payload
         let signed = try Self.classify(payload)
         evidence.kind = signed.kind
@@ -59,25 +70,24 @@ extension AppStoreVerifier {
         let validationTime = validateAt ?? Self.signedDate(signed) ?? now
 
         // Header and chain, cached by the exact header bytes (alg + x5c).
-        var key: [UInt8] = [0x4A]
-        key.append(contentsOf: jws.headerSegment.utf8)
+        let key = CacheKey([0x4A], jws.header)
         let chain: ValidatedChain
         if let hit = chains.cached(key, at: validationTime) {
             chain = hit
         } else {
-            chain = try await validateHeader(jws.headerSegment, at: validationTime)
+            chain = try await validateHeader(jws.header, at: validationTime)
             chains.remember(chain, key: key)
         }
         evidence.signing = SigningInfo(digest: "ES256", chain: chain.subjects, validatedAt: validationTime, anchorKind: chain.anchor.kind)
 
         // ES256 signature: raw r ‖ s.
-        guard let signatureBytes = Base64.decodeURL(jws.signatureSegment), signatureBytes.count == 64,
+        guard let signatureBytes = Base64.decode(bytes: jws.signature, url: true), signatureBytes.count == 64,
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
         else { throw VerificationError(.signatureInvalid, "JWS signature is not a 64-byte ES256 signature") }
         guard let key = P256.Signing.PublicKey(chain.leafKey) else {
             throw VerificationError(.unsupportedAlgorithm, "signing certificate key is not P-256")
         }
-        guard key.isValidSignature(signature, for: SHA256.hash(data: Array(jws.signingInput.utf8))) else {
+        guard key.isValidSignature(signature, for: SHA256.hash(data: jws.signingInput)) else {
             throw VerificationError(.signatureInvalid, "JWS signature does not verify with \(chain.subjects.first ?? "the signer")")
         }
 
@@ -102,7 +112,7 @@ extension AppStoreVerifier {
             guard !nested else { throw VerificationError(.malformed, "notification nested in a notification") }
             if let inner = notification.data?.signedTransactionInfo {
                 var nestedEvidence = Evidence()
-                do { try await verifyJWS(inner, now: now, validateAt: validateAt, nested: true, into: &nestedEvidence) } catch {
+                do { try await verifyJWS(Array(inner.utf8)[...], now: now, validateAt: validateAt, nested: true, into: &nestedEvidence) } catch {
                     throw VerificationError(error.code, "signedTransactionInfo: \(error.detail)")
                 }
                 guard case .transaction(let transaction) = nestedEvidence.signed else {
@@ -117,7 +127,7 @@ extension AppStoreVerifier {
             }
             if let inner = notification.data?.signedRenewalInfo {
                 var nestedEvidence = Evidence()
-                do { try await verifyJWS(inner, now: now, validateAt: validateAt, nested: true, into: &nestedEvidence) } catch {
+                do { try await verifyJWS(Array(inner.utf8)[...], now: now, validateAt: validateAt, nested: true, into: &nestedEvidence) } catch {
                     throw VerificationError(error.code, "signedRenewalInfo: \(error.detail)")
                 }
                 guard case .renewalInfo(let renewal) = nestedEvidence.signed else {
@@ -140,8 +150,8 @@ extension AppStoreVerifier {
         }
     }
 
-    private func validateHeader(_ segment: Substring, at time: Date) async throws(VerificationError) -> ValidatedChain {
-        guard let headerBytes = Base64.decodeURL(segment) else { throw VerificationError(.malformed, "JWS header is not base64url") }
+    private func validateHeader(_ segment: ArraySlice<UInt8>, at time: Date) async throws(VerificationError) -> ValidatedChain {
+        guard let headerBytes = Base64.decode(bytes: segment, url: true) else { throw VerificationError(.malformed, "JWS header is not base64url") }
         let header: JWSHeader
         do { header = try JSONDecoder().decode(JWSHeader.self, from: Data(headerBytes)) } catch {
             throw VerificationError(.malformed, "JWS header is not a JSON object")
@@ -168,32 +178,35 @@ extension AppStoreVerifier {
         }
     }
 
+    /// The fields that tell the payload kinds apart.
+    private struct KindProbe: Decodable {
+        var notificationType: String?
+        var transactionId: String?
+        var autoRenewProductId: String?
+        var autoRenewStatus: Int?
+        var renewalDate: Double?
+        var receiptType: String?
+        var applicationVersion: String?
+    }
+
     static func classify(_ payload: [UInt8]) throws(VerificationError) -> SignedPayload {
-        let object: [String: Any]
-        do {
-            guard let parsed = try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any] else {
-                throw VerificationError(.malformed, "JWS payload is not a JSON object")
-            }
-            object = parsed
-        } catch let error as VerificationError {
-            throw error
-        } catch {
-            throw VerificationError(.malformed, "JWS payload is not JSON")
-        }
         let decoder = JSONDecoder()
+        let data = Data(payload)
+        let probe: KindProbe
+        do { probe = try decoder.decode(KindProbe.self, from: data) } catch {
+            throw VerificationError(.malformed, "JWS payload is not a JSON object with the expected field types")
+        }
         do {
-            if object["notificationType"] != nil {
-                return .notification(try decoder.decode(SignedNotification.self, from: Data(payload)))
+            if probe.notificationType != nil {
+                return .notification(try decoder.decode(SignedNotification.self, from: data))
             }
-            if object["transactionId"] == nil
-                && (object["autoRenewProductId"] != nil || object["autoRenewStatus"] != nil || object["renewalDate"] != nil)
-            {
-                return .renewalInfo(try decoder.decode(SignedRenewalInfo.self, from: Data(payload)))
+            if probe.transactionId == nil && (probe.autoRenewProductId != nil || probe.autoRenewStatus != nil || probe.renewalDate != nil) {
+                return .renewalInfo(try decoder.decode(SignedRenewalInfo.self, from: data))
             }
-            if object["transactionId"] == nil && (object["receiptType"] != nil || object["applicationVersion"] != nil) {
-                return .appTransaction(try decoder.decode(SignedAppTransaction.self, from: Data(payload)))
+            if probe.transactionId == nil && (probe.receiptType != nil || probe.applicationVersion != nil) {
+                return .appTransaction(try decoder.decode(SignedAppTransaction.self, from: data))
             }
-            return .transaction(try decoder.decode(SignedTransaction.self, from: Data(payload)))
+            return .transaction(try decoder.decode(SignedTransaction.self, from: data))
         } catch {
             throw VerificationError(.malformed, "JWS payload field has the wrong type: \(error)")
         }

@@ -7,7 +7,12 @@ import Foundation
 /// (Xcode receipts write `+0300`). Years 0001–9999.
 public enum RFC3339 {
     public static func parse<S: StringProtocol>(_ text: S) -> Date? {
-        var utf8 = Array(text.utf8)[...]
+        parse(bytes: Array(text.utf8)[...])
+    }
+
+    /// Parses UTF-8 bytes (no String needed).
+    public static func parse(bytes: ArraySlice<UInt8>) -> Date? {
+        var utf8 = bytes
         func number(_ count: Int) -> Int? {
             guard utf8.count >= count else { return nil }
             var value = 0

@@ -12,38 +12,54 @@ public struct VerificationLimits: Sendable, Hashable {
     public init() {}
 }
 
-/// One ASN.1 tag-length-value seen by ``TLVReader``.
+/// One ASN.1 element seen by ``DERCursor``: positions into the cursor's buffer.
 struct TLV {
     var tag: UInt8
-    /// Content bytes (for definite lengths).
-    var value: ArraySlice<UInt8>
-    /// The whole element, header included.
-    var encoded: ArraySlice<UInt8>
+    var start: Int
+    var valueStart: Int
+    /// End of the content (before the end-of-contents marker of an indefinite length).
+    var valueEnd: Int
+    /// End of the whole element.
+    var end: Int
     var isConstructed: Bool { tag & 0x20 != 0 }
 }
 
-/// A strict, bounds-checked reader of definite-length DER elements over a byte slice.
-/// It never traps: every malformed length or truncation is a thrown ``VerificationError``.
-struct TLVReader {
-    private(set) var bytes: ArraySlice<UInt8>
+/// A strict, bounds-checked reader of ASN.1 elements (DER, and BER's indefinite lengths)
+/// over a byte slice, allocation-free. It never traps: every malformed length or
+/// truncation is a thrown ``VerificationError``.
+///
+/// Why not swift-asn1's parser here: it materialises a node for every element of the
+/// envelope, certificate internals included, and that was a fifth of a receipt verification.
+/// swift-asn1 (through swift-certificates) still parses the certificates and names.
+struct DERCursor {
+    let bytes: ArraySlice<UInt8>
+    private(set) var position: Int
+    let end: Int
 
-    init(_ bytes: ArraySlice<UInt8>) { self.bytes = bytes }
+    init(_ bytes: ArraySlice<UInt8>) {
+        self.bytes = bytes
+        self.position = bytes.startIndex
+        self.end = bytes.endIndex
+    }
 
-    var isAtEnd: Bool { bytes.isEmpty }
+    private init(bytes: ArraySlice<UInt8>, position: Int, end: Int) {
+        self.bytes = bytes
+        self.position = position
+        self.end = end
+    }
+
+    /// A cursor over the children of a constructed element.
+    func children(of tlv: TLV) -> DERCursor { DERCursor(bytes: bytes, position: tlv.valueStart, end: tlv.valueEnd) }
+
+    var isAtEnd: Bool { position >= end }
+
+    func value(_ tlv: TLV) -> ArraySlice<UInt8> { bytes[tlv.valueStart..<tlv.valueEnd] }
+    func encoded(_ tlv: TLV) -> ArraySlice<UInt8> { bytes[tlv.start..<tlv.end] }
 
     /// Reads the next element (single-byte tags only, as in receipts and CMS).
     mutating func next() throws(VerificationError) -> TLV {
-        let start = bytes.startIndex
-        guard let (tag, length, headerLength) = try Self.header(bytes) else {
-            throw VerificationError(.malformed, "indefinite length where DER is required")
-        }
-        guard length <= bytes.count - headerLength else {
-            throw VerificationError(.malformed, "element at offset \(start) runs past the end of its container")
-        }
-        let valueStart = start + headerLength
-        let end = valueStart + length
-        let tlv = TLV(tag: tag, value: bytes[valueStart..<end], encoded: bytes[start..<end])
-        bytes = bytes[end...]
+        let tlv = try Self.element(in: bytes, at: position, limit: end, depth: 0)
+        position = tlv.end
         return tlv
     }
 
@@ -56,41 +72,88 @@ struct TLVReader {
         return tlv
     }
 
-    /// Parses an identifier and length. Returns nil for the indefinite form (0x80).
-    static func header(_ bytes: ArraySlice<UInt8>) throws(VerificationError) -> (tag: UInt8, length: Int, headerLength: Int)? {
-        var index = bytes.startIndex
-        guard index < bytes.endIndex else { throw VerificationError(.malformed, "truncated: missing tag") }
+    /// The next element if its tag is `tag`, else nil (nothing consumed).
+    mutating func optional(tag: UInt8) throws(VerificationError) -> TLV? {
+        guard position < end, bytes[position] == tag else { return nil }
+        return try next()
+    }
+
+    /// An OCTET STRING's content: primitive (no copy) or BER-constructed chunks, joined.
+    func octetString(_ tlv: TLV, _ what: @autoclosure () -> String) throws(VerificationError) -> ArraySlice<UInt8> {
+        if tlv.tag == 0x04 { return value(tlv) }
+        guard tlv.tag == 0x24 else { throw VerificationError(.malformed, "\(what()) is not an OCTET STRING") }
+        var joined: [UInt8] = []
+        var stack = [children(of: tlv)]
+        while var cursor = stack.popLast() {
+            guard !cursor.isAtEnd else { continue }
+            let chunk = try cursor.next()
+            stack.append(cursor)
+            switch chunk.tag {
+            case 0x04: joined.append(contentsOf: value(chunk))
+            case 0x24:
+                guard stack.count < 8 else { throw VerificationError(.limitExceeded, "\(what()) nests constructed chunks too deeply") }
+                stack.append(children(of: chunk))
+            default: throw VerificationError(.malformed, "\(what()) holds a non-OCTET STRING chunk")
+            }
+        }
+        return joined[...]
+    }
+
+    /// Parses an identifier and length at `index`. `length` is nil for the indefinite form.
+    static func header(_ bytes: ArraySlice<UInt8>, at index: Int, limit: Int) throws(VerificationError) -> (
+        tag: UInt8, length: Int?, headerLength: Int
+    ) {
+        guard index < limit else { throw VerificationError(.malformed, "truncated: missing tag") }
         let tag = bytes[index]
         guard tag & 0x1F != 0x1F else { throw VerificationError(.malformed, "multi-byte ASN.1 tags are not supported") }
-        index += 1
-        guard index < bytes.endIndex else { throw VerificationError(.malformed, "truncated: missing length") }
-        let first = bytes[index]
-        index += 1
+        guard index + 1 < limit else { throw VerificationError(.malformed, "truncated: missing length") }
+        let first = bytes[index + 1]
         if first < 0x80 { return (tag, Int(first), 2) }
-        if first == 0x80 { return nil }
+        if first == 0x80 { return (tag, nil, 2) }
         let count = Int(first & 0x7F)
         guard count <= 4 else { throw VerificationError(.limitExceeded, "ASN.1 length field of \(count) bytes") }
-        guard bytes.endIndex - index >= count else { throw VerificationError(.malformed, "truncated length field") }
+        guard limit - (index + 2) >= count else { throw VerificationError(.malformed, "truncated length field") }
         var length = 0
-        for _ in 0..<count {
-            length = (length << 8) | Int(bytes[index])
-            index += 1
-        }
+        for i in 0..<count { length = (length << 8) | Int(bytes[index + 2 + i]) }
         return (tag, length, 2 + count)
     }
 
-    /// Walks a BER/DER element tree without building it and enforces ``VerificationLimits``:
-    /// nesting depth, element count, and that every length fits inside its container.
-    /// Indefinite lengths are accepted for constructed elements only.
-    static func checkLimits(_ bytes: ArraySlice<UInt8>, limits: VerificationLimits) throws(VerificationError) {
+    /// The element at `index`, which must end by `limit`. Indefinite lengths are resolved by
+    /// walking the children to the matching end-of-contents marker.
+    static func element(in bytes: ArraySlice<UInt8>, at index: Int, limit: Int, depth: Int) throws(VerificationError) -> TLV {
+        guard depth < 64 else { throw VerificationError(.limitExceeded, "ASN.1 nesting deeper than 64") }
+        let (tag, length, headerLength) = try header(bytes, at: index, limit: limit)
+        let valueStart = index + headerLength
+        if let length {
+            guard length <= limit - valueStart else {
+                throw VerificationError(.malformed, "element at offset \(index - bytes.startIndex) runs past the end of its container")
+            }
+            return TLV(tag: tag, start: index, valueStart: valueStart, valueEnd: valueStart + length, end: valueStart + length)
+        }
+        guard tag & 0x20 != 0 else { throw VerificationError(.malformed, "indefinite length on a primitive element") }
+        var p = valueStart
+        while true {
+            guard limit - p >= 2 else { throw VerificationError(.malformed, "truncated: unterminated indefinite-length element") }
+            if bytes[p] == 0 && bytes[p + 1] == 0 {
+                return TLV(tag: tag, start: index, valueStart: valueStart, valueEnd: p, end: p + 2)
+            }
+            p = try element(in: bytes, at: p, limit: limit, depth: depth + 1).end
+        }
+    }
+
+    /// Walks a whole BER/DER element tree without building it and enforces
+    /// ``VerificationLimits``: nesting depth, element count, lengths inside their containers,
+    /// one root element and no trailing bytes. Returns whether any indefinite length was seen.
+    @discardableResult
+    static func checkLimits(_ bytes: ArraySlice<UInt8>, limits: VerificationLimits) throws(VerificationError) -> Bool {
         var elements = 0
-        // Each frame: end index of a definite container, or nil for an indefinite one.
+        var sawIndefinite = false
+        // Each frame: the end index of a definite container, or nil for an indefinite one.
         var stack: [Int?] = []
         var index = bytes.startIndex
         let end = bytes.endIndex
         var sawRoot = false
         while true {
-            // Close finished definite containers.
             while let top = stack.last, let containerEnd = top, index == containerEnd { stack.removeLast() }
             let limit = stack.last(where: { $0 != nil }).flatMap { $0 } ?? end
             if index == end {
@@ -99,10 +162,9 @@ struct TLVReader {
             }
             if stack.isEmpty && sawRoot { throw VerificationError(.malformed, "trailing bytes after the outer element") }
             sawRoot = true
-            // End-of-contents of an indefinite container.
-            if bytes[index] == 0x00 {
-                guard index + 1 < limit, bytes[index + 1] == 0x00, let top = stack.last, top == nil else {
-                    throw VerificationError(.malformed, "unexpected end-of-contents marker at offset \(index - bytes.startIndex)")
+            if bytes[index] == 0x00, let top = stack.last, top == nil {
+                guard index + 1 < limit, bytes[index + 1] == 0x00 else {
+                    throw VerificationError(.malformed, "malformed end-of-contents marker at offset \(index - bytes.startIndex)")
                 }
                 stack.removeLast()
                 index += 2
@@ -112,9 +174,8 @@ struct TLVReader {
             guard elements <= limits.maxElements else {
                 throw VerificationError(.limitExceeded, "more than \(limits.maxElements) ASN.1 elements")
             }
-            let header = try header(bytes[index..<limit])
-            let tag = bytes[index]
-            if let (_, length, headerLength) = header {
+            let (tag, length, headerLength) = try header(bytes, at: index, limit: limit)
+            if let length {
                 guard length <= limit - index - headerLength else {
                     throw VerificationError(.malformed, "element at offset \(index - bytes.startIndex) runs past the end of its container")
                 }
@@ -129,6 +190,7 @@ struct TLVReader {
                 }
             } else {
                 guard tag & 0x20 != 0 else { throw VerificationError(.malformed, "indefinite length on a primitive element") }
+                sawIndefinite = true
                 stack.append(nil)
                 guard stack.count <= limits.maxNestingDepth else {
                     throw VerificationError(.limitExceeded, "ASN.1 nesting deeper than \(limits.maxNestingDepth)")
@@ -136,5 +198,6 @@ struct TLVReader {
                 index += 2
             }
         }
+        return sawIndefinite
     }
 }

@@ -1,0 +1,57 @@
+import CofferCore
+import Foundation
+import Testing
+
+@Suite struct EncodingTests {
+    @Test(arguments: 0..<40)
+    func base64RoundTripsEveryLength(length: Int) throws {
+        let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+        let standard = Data(bytes).base64EncodedString()
+        #expect(Base64.decode(standard) == bytes)
+        #expect(Base64.decode(Data(bytes).base64EncodedString(options: .lineLength64Characters)) == bytes)
+        let url = Base64.encodeURL(bytes)
+        #expect(Base64.decodeURL(url) == bytes)
+    }
+
+    @Test func base64RejectsWhatItShould() {
+        #expect(Base64.decode("QQ=") == nil, "short padding")
+        #expect(Base64.decode("QQ===") == nil, "extra padding")
+        #expect(Base64.decode("Q") == nil, "a lone character")
+        #expect(Base64.decode("QR==") == nil, "non-zero trailing bits")
+        #expect(Base64.decode("QQ==QQ==") == nil, "data after padding")
+        #expect(Base64.decode("a-b_") == nil, "url alphabet in standard base64")
+        #expect(Base64.decodeURL("a+b/") == nil, "standard alphabet in base64url")
+        #expect(Base64.decodeURL("QQ==") == nil, "padding in base64url")
+        #expect(Base64.decodeURL("Q Q") == nil, "whitespace in base64url")
+        #expect(Base64.decode("QQ==") == [0x41])
+        #expect(Base64.decode("QUI=") == [0x41, 0x42])
+        #expect(Base64.decode("") == [])
+    }
+
+    @Test(arguments: [
+        ("2024-02-23T17:27:16Z", 1_708_709_236.0),
+        ("2020-10-16T14:29:30+0300", 1_602_847_770.0),
+        ("2020-10-16T14:29:30+03:00", 1_602_847_770.0),
+        ("4001-01-01T02:00:00+0200", 64_092_211_200.0),
+        ("2023-10-19T01:45:36.049Z", 1_697_679_936.049),
+        ("2016-02-29T00:00:00-0800", 1_456_732_800.0),
+    ])
+    func rfc3339Parses(text: String, seconds: Double) throws {
+        let date = try #require(RFC3339.parse(text))
+        #expect(abs(date.timeIntervalSince1970 - seconds) < 0.0005)
+    }
+
+    @Test(arguments: [
+        "", "2024-02-23", "2024-02-30T00:00:00Z", "2023-02-29T00:00:00Z", "2024-13-01T00:00:00Z", "2024-02-23T24:00:00Z",
+        "2024-02-23T17:27:16", "2024-02-23T17:27:16Zjunk", "2024-02-23T17:27:16.Z", "２024-02-23T17:27:16Z",
+    ])
+    func rfc3339RejectsGarbage(text: String) {
+        #expect(RFC3339.parse(text) == nil)
+    }
+
+    @Test func rfc3339FormatsUTC() {
+        #expect(RFC3339.format(Date(timeIntervalSince1970: 1_708_709_236)) == "2024-02-23T17:27:16Z")
+        #expect(RFC3339.format(Date(timeIntervalSince1970: 64_092_211_200)) == "4001-01-01T00:00:00Z")
+        #expect(RFC3339.format(Date(timeIntervalSince1970: -1)) == "1969-12-31T23:59:59Z")
+    }
+}
