@@ -29,7 +29,7 @@ declare -A coffer pkcs7
 for r in L01_tp_production_getpure_2024 L11_rc_sandbox_revenuecat_sample1_2020 L03_tp_sandbox_nutcall_187iap_2020; do
     echo "legacy $r …" >&2
     coffer[$r]=$("$BIN" bench verify "$F/legacy/$r.der" --seconds "$S" | rate)
-    created=$("$BIN" receipt inspect "$F/legacy/$r.der" --json | awk -F'"' '/"creationDate"/{print $4; exit}')
+    created=$("$BIN" receipt inspect "$F/legacy/$r.der" --json | awk -F'"' '/"creationDate"/ && !done {print $4; done=1}')
     pkcs7[$r]=$("$OUT/pkcs7_verify" "$F/legacy/$r.der" "$F/certs/AppleIncRootCertificate.cer" "$(epoch "$created")" "$S" | awk -F': ' '{sub("/s","",$2); print $2}')
 done
 echo "sandbox receipt (2 records) …" >&2

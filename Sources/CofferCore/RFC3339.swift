@@ -10,55 +10,66 @@ public enum RFC3339 {
         parse(bytes: Array(text.utf8)[...])
     }
 
-    /// Parses UTF-8 bytes (no String needed).
+    /// Parses UTF-8 bytes (no String needed). Written as one index-based scan: closures
+    /// capturing a mutable cursor cost dynamic exclusivity checks on every character.
     public static func parse(bytes: ArraySlice<UInt8>) -> Date? {
-        var utf8 = bytes
-        func number(_ count: Int) -> Int? {
-            guard utf8.count >= count else { return nil }
+        var i = bytes.startIndex
+        let end = bytes.endIndex
+
+        @inline(__always) func digits(_ i: inout Int, _ count: Int, _ bytes: ArraySlice<UInt8>, _ end: Int) -> Int? {
+            guard end - i >= count else { return nil }
             var value = 0
             for _ in 0..<count {
-                guard let c = utf8.popFirst(), c >= 0x30, c <= 0x39 else { return nil }
-                value = value * 10 + Int(c - 0x30)
+                let c = bytes[i]
+                guard c >= 0x30, c <= 0x39 else { return nil }
+                value = value * 10 + Int(c &- 0x30)
+                i += 1
             }
             return value
         }
-        func expect(_ c: UInt8) -> Bool {
-            guard utf8.first == c else { return false }
-            utf8.removeFirst()
+        @inline(__always) func skip(_ i: inout Int, _ c: UInt8, _ bytes: ArraySlice<UInt8>, _ end: Int) -> Bool {
+            guard i < end, bytes[i] == c else { return false }
+            i += 1
             return true
         }
-        guard let year = number(4), expect(0x2D), let month = number(2), expect(0x2D), let day = number(2) else { return nil }
-        guard expect(0x54) || expect(0x74) || expect(0x20) else { return nil }
-        guard let hour = number(2), expect(0x3A), let minute = number(2), expect(0x3A), let second = number(2) else { return nil }
+
+        guard let year = digits(&i, 4, bytes, end), skip(&i, 0x2D, bytes, end), let month = digits(&i, 2, bytes, end),
+            skip(&i, 0x2D, bytes, end), let day = digits(&i, 2, bytes, end)
+        else { return nil }
+        guard skip(&i, 0x54, bytes, end) || skip(&i, 0x74, bytes, end) || skip(&i, 0x20, bytes, end) else { return nil }
+        guard let hour = digits(&i, 2, bytes, end), skip(&i, 0x3A, bytes, end), let minute = digits(&i, 2, bytes, end),
+            skip(&i, 0x3A, bytes, end), let second = digits(&i, 2, bytes, end)
+        else { return nil }
         guard (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year), hour < 24, minute < 60, second < 61 else {
             return nil
         }
         var fraction = 0.0
-        if expect(0x2E) {
+        if skip(&i, 0x2E, bytes, end) {
             var scale = 0.1
-            var digits = 0
-            while let c = utf8.first, c >= 0x30, c <= 0x39 {
-                utf8.removeFirst()
-                fraction += Double(c - 0x30) * scale
+            var count = 0
+            while i < end, bytes[i] >= 0x30, bytes[i] <= 0x39 {
+                fraction += Double(bytes[i] &- 0x30) * scale
                 scale /= 10
-                digits += 1
-                guard digits <= 9 else { return nil }
+                count += 1
+                i += 1
+                guard count <= 9 else { return nil }
             }
-            guard digits > 0 else { return nil }
+            guard count > 0 else { return nil }
         }
         var offset = 0
-        if expect(0x5A) || expect(0x7A) {
+        if skip(&i, 0x5A, bytes, end) || skip(&i, 0x7A, bytes, end) {
             offset = 0
-        } else if let sign = utf8.first, sign == 0x2B || sign == 0x2D {
-            utf8.removeFirst()
-            guard let oh = number(2) else { return nil }
-            _ = expect(0x3A)
-            guard let om = number(2), oh < 24, om < 60 else { return nil }
-            offset = (oh * 3600 + om * 60) * (sign == 0x2D ? -1 : 1)
+        } else if i < end, bytes[i] == 0x2B || bytes[i] == 0x2D {
+            let negative = bytes[i] == 0x2D
+            i += 1
+            guard let oh = digits(&i, 2, bytes, end) else { return nil }
+            _ = skip(&i, 0x3A, bytes, end)
+            guard let om = digits(&i, 2, bytes, end), oh < 24, om < 60 else { return nil }
+            offset = (oh * 3600 + om * 60) * (negative ? -1 : 1)
         } else {
             return nil
         }
-        guard utf8.isEmpty else { return nil }
+        guard i == end else { return nil }
         let days = daysFromCivil(year: year, month: month, day: day)
         let seconds = Double(days * 86400 + hour * 3600 + minute * 60 + second - offset) + fraction
         return Date(timeIntervalSince1970: seconds)
