@@ -240,7 +240,15 @@ public final class AppStoreVerifier: Sendable {
         let (leaf, leafDER) = certificates[signerIndex]
         var intermediates = certificates.map(\.0)
         intermediates.remove(at: signerIndex)
-        return try await chains.validate(leaf: leaf, leafDER: leafDER, intermediates: intermediates, at: time)
+        let chain = try await chains.validate(leaf: leaf, leafDER: leafDER, intermediates: intermediates, at: time)
+        // Every certificate the receipt carries must be part of the validated chain (or the
+        // anchor itself): nothing in the envelope is left unchecked.
+        let used = Set(chain.certificates)
+        for (cert, _) in certificates where !used.contains(cert) {
+            throw VerificationError(
+                .chainUntrusted, "the receipt carries a certificate outside its chain: \(cert.commonName ?? cert.subject.description)")
+        }
+        return chain
     }
 
     static func digest(_ algorithm: DigestAlgorithm, _ bytes: ArraySlice<UInt8>) -> [UInt8] {

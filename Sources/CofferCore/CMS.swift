@@ -99,8 +99,11 @@ struct SignedDataEnvelope {
         guard explicit.isAtEnd else { throw VerificationError(.malformed, "[0] SignedData holds more than one element") }
         var fields = explicit.children(of: signedDataTLV)
 
-        _ = try fields.next(tag: 0x02, "SignedData version")
-        _ = try fields.next(tag: 0x31, "SignedData digestAlgorithms")
+        let version = fields.value(try fields.next(tag: 0x02, "SignedData version"))
+        guard version.elementsEqual([1]) || version.elementsEqual([3]) else {
+            throw VerificationError(.unsupportedFormat, "SignedData version \(Array(version)) (1 or 3 expected)")
+        }
+        let digestAlgorithms = try fields.next(tag: 0x31, "SignedData digestAlgorithms")
 
         // encapContentInfo
         var encap = fields.children(of: try fields.next(tag: 0x30, "encapContentInfo"))
@@ -132,6 +135,17 @@ struct SignedDataEnvelope {
         let signerTLV = try signers.next(tag: 0x30, "SignerInfo")
         guard signers.isAtEnd else { throw VerificationError(.unsupportedFormat, "receipt has several signers; exactly one is supported") }
         let signer = try parseSigner(signers.children(of: signerTLV))
+        // The signer's digest must be among the declared ones (nothing in the envelope goes unchecked).
+        var declared = fields.children(of: digestAlgorithms)
+        var declaresSignerDigest = false
+        while !declared.isAtEnd {
+            if DigestAlgorithm(oidContent: try algorithmOID(&declared, "SignedData digestAlgorithm")) == signer.digest {
+                declaresSignerDigest = true
+            }
+        }
+        guard declaresSignerDigest else {
+            throw VerificationError(.malformed, "digestAlgorithms does not list the signer's \(signer.digest.rawValue)")
+        }
         return SignedDataEnvelope(
             content: content, certificates: certificates, certificatesEncoded: certificatesEncoded,
             signer: signer, isBER: isBER || eContent.tag == 0x24)
@@ -147,7 +161,9 @@ struct SignedDataEnvelope {
 
     private static func parseSigner(_ cursor: DERCursor) throws(VerificationError) -> Signer {
         var fields = cursor
-        _ = try fields.next(tag: 0x02, "SignerInfo version")
+        guard fields.value(try fields.next(tag: 0x02, "SignerInfo version")).elementsEqual([1]) else {
+            throw VerificationError(.unsupportedFormat, "SignerInfo version other than 1 (issuerAndSerialNumber)")
+        }
         guard fields.optional(tagPeek: 0x30) else {
             throw VerificationError(.unsupportedFormat, "signer identified by subjectKeyIdentifier; issuerAndSerialNumber required")
         }

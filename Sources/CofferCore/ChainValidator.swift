@@ -7,6 +7,8 @@ struct ValidatedChain: Sendable {
     var anchor: TrustAnchor
     /// Subject common names, leaf first, root last.
     var subjects: [String]
+    /// The chain itself, leaf first, anchor last.
+    var certificates: [Certificate]
     var leafKey: Certificate.PublicKey
     /// The interval in which every certificate of the chain is valid.
     var validFrom: Date
@@ -98,6 +100,7 @@ final class ChainValidator: Sendable {
         return ValidatedChain(
             anchor: anchor,
             subjects: certificates.map { $0.commonName ?? $0.subject.description },
+            certificates: certificates,
             leafKey: leaf.publicKey,
             validFrom: certificates.map(\.notValidBefore).max() ?? leaf.notValidBefore,
             validUntil: certificates.map(\.notValidAfter).min() ?? leaf.notValidAfter)
