@@ -14,11 +14,7 @@ struct BenchCommand: AsyncParsableCommand {
         @Argument(help: "A receipt (DER, BER, base64) or JWS file.")
         var file: String
 
-        @Option(name: .customLong("root"), help: "A trust root certificate (DER or PEM). Repeatable; default: Apple's roots.")
-        var roots: [String] = []
-
-        @Option(name: .customLong("environment"), help: "An environment to accept. Repeatable.")
-        var environments: [String] = []
+        @OptionGroup var trust: TrustOptions
 
         @Option(help: "How long to measure.")
         var seconds: Double = 3
@@ -30,7 +26,7 @@ struct BenchCommand: AsyncParsableCommand {
         func run() async throws {
             let input = try IO.read(file)
             let verifier = AppStoreVerifier(
-                configuration: VerifierConfiguration(anchors: try TrustRoots.anchors(roots: roots, environments: environments), bundleIds: nil))
+                configuration: VerifierConfiguration(anchors: try trust.anchors(), bundleIds: nil))
             let now = Date()
             let first = await verifier.verify(input, now: now)
             guard first.isValid else {

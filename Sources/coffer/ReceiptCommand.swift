@@ -23,11 +23,7 @@ struct ReceiptCommand: AsyncParsableCommand {
         @Argument(help: "The file to inspect ('-' for standard input).")
         var file: String
 
-        @Option(name: .customLong("root"), help: "A trust root certificate (DER or PEM). Repeatable. Replaces the built-in Apple roots.")
-        var roots: [String] = []
-
-        @Option(name: .customLong("environment"), help: "An environment to accept: Production, Sandbox, Xcode, LocalTesting. Repeatable.")
-        var environments: [String] = []
+        @OptionGroup var trust: TrustOptions
 
         @Option(name: .customLong("bundle-id"), help: "The bundle identifier the data must carry.")
         var bundleId: String?
@@ -43,7 +39,7 @@ struct ReceiptCommand: AsyncParsableCommand {
 
         func run() async throws {
             let input = try IO.read(file)
-            let anchors = try TrustRoots.anchors(roots: roots, environments: environments)
+            let anchors = try trust.anchors()
             let validateAt = try IO.date(at, "--at")
             var device: [UInt8]?
             if let deviceId {
@@ -88,6 +84,17 @@ struct ReceiptCommand: AsyncParsableCommand {
             }
         }
     }
+}
+
+/// `--root` / `--environment`, shared by the commands that verify.
+struct TrustOptions: ParsableArguments {
+    @Option(name: .customLong("root"), help: "A trust root certificate (DER or PEM). Repeatable. Replaces the built-in Apple roots.")
+    var roots: [String] = []
+
+    @Option(name: .customLong("environment"), help: "An environment to accept: Production, Sandbox, Xcode, LocalTesting. Repeatable.")
+    var environments: [String] = []
+
+    func anchors() throws -> [TrustAnchor] { try TrustRoots.anchors(roots: roots, environments: environments) }
 }
 
 /// Turns `--root` / `--environment` flags into trust anchors.
