@@ -14,6 +14,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: ["FullFoundation"]),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         .target(
@@ -35,11 +41,35 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
+        .target(
+            name: "CofferStore",
+            dependencies: [
+                "CofferCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "CofferServer",
+            dependencies: [
+                "CofferCore",
+                "CofferStore",
+                "CofferSandbox",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "coffer",
             dependencies: [
                 "CofferCore",
                 "CofferSandbox",
+                "CofferStore",
+                "CofferServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -47,6 +77,17 @@ let package = Package(
             name: "CofferCoreTests",
             dependencies: ["CofferCore", "CofferSandbox"],
             resources: [.copy("Fixtures")]
+        ),
+        .testTarget(
+            name: "CofferStoreTests",
+            dependencies: ["CofferCore", "CofferStore"]
+        ),
+        .testTarget(
+            name: "CofferServerTests",
+            dependencies: [
+                "CofferCore", "CofferStore", "CofferServer", "CofferSandbox",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ]
         ),
         .executableTarget(
             name: "CofferBenchmarks",

@@ -1,0 +1,169 @@
+import Foundation
+
+/// How a product is consumed.
+public enum ProductType: String, Codable, Sendable, Hashable {
+    case consumable, nonConsumable
+}
+
+/// An App Store product and the assets it unlocks.
+public struct Product: Codable, Sendable, Hashable {
+    public var productId: String
+    public var bundleId: String
+    public var type: ProductType
+    public var assetIds: [String]
+    public var title: String
+    public var updatedAt: Date
+
+    public init(productId: String, bundleId: String, type: ProductType, assetIds: [String], title: String, updatedAt: Date) {
+        self.productId = productId
+        self.bundleId = bundleId
+        self.type = type
+        self.assetIds = assetIds
+        self.title = title
+        self.updatedAt = updatedAt
+    }
+}
+
+/// One stored version of an asset. The bytes live in the content store under `sha256`.
+public struct Asset: Codable, Sendable, Hashable {
+    public var assetId: String
+    public var version: Int
+    public var name: String
+    public var contentType: String
+    public var size: Int64
+    /// Lower-case hex SHA-256 of the bytes.
+    public var sha256: String
+    public var createdAt: Date
+
+    public init(assetId: String, version: Int, name: String, contentType: String, size: Int64, sha256: String, createdAt: Date) {
+        self.assetId = assetId
+        self.version = version
+        self.name = name
+        self.contentType = contentType
+        self.size = size
+        self.sha256 = sha256
+        self.createdAt = createdAt
+    }
+}
+
+/// Where a redeemed transaction came from.
+public enum SourceFormat: String, Codable, Sendable, Hashable {
+    case appReceipt, signedTransaction
+}
+
+/// One redeemed transaction: the ledger row. `transactionId` is unique across formats.
+public struct Redemption: Codable, Sendable, Hashable {
+    /// Ledger order (assigned by the store; 0 before insertion).
+    public var sequence: Int64
+    public var redemptionId: String
+    public var transactionId: String
+    public var originalTransactionId: String?
+    public var productId: String
+    public var bundleId: String
+    public var environment: String
+    public var purchaseDate: Date?
+    public var quantity: Int
+    /// Lower-case hex SHA-256 of the submitted receipt / JWS bytes.
+    public var receiptSHA256: String
+    public var sourceFormat: SourceFormat
+    public var redeemedAt: Date
+    public var clientAddress: String
+    public var appAccountToken: String?
+    public var status: String
+    /// SHA-256 (hex) of the grant secret handed to the client; the secret itself is never stored.
+    public var grantHash: String
+
+    public init(
+        sequence: Int64 = 0, redemptionId: String, transactionId: String, originalTransactionId: String?, productId: String,
+        bundleId: String, environment: String, purchaseDate: Date?, quantity: Int, receiptSHA256: String, sourceFormat: SourceFormat,
+        redeemedAt: Date, clientAddress: String, appAccountToken: String?, status: String = "redeemed", grantHash: String
+    ) {
+        self.sequence = sequence
+        self.redemptionId = redemptionId
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.bundleId = bundleId
+        self.environment = environment
+        self.purchaseDate = purchaseDate
+        self.quantity = quantity
+        self.receiptSHA256 = receiptSHA256
+        self.sourceFormat = sourceFormat
+        self.redeemedAt = redeemedAt
+        self.clientAddress = clientAddress
+        self.appAccountToken = appAccountToken
+        self.status = status
+        self.grantHash = grantHash
+    }
+}
+
+/// A refused redemption attempt: the fraud signal auditors look at.
+public struct RejectedAttempt: Codable, Sendable, Hashable {
+    public var sequence: Int64
+    public var at: Date
+    public var code: String
+    public var detail: String
+    public var transactionId: String?
+    public var productId: String?
+    public var receiptSHA256: String
+    public var clientAddress: String
+
+    public init(
+        sequence: Int64 = 0, at: Date, code: String, detail: String, transactionId: String?, productId: String?, receiptSHA256: String,
+        clientAddress: String
+    ) {
+        self.sequence = sequence
+        self.at = at
+        self.code = code
+        self.detail = detail
+        self.transactionId = transactionId
+        self.productId = productId
+        self.receiptSHA256 = receiptSHA256
+        self.clientAddress = clientAddress
+    }
+}
+
+/// Who an API key belongs to.
+public enum Role: String, Codable, Sendable, Hashable, CaseIterable {
+    case admin, auditor
+}
+
+/// An admin or auditor key. Only the SHA-256 of the secret is stored.
+public struct APIKey: Codable, Sendable, Hashable {
+    public var keyId: String
+    public var name: String
+    public var role: Role
+    public var secretHash: String
+    public var createdAt: Date
+    public var revokedAt: Date?
+
+    public init(keyId: String, name: String, role: Role, secretHash: String, createdAt: Date, revokedAt: Date? = nil) {
+        self.keyId = keyId
+        self.name = name
+        self.role = role
+        self.secretHash = secretHash
+        self.createdAt = createdAt
+        self.revokedAt = revokedAt
+    }
+}
+
+/// Filters for audit queries. Results are in ledger order, after `after` (a cursor).
+public struct AuditFilter: Sendable, Hashable {
+    public var transactionId: String?
+    public var originalTransactionId: String?
+    public var productId: String?
+    public var bundleId: String?
+    public var code: String?
+    public var from: Date?
+    public var to: Date?
+    public var after: Int64 = 0
+    public var limit: Int = 100
+
+    public init() {}
+}
+
+/// The outcome of a ledger insert.
+public enum LedgerInsertOutcome: Sendable, Hashable {
+    case inserted(Redemption)
+    case alreadyRedeemed
+}

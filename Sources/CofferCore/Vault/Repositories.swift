@@ -1,0 +1,121 @@
+import Foundation
+
+/// Products and assets. Implementations: ``InMemoryCatalogue`` (tests), SQLite (CofferStore).
+public protocol CatalogueRepository: Sendable {
+    func putProduct(_ product: Product) async throws
+    func product(_ productId: String) async throws -> Product?
+    func products() async throws -> [Product]
+    /// Returns whether a product was deleted.
+    func deleteProduct(_ productId: String) async throws -> Bool
+    /// Stores a new version of an asset (version = latest + 1) and returns it.
+    func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset
+    /// The latest version of an asset.
+    func asset(_ assetId: String) async throws -> Asset?
+    /// Latest versions of all assets.
+    func assets() async throws -> [Asset]
+}
+
+/// The replay ledger: one row per redeemed transaction, plus the rejected attempts.
+public protocol LedgerRepository: Sendable {
+    /// Inserts a redemption; `.alreadyRedeemed` when its transaction id is already in the
+    /// ledger. Returns only once the row is durable.
+    func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome
+    func record(_ attempt: RejectedAttempt) async throws
+    func redemption(grantHash: String) async throws -> Redemption?
+    func redemptions(_ filter: AuditFilter) async throws -> [Redemption]
+    func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt]
+}
+
+/// Admin and auditor keys, stored hashed.
+public protocol KeyRepository: Sendable {
+    func create(_ key: APIKey) async throws
+    func key(secretHash: String) async throws -> APIKey?
+    /// Returns whether a live key was revoked.
+    func revoke(keyId: String, at: Date) async throws -> Bool
+}
+
+/// In-memory catalogue: a test double and the reference behaviour for other stores.
+public actor InMemoryCatalogue: CatalogueRepository {
+    private var productsById: [String: Product] = [:]
+    private var assetVersions: [String: [Asset]] = [:]
+
+    public init() {}
+
+    public func putProduct(_ product: Product) { productsById[product.productId] = product }
+    public func product(_ productId: String) -> Product? { productsById[productId] }
+    public func products() -> [Product] { productsById.values.sorted { $0.productId < $1.productId } }
+    public func deleteProduct(_ productId: String) -> Bool { productsById.removeValue(forKey: productId) != nil }
+
+    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) -> Asset {
+        let version = (assetVersions[assetId]?.last?.version ?? 0) + 1
+        let asset = Asset(assetId: assetId, version: version, name: name, contentType: contentType, size: size, sha256: sha256, createdAt: at)
+        assetVersions[assetId, default: []].append(asset)
+        return asset
+    }
+
+    public func asset(_ assetId: String) -> Asset? { assetVersions[assetId]?.last }
+    public func assets() -> [Asset] { assetVersions.values.compactMap(\.last).sorted { $0.assetId < $1.assetId } }
+}
+
+/// In-memory ledger with the same uniqueness rule as the SQLite schema.
+public actor InMemoryLedger: LedgerRepository {
+    private var rows: [Redemption] = []
+    private var byTransaction: [String: Int] = [:]
+    private var attemptRows: [RejectedAttempt] = []
+
+    public init() {}
+
+    public func insert(_ redemption: Redemption) -> LedgerInsertOutcome {
+        guard byTransaction[redemption.transactionId] == nil else { return .alreadyRedeemed }
+        var row = redemption
+        row.sequence = Int64(rows.count + 1)
+        byTransaction[row.transactionId] = rows.count
+        rows.append(row)
+        return .inserted(row)
+    }
+
+    public func record(_ attempt: RejectedAttempt) {
+        var row = attempt
+        row.sequence = Int64(attemptRows.count + 1)
+        attemptRows.append(row)
+    }
+
+    public func redemption(grantHash: String) -> Redemption? { rows.first { $0.grantHash == grantHash } }
+
+    public func redemptions(_ f: AuditFilter) -> [Redemption] {
+        Array(
+            rows.lazy.filter { r in
+                r.sequence > f.after && (f.transactionId.map { $0 == r.transactionId } ?? true)
+                    && (f.originalTransactionId.map { $0 == r.originalTransactionId } ?? true)
+                    && (f.productId.map { $0 == r.productId } ?? true) && (f.bundleId.map { $0 == r.bundleId } ?? true)
+                    && (f.from.map { r.redeemedAt >= $0 } ?? true) && (f.to.map { r.redeemedAt < $0 } ?? true)
+            }
+            .prefix(f.limit))
+    }
+
+    public func attempts(_ f: AuditFilter) -> [RejectedAttempt] {
+        Array(
+            attemptRows.lazy.filter { a in
+                a.sequence > f.after && (f.transactionId.map { $0 == a.transactionId } ?? true)
+                    && (f.productId.map { $0 == a.productId } ?? true) && (f.code.map { $0 == a.code } ?? true)
+                    && (f.from.map { a.at >= $0 } ?? true) && (f.to.map { a.at < $0 } ?? true)
+            }
+            .prefix(f.limit))
+    }
+}
+
+/// In-memory key store.
+public actor InMemoryKeys: KeyRepository {
+    private var keys: [String: APIKey] = [:]
+
+    public init() {}
+
+    public func create(_ key: APIKey) { keys[key.keyId] = key }
+    public func key(secretHash: String) -> APIKey? { keys.values.first { $0.secretHash == secretHash } }
+    public func revoke(keyId: String, at: Date) -> Bool {
+        guard var key = keys[keyId], key.revokedAt == nil else { return false }
+        key.revokedAt = at
+        keys[keyId] = key
+        return true
+    }
+}

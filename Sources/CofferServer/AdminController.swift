@@ -1,0 +1,248 @@
+import CofferCore
+import CofferStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+/// Admins: upload asset bytes, define products.
+struct AdminController {
+    let services: CofferServices
+
+    struct ProductBody: Decodable {
+        var bundleId: String
+        var type: ProductType
+        var assetIds: [String]
+        var title: String
+    }
+
+    static func validIdentifier(_ id: String) -> Bool {
+        (1...128).contains(id.utf8.count)
+            && id.utf8.allSatisfy { c in
+                (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2E || c == 0x5F || c == 0x2D
+            }
+    }
+
+    func add(to group: RouterGroup<CofferRequestContext>) {
+        group.put("/assets/:assetId") { request, context in try await upload(request, context: context) }
+        group.get("/assets") { _, _ in try JSON.response(try await services.catalogue.assets()) }
+        group.get("/assets/:assetId") { _, context in
+            let id = context.parameters.get("assetId") ?? ""
+            guard let asset = try await services.catalogue.asset(id) else { throw Problem(.notFound, "unknownAsset", "no asset \(id.prefix(128))") }
+            return try JSON.response(asset)
+        }
+        group.put("/products/:productId") { request, context in try await putProduct(request, context: context) }
+        group.get("/products") { _, _ in try JSON.response(try await services.catalogue.products()) }
+        group.delete("/products/:productId") { _, context in
+            let id = context.parameters.get("productId") ?? ""
+            guard try await services.catalogue.deleteProduct(id) else { throw Problem(.notFound, "unknownProduct", "no product \(id.prefix(128))") }
+            context.logger.notice("product deleted", metadata: ["productId": "\(id)", "by": "\(context.identity?.name ?? "?")"])
+            return Response(status: .noContent)
+        }
+    }
+
+    /// Streams the body into the content store (never whole in memory), verifying
+    /// `Content-Digest: sha-256=:…:` when sent; each upload makes a new asset version.
+    func upload(_ request: Request, context: CofferRequestContext) async throws -> Response {
+        let assetId = context.parameters.get("assetId") ?? ""
+        guard Self.validIdentifier(assetId) else {
+            throw Problem(.badRequest, "invalidAssetId", "asset ids are 1–128 characters of A–Z a–z 0–9 . _ -")
+        }
+        let limit = services.configuration.uploadLimit
+        if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > limit {
+            throw Problem(.contentTooLarge, "payloadTooLarge", "asset exceeds the upload limit of \(limit) bytes")
+        }
+        var expected: String?
+        if let digest = request.headers[.contentDigest] {
+            guard let hex = Self.sha256(fromContentDigest: digest) else {
+                throw Problem(.badRequest, "malformedRequest", "Content-Digest must be sha-256=:<base64>:")
+            }
+            expected = hex
+        }
+        let name = request.uri.queryParameters.get("name") ?? assetId
+        guard (1...256).contains(name.utf8.count), !name.contains("/"), !name.contains("\\") else {
+            throw Problem(.badRequest, "malformedRequest", "name must be 1–256 characters without slashes")
+        }
+        let contentType = request.headers[.contentType] ?? "application/octet-stream"
+        let writer = try services.content.makeWriter(maxBytes: limit)
+        let stored: (sha256: String, size: Int64)
+        do {
+            for try await buffer in request.body {
+                try buffer.withUnsafeReadableBytes { try writer.append($0) }
+            }
+            stored = try writer.finish(expectedSHA256: expected)
+        } catch ContentStoreError.tooLarge {
+            writer.abort()
+            throw Problem(.contentTooLarge, "payloadTooLarge", "asset exceeds the upload limit of \(limit) bytes")
+        } catch ContentStoreError.digestMismatch {
+            writer.abort()
+            throw Problem(.badRequest, "digestMismatch", "the body does not match Content-Digest")
+        } catch {
+            writer.abort()
+            throw error
+        }
+        let asset = try await services.catalogue.addAssetVersion(
+            assetId: assetId, name: name, contentType: String(contentType.prefix(128)), size: stored.size, sha256: stored.sha256, at: Date())
+        context.logger.notice(
+            "asset uploaded",
+            metadata: ["assetId": "\(assetId)", "version": "\(asset.version)", "sha256": "\(asset.sha256)", "by": "\(context.identity?.name ?? "?")"])
+        return try JSON.response(asset, status: .created)
+    }
+
+    static func sha256(fromContentDigest header: String) -> String? {
+        for item in header.split(separator: ",") {
+            let trimmed = item.trimmingCharacters(in: .whitespaces)
+            guard trimmed.lowercased().hasPrefix("sha-256=:"), trimmed.hasSuffix(":"), trimmed.count > 10 else { continue }
+            let base64 = trimmed.dropFirst(9).dropLast()
+            guard let bytes = Base64.decode(String(base64)), bytes.count == 32 else { return nil }
+            return bytes.hexString
+        }
+        return nil
+    }
+
+    func putProduct(_ request: Request, context: CofferRequestContext) async throws -> Response {
+        let productId = context.parameters.get("productId") ?? ""
+        guard Self.validIdentifier(productId) else {
+            throw Problem(.badRequest, "invalidProductId", "product ids are 1–128 characters of A–Z a–z 0–9 . _ -")
+        }
+        let body = try await JSON.decode(ProductBody.self, from: request, limit: 64 * 1024)
+        guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
+            throw Problem(.badRequest, "malformedRequest", "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
+        }
+        for id in body.assetIds where try await services.catalogue.asset(id) == nil {
+            throw Problem(.unprocessableContent, "unknownAsset", "asset \(id.prefix(128)) has not been uploaded")
+        }
+        let product = Product(
+            productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date())
+        try await services.catalogue.putProduct(product)
+        context.logger.notice("product saved", metadata: ["productId": "\(productId)", "by": "\(context.identity?.name ?? "?")"])
+        return try JSON.response(product)
+    }
+}
+
+/// Auditors (and admins): query and export the ledger.
+struct AuditController {
+    let services: CofferServices
+
+    func add(to group: RouterGroup<CofferRequestContext>) {
+        group.get("/redemptions") { request, _ in
+            let filter = try Self.filter(request)
+            let items = try await services.ledger.redemptions(filter)
+            return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
+        }
+        group.get("/attempts") { request, _ in
+            let filter = try Self.filter(request)
+            let items = try await services.ledger.attempts(filter)
+            return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
+        }
+        group.get("/export") { request, _ in try export(request) }
+    }
+
+    static func filter(_ request: Request) throws -> AuditFilter {
+        let q = request.uri.queryParameters
+        var f = AuditFilter()
+        f.transactionId = q.get("transactionId")
+        f.originalTransactionId = q.get("originalTransactionId")
+        f.productId = q.get("productId")
+        f.bundleId = q.get("bundleId")
+        f.code = q.get("code")
+        for (key, keyPath) in [("from", \AuditFilter.from), ("to", \AuditFilter.to)] {
+            if let text = q.get(key) {
+                guard let date = RFC3339.parse(text) else { throw Problem(.badRequest, "malformedRequest", "\(key) must be an ISO 8601 date") }
+                f[keyPath: keyPath] = date
+            }
+        }
+        if let limit = q.get("limit") {
+            guard let n = Int(limit), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
+            f.limit = n
+        }
+        if let cursor = q.get("cursor") {
+            guard let n = Int64(cursor), n >= 0 else {
+                throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page")
+            }
+            f.after = n
+        }
+        return f
+    }
+
+    /// Streams every redemption (or attempt, `kind=attempts`) as NDJSON or CSV, page by page.
+    func export(_ request: Request) throws -> Response {
+        let format = request.uri.queryParameters.get("format") ?? "ndjson"
+        let kind = request.uri.queryParameters.get("kind") ?? "redemptions"
+        guard format == "ndjson" || format == "csv" else { throw Problem(.badRequest, "malformedRequest", "format must be ndjson or csv") }
+        guard kind == "redemptions" || kind == "attempts" else {
+            throw Problem(.badRequest, "malformedRequest", "kind must be redemptions or attempts")
+        }
+        var firstPage = try Self.filter(request)
+        firstPage.limit = 500
+        let start = firstPage
+        let ledger = services.ledger
+        let body = ResponseBody { writer in
+            var filter = start
+            if format == "csv" {
+                let header =
+                    kind == "redemptions"
+                    ? "sequence,redemptionId,transactionId,originalTransactionId,productId,bundleId,environment,purchaseDate,quantity,receiptSHA256,sourceFormat,redeemedAt,clientAddress,appAccountToken,status\n"
+                    : "sequence,at,code,detail,transactionId,productId,receiptSHA256,clientAddress\n"
+                try await writer.write(ByteBuffer(string: header))
+            }
+            while true {
+                var out = ""
+                let last: Int64?
+                let count: Int
+                if kind == "redemptions" {
+                    let rows = try await ledger.redemptions(filter)
+                    for r in rows { out += format == "csv" ? CSV.line(r) : try CSV.json(r) }
+                    last = rows.last?.sequence
+                    count = rows.count
+                } else {
+                    let rows = try await ledger.attempts(filter)
+                    for a in rows { out += format == "csv" ? CSV.line(a) : try CSV.json(a) }
+                    last = rows.last?.sequence
+                    count = rows.count
+                }
+                if !out.isEmpty { try await writer.write(ByteBuffer(string: out)) }
+                guard let last, count == filter.limit else { break }
+                filter.after = last
+            }
+            try await writer.finish(nil)
+        }
+        return Response(
+            status: .ok, headers: [.contentType: format == "csv" ? "text/csv; charset=utf-8" : "application/x-ndjson"], body: body)
+    }
+}
+
+enum CSV {
+    static func field(_ value: String?) -> String {
+        guard let value else { return "" }
+        // Neutralise spreadsheet formulas and quote.
+        var v = value
+        if let first = v.first, "=+-@\t\r".contains(first) { v = "'" + v }
+        return "\"" + v.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    static func line(_ r: Redemption) -> String {
+        [
+            String(r.sequence), field(r.redemptionId), field(r.transactionId), field(r.originalTransactionId), field(r.productId), field(r.bundleId),
+            field(r.environment), field(r.purchaseDate.map(RFC3339.format)), String(r.quantity), field(r.receiptSHA256),
+            field(r.sourceFormat.rawValue),
+            field(RFC3339.format(r.redeemedAt)), field(r.clientAddress), field(r.appAccountToken), field(r.status),
+        ].joined(separator: ",") + "\n"
+    }
+
+    static func line(_ a: RejectedAttempt) -> String {
+        [
+            String(a.sequence), field(RFC3339.format(a.at)), field(a.code), field(a.detail), field(a.transactionId), field(a.productId),
+            field(a.receiptSHA256), field(a.clientAddress),
+        ].joined(separator: ",") + "\n"
+    }
+
+    static func json<T: Encodable>(_ value: T) throws -> String {
+        String(decoding: try JSON.encoder.encode(value), as: UTF8.self) + "\n"
+    }
+}
+
+extension HTTPField.Name {
+    /// RFC 9530 `Content-Digest` (the literal is a valid field name).
+    static let contentDigest = HTTPField.Name("Content-Digest")!
+}

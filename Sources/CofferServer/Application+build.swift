@@ -1,0 +1,43 @@
+import CofferCore
+import CofferStore
+import Foundation
+import Hummingbird
+import Logging
+
+/// Builds the Coffer HTTP application over opened services. `coffer serve` and the tests
+/// call this same function.
+public func buildApplication(_ services: CofferServices, logger: Logger) -> some ApplicationProtocol {
+    Application(
+        router: buildRouter(services),
+        server: .http1(configuration: .init(idleTimeout: .seconds(services.configuration.idleTimeoutSeconds))),
+        configuration: .init(address: .hostname(services.configuration.host, port: services.configuration.port), serverName: "Coffer"),
+        logger: logger)
+}
+
+/// The router: every route and middleware.
+public func buildRouter(_ services: CofferServices) -> Router<CofferRequestContext> {
+    let router = Router(context: CofferRequestContext.self)
+    router.add(middleware: RequestLogMiddleware())
+    router.add(middleware: ProblemMiddleware())
+
+    router.get("/healthz") { _, _ in try JSON.response(["status": "ok"]) }
+    router.get("/readyz") { _, _ in
+        do {
+            _ = try await services.catalogue.products()
+            return try JSON.response(["status": "ready"])
+        } catch {
+            throw Problem(.serviceUnavailable, "notReady", "the database is not answering")
+        }
+    }
+    router.get("/metrics") { _, _ in
+        Response(
+            status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: services.metrics.render())))
+    }
+
+    RedemptionController(services: services).add(to: router)
+    DownloadController(services: services).add(to: router)
+    AdminController(services: services).add(to: router.group("/v1/admin").add(middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin])))
+    AuditController(services: services).add(
+        to: router.group("/v1/audit").add(middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin, .auditor])))
+    return router
+}

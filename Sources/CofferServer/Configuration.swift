@@ -1,0 +1,116 @@
+import CofferCore
+import CofferStore
+import Crypto
+import Foundation
+import Logging
+
+/// Everything the server needs to know. Filled by `coffer serve` from flags, `COFFER_*`
+/// environment variables and an optional config file (see the README's table).
+public struct CofferConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    /// Holds coffer.sqlite, content/, keys/ (and sandbox/ in demo mode).
+    public var dataDirectory = "coffer-data"
+    public var anchors: [TrustAnchor] = []
+    public var bundleIds: Set<String> = []
+    public var appAppleId: Int64?
+    /// Lifetime of download tokens.
+    public var tokenTTL: TimeInterval = 600
+    /// Largest asset upload, bytes.
+    public var uploadLimit: Int64 = 512 * 1024 * 1024
+    /// Largest JSON request body (a base64 receipt of 4 MiB is ~5.4 MiB).
+    public var jsonBodyLimit = 8 * 1024 * 1024
+    /// Idle connection timeout, seconds.
+    public var idleTimeoutSeconds: Int64 = 30
+    /// A download-token HMAC key given by configuration (base64, ≥ 32 bytes), instead of the key file.
+    public var tokenKeyBase64: String?
+    public var logLevel: Logger.Level = .info
+
+    public init() {}
+}
+
+/// The opened storage and domain services of one data directory.
+public struct CofferServices: Sendable {
+    public let configuration: CofferConfiguration
+    public let database: CofferDatabase
+    public let catalogue: SQLiteCatalogue
+    public let ledger: SQLiteLedger
+    public let keys: SQLiteKeys
+    public let content: ContentStore
+    public let vault: Vault
+    public let metrics: CofferMetrics
+
+    /// Opens (creating when needed) the data directory: database with migrations applied,
+    /// content store with leftover temporary files removed, token keys.
+    public static func open(_ configuration: CofferConfiguration, logger: Logger) throws -> CofferServices {
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let database = try CofferDatabase(path: (configuration.dataDirectory as NSString).appendingPathComponent("coffer.sqlite"))
+        let content = try ContentStore(root: (configuration.dataDirectory as NSString).appendingPathComponent("content"))
+        let cleaned = try content.cleanTemporaryFiles()
+        if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
+        let signer = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)
+        let catalogue = SQLiteCatalogue(database)
+        let ledger = SQLiteLedger(database)
+        let verifier = AppStoreVerifier(
+            configuration: VerifierConfiguration(
+                anchors: configuration.anchors, bundleIds: configuration.bundleIds, appAppleId: configuration.appAppleId))
+        return CofferServices(
+            configuration: configuration, database: database, catalogue: catalogue, ledger: ledger, keys: SQLiteKeys(database), content: content,
+            vault: Vault(verifier: verifier, catalogue: catalogue, ledger: ledger, tokens: signer, tokenTTL: configuration.tokenTTL),
+            metrics: CofferMetrics())
+    }
+}
+
+/// The download-token keys in `DATA/keys/download-tokens.json` (0600), created on first start.
+/// To rotate: add a key and make it active; older keys keep verifying until removed.
+public enum TokenKeyFile {
+    struct File: Codable {
+        struct Entry: Codable {
+            var id: String
+            var secret: String
+        }
+        var active: String
+        var keys: [Entry]
+    }
+
+    public struct KeyError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public static func signer(dataDirectory: String, configured: String?) throws -> TokenSigner {
+        if let configured {
+            guard let bytes = Base64.decode(configured), bytes.count >= 32 else {
+                throw KeyError(description: "the configured token key must be base64 of at least 32 bytes")
+            }
+            return TokenSigner(active: TokenKey(id: "cfg", key: SymmetricKey(data: bytes)))
+        }
+        let dir = (dataDirectory as NSString).appendingPathComponent("keys")
+        let path = (dir as NSString).appendingPathComponent("download-tokens.json")
+        let fm = FileManager.default
+        if !fm.fileExists(atPath: path) {
+            try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let secret = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).base64EncodedString() }
+            let file = File(active: "k1", keys: [.init(id: "k1", secret: secret)])
+            let data = try JSONEncoder().encode(file)
+            guard fm.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+                throw KeyError(description: "cannot create \(path)")
+            }
+        }
+        guard let data = fm.contents(atPath: path), let file = try? JSONDecoder().decode(File.self, from: data) else {
+            throw KeyError(description: "\(path) is not a token key file")
+        }
+        var keys: [TokenKey] = []
+        for entry in file.keys {
+            guard let bytes = Base64.decode(entry.secret), bytes.count >= 32, entry.id.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x2E && $0 < 0x7F })
+            else {
+                throw KeyError(description: "\(path): key \(entry.id) must be base64 of at least 32 bytes, id without dots")
+            }
+            keys.append(TokenKey(id: entry.id, key: SymmetricKey(data: bytes)))
+        }
+        guard let active = keys.first(where: { $0.id == file.active }) else {
+            throw KeyError(description: "\(path): active key \(file.active) is not listed")
+        }
+        return TokenSigner(active: active, retired: keys.filter { $0.id != file.active })
+    }
+}

@@ -1,0 +1,150 @@
+import CofferCore
+import CofferStore
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// Game clients: redeem a purchase, exchange a grant for fresh tokens.
+struct RedemptionController {
+    let services: CofferServices
+
+    struct RedeemBody: Decodable {
+        var receipt: String?
+        var signedTransaction: String?
+        var transactionId: String?
+        var appAccountToken: String?
+    }
+
+    struct GrantBody: Decodable {
+        var grant: String
+    }
+
+    func add(to router: Router<CofferRequestContext>) {
+        router.post("/v1/redemptions") { request, context in try await redeem(request, context: context) }
+        router.post("/v1/grants/tokens") { request, context in
+            let body = try await JSON.decode(GrantBody.self, from: request, limit: 4096)
+            let outcome = try await services.vault.exchange(grant: body.grant, now: Date())
+            return try JSON.response(RedemptionResponse(outcome))
+        }
+    }
+
+    func redeem(_ request: Request, context: CofferRequestContext) async throws -> Response {
+        let body = try await JSON.decode(RedeemBody.self, from: request, limit: services.configuration.jsonBodyLimit)
+        let proof: RedemptionRequest.Proof
+        switch (body.receipt, body.signedTransaction) {
+        case (let receipt?, nil):
+            guard let der = Base64.decode(receipt), !der.isEmpty else {
+                throw Problem(.badRequest, "malformedRequest", "receipt is not base64")
+            }
+            proof = .receipt(der)
+        case (nil, let jws?):
+            proof = .signedTransaction(jws)
+        default:
+            throw Problem(.badRequest, "malformedRequest", "send exactly one of receipt (base64) or signedTransaction (JWS)")
+        }
+        if let token = body.appAccountToken, token.utf8.count > 64 {
+            throw Problem(.badRequest, "malformedRequest", "appAccountToken is longer than 64 characters")
+        }
+        if let id = body.transactionId, id.isEmpty || id.utf8.count > 64 {
+            throw Problem(.badRequest, "malformedRequest", "transactionId must be 1–64 characters")
+        }
+        let start = ContinuousClock.now
+        let outcome: RedemptionOutcome
+        do {
+            outcome = try await services.vault.redeem(
+                RedemptionRequest(
+                    proof: proof, transactionId: body.transactionId, appAccountToken: body.appAccountToken, clientAddress: context.remoteAddress),
+                now: Date())
+        } catch {
+            services.metrics.redemption(result: error.code)
+            throw Problem(error)
+        }
+        services.metrics.redemption(result: "redeemed")
+        services.metrics.verificationSeconds.record(ContinuousClock.now - start)
+        return try JSON.response(RedemptionResponse(outcome), status: .created)
+    }
+}
+
+/// Token-authorised downloads, streamed from the content store, with single Range support.
+struct DownloadController {
+    let services: CofferServices
+    let fileIO = FileIO()
+
+    func add(to router: Router<CofferRequestContext>) {
+        router.get("/v1/downloads/:token") { request, context in try await download(request, context: context, head: false) }
+        router.head("/v1/downloads/:token") { request, context in try await download(request, context: context, head: true) }
+    }
+
+    func download(_ request: Request, context: CofferRequestContext, head: Bool) async throws -> Response {
+        let token = context.parameters.get("token") ?? ""
+        let claims: DownloadClaims
+        do { claims = try services.vault.tokens.verify(token, now: Date()) } catch {
+            switch error {
+            case .expired: throw Problem(.forbidden, "tokenExpired", "the download token has expired: redeem again or exchange the grant")
+            case .invalid: throw Problem(.forbidden, "tokenInvalid", "the download token is not valid")
+            }
+        }
+        guard let path = services.content.path(sha256: claims.sha256),
+            let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+            let size = (attributes[.size] as? NSNumber)?.int64Value
+        else { throw Problem(.notFound, "assetMissing", "the asset's bytes are not in the content store") }
+        let asset = try? await services.catalogue.asset(claims.assetId)
+        let contentType = asset?.sha256 == claims.sha256 ? asset?.contentType ?? "application/octet-stream" : "application/octet-stream"
+
+        var headers: HTTPFields = [
+            .contentType: contentType,
+            .eTag: "\"\(claims.sha256)\"",
+            .acceptRanges: "bytes",
+            .cacheControl: "private, no-store",
+        ]
+        var status = HTTPResponse.Status.ok
+        var range: ClosedRange<Int64>? = size > 0 ? 0...(size - 1) : nil
+        if let header = request.headers[.range] {
+            switch ByteRange.parse(header, size: size) {
+            case .ignore: break
+            case .unsatisfiable:
+                throw Problem(
+                    .rangeNotSatisfiable, "rangeNotSatisfiable", "range \(header.prefix(64)) is outside 0–\(size)",
+                    headers: [.contentRange: "bytes */\(size)"])
+            case .range(let r):
+                range = r
+                status = .partialContent
+                headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound)/\(size)"
+            }
+        }
+        let length = range.map { $0.upperBound - $0.lowerBound + 1 } ?? 0
+        headers[.contentLength] = String(length)
+        services.metrics.downloads.increment()
+        if head || length == 0 { return Response(status: status, headers: headers, body: .init()) }
+        services.metrics.downloadBytes.increment(by: length)
+        let body = try await fileIO.loadFile(path: path, range: Int(range?.lowerBound ?? 0)...Int(range?.upperBound ?? 0), context: context)
+        return Response(status: status, headers: headers, body: body)
+    }
+}
+
+/// A single `bytes=` range (RFC 9110 §14.1.2). Several ranges are answered with the whole file.
+enum ByteRange: Equatable {
+    case ignore
+    case unsatisfiable
+    case range(ClosedRange<Int64>)
+
+    static func parse(_ header: String, size: Int64) -> ByteRange {
+        guard header.hasPrefix("bytes="), header.utf8.count <= 200 else { return .ignore }
+        let spec = header.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        guard !spec.contains(",") else { return .ignore }
+        let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return .ignore }
+        let first = parts[0].trimmingCharacters(in: .whitespaces)
+        let last = parts[1].trimmingCharacters(in: .whitespaces)
+        if first.isEmpty {
+            guard let suffix = Int64(last), suffix >= 0 else { return .ignore }
+            guard suffix > 0, size > 0 else { return .unsatisfiable }
+            return .range(max(0, size - suffix)...(size - 1))
+        }
+        guard let start = Int64(first), start >= 0 else { return .ignore }
+        guard start < size else { return .unsatisfiable }
+        if last.isEmpty { return .range(start...(size - 1)) }
+        guard let end = Int64(last), end >= start else { return .ignore }
+        return .range(start...min(end, size - 1))
+    }
+}

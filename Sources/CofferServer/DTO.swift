@@ -1,0 +1,88 @@
+import CofferCore
+import Foundation
+import Hummingbird
+
+/// JSON in and out. Dates are ISO 8601 UTC strings.
+enum JSON {
+    static let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        e.dateEncodingStrategy = .custom { date, encoder in
+            var c = encoder.singleValueContainer()
+            try c.encode(RFC3339.format(date))
+        }
+        return e
+    }()
+
+    static func response<T: Encodable>(_ value: T, status: HTTPResponse.Status = .ok) throws -> Response {
+        let data = try encoder.encode(value)
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// Collects a JSON body (up to `limit` bytes) and decodes it; any failure is a 400/413 problem.
+    static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int) async throws -> T {
+        var request = request
+        let buffer: ByteBuffer
+        do { buffer = try await request.collectBody(upTo: limit) } catch {
+            throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
+        }
+        do { return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView)) } catch {
+            throw Problem(.badRequest, "malformedRequest", "request body is not the expected JSON: \(Self.describe(error))")
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, _): "missing field \(key.stringValue)"
+        case DecodingError.typeMismatch(_, let c), DecodingError.valueNotFound(_, let c):
+            "wrong type at \(c.codingPath.map(\.stringValue).joined(separator: "."))"
+        case DecodingError.dataCorrupted: "not valid JSON"
+        default: "not valid JSON"
+        }
+    }
+}
+
+struct AssetLink: Encodable {
+    var assetId: String
+    var name: String
+    var size: Int64
+    var sha256: String
+    var contentType: String
+    var url: String
+    var expiresAt: Date
+
+    init(_ issued: IssuedAsset) {
+        assetId = issued.asset.assetId
+        name = issued.asset.name
+        size = issued.asset.size
+        sha256 = issued.asset.sha256
+        contentType = issued.asset.contentType
+        url = "/v1/downloads/" + issued.token
+        expiresAt = issued.expiresAt
+    }
+}
+
+struct RedemptionResponse: Encodable {
+    var redemptionId: String
+    var transactionId: String
+    var originalTransactionId: String?
+    var productId: String
+    var environment: String
+    var grant: String?
+    var assets: [AssetLink]
+
+    init(_ outcome: RedemptionOutcome) {
+        redemptionId = outcome.redemption.redemptionId
+        transactionId = outcome.redemption.transactionId
+        originalTransactionId = outcome.redemption.originalTransactionId
+        productId = outcome.redemption.productId
+        environment = outcome.redemption.environment
+        grant = outcome.grant
+        assets = outcome.assets.map(AssetLink.init)
+    }
+}
+
+struct Page<Item: Encodable>: Encodable {
+    var items: [Item]
+    var nextCursor: String?
+}

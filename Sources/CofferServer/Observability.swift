@@ -1,0 +1,62 @@
+import CofferCore
+import Foundation
+import Hummingbird
+import Logging
+import Prometheus
+
+/// Coffer's Prometheus metrics, served at `GET /metrics`.
+public final class CofferMetrics: Sendable {
+    public let registry = PrometheusCollectorRegistry()
+    let downloads: Counter
+    let downloadBytes: Counter
+    let verificationSeconds: DurationHistogram
+
+    init() {
+        downloads = registry.makeCounter(descriptor: Self.name("downloads_total", "Downloads served (including HEAD and ranges)"))
+        downloadBytes = registry.makeCounter(descriptor: Self.name("download_bytes_total", "Asset bytes served"))
+        verificationSeconds = registry.makeDurationHistogram(
+            descriptor: Self.name("redemption_seconds", "Time to verify and redeem a purchase"),
+            buckets: [
+                .microseconds(250), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(100),
+                .seconds(1),
+            ])
+    }
+
+    static func name(_ metric: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(namespace: "coffer", metricName: metric, unitName: "", helpText: help)
+    }
+
+    func redemption(result: String) {
+        registry.makeCounter(descriptor: Self.name("redemptions_total", "Redemption attempts by result code"), labels: [("result", result)])
+            .increment()
+    }
+
+    func render() -> String {
+        var buffer: [UInt8] = []
+        registry.emit(into: &buffer)
+        return String(decoding: buffer, as: UTF8.self)
+    }
+}
+
+/// Logs one line per request — method, path (download tokens redacted), status, duration —
+/// and never the Authorization header.
+struct RequestLogMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let start = ContinuousClock.now
+        let response = try await next(request, context)
+        let elapsed = ContinuousClock.now - start
+        context.logger.info(
+            "request",
+            metadata: [
+                "method": "\(request.method.rawValue)",
+                "path": "\(Self.redacted(request.uri.path))",
+                "status": "\(response.status.code)",
+                "ms": "\(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000)",
+            ])
+        return response
+    }
+
+    static func redacted(_ path: String) -> String {
+        path.hasPrefix("/v1/downloads/") ? "/v1/downloads/<redacted>" : path
+    }
+}

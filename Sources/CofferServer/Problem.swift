@@ -1,0 +1,73 @@
+import CofferCore
+import Foundation
+import Hummingbird
+
+/// An RFC 9457 problem: every error Coffer returns, with a stable machine-readable `code`.
+public struct Problem: HTTPResponseError, Sendable {
+    public var status: HTTPResponse.Status
+    public var code: String
+    public var detail: String
+    public var headers: HTTPFields
+
+    public init(_ status: HTTPResponse.Status, _ code: String, _ detail: String, headers: HTTPFields = [:]) {
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers
+    }
+
+    public init(_ failure: VaultFailure) {
+        let status: HTTPResponse.Status =
+            switch failure.kind {
+            case .badRequest: .badRequest
+            case .unprocessable: .unprocessableContent
+            case .notFound: .notFound
+            case .conflict: .conflict
+            case .gone: .gone
+            case .forbidden: .forbidden
+            case .unavailable: .serviceUnavailable
+            }
+        self.init(status, failure.code, failure.detail)
+    }
+
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        var body: [String: Any] = [
+            "type": "https://coffer.invalid/problems/\(code)",
+            "title": status.reasonPhrase,
+            "status": status.code,
+            "code": code,
+            "detail": detail,
+        ]
+        body["instance"] = request.uri.path.hasPrefix("/v1/downloads/") ? "/v1/downloads/<redacted>" : request.uri.path
+        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        var headers = self.headers
+        headers[.contentType] = "application/problem+json"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}
+
+/// Turns every error into a problem response; unexpected ones are logged (never a silent 500).
+struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let problem as Problem {
+            return try problem.response(from: request, context: context)
+        } catch let failure as VaultFailure {
+            if failure.kind == .unavailable { context.logger.error("storage failure", metadata: ["error": "\(failure.detail)"]) }
+            return try Problem(failure).response(from: request, context: context)
+        } catch let error as HTTPError {
+            let code: String =
+                switch error.status {
+                case .contentTooLarge: "payloadTooLarge"
+                case .notFound: "notFound"
+                case .methodNotAllowed: "methodNotAllowed"
+                default: "httpError"
+                }
+            return try Problem(error.status, code, error.body ?? error.status.reasonPhrase).response(from: request, context: context)
+        } catch {
+            context.logger.error("unhandled error", metadata: ["error": "\(error)"])
+            return try Problem(.internalServerError, "internalError", "unexpected server error").response(from: request, context: context)
+        }
+    }
+}

@@ -1,0 +1,270 @@
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Errors from ``ContentStore`` and ``ContentWriter``.
+public enum ContentStoreError: Error, Sendable, Hashable {
+    /// More than `maxBytes` were written.
+    case tooLarge
+    /// The bytes do not hash to the expected SHA-256.
+    case digestMismatch
+    /// A file-system operation failed.
+    case io(String)
+}
+
+/// Content-addressed blob storage: each object is stored once under its lower-case hex SHA-256,
+/// at `root/objects/ab/cdef…` (the first two hex characters name a folder).
+///
+/// Objects are written to `root/tmp`, fsynced, then renamed into place, so a crash never leaves a
+/// partial object visible; leftovers in `root/tmp` are removed by ``cleanTemporaryFiles()``.
+public struct ContentStore: Sendable {
+    /// The root directory.
+    public let root: String
+    let objectsDirectory: String
+    let temporaryDirectory: String
+
+    /// Opens the store at `root`, creating `root`, `root/objects` and `root/tmp` (mode 0700) if needed.
+    public init(root: String) throws {
+        self.root = root
+        objectsDirectory = root + "/objects"
+        temporaryDirectory = root + "/tmp"
+        for directory in [root, objectsDirectory, temporaryDirectory] {
+            do {
+                try FileManager.default.createDirectory(
+                    atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            } catch {
+                throw ContentStoreError.io("cannot create \(directory): \(error)")
+            }
+        }
+    }
+
+    /// Starts writing a new object of at most `maxBytes` bytes.
+    public func makeWriter(maxBytes: Int64) throws -> ContentWriter {
+        try ContentWriter(store: self, maxBytes: maxBytes)
+    }
+
+    /// Writes every chunk of `chunks` as one object and returns its digest and size.
+    ///
+    /// Throws ``ContentStoreError/tooLarge`` as soon as more than `maxBytes` arrive and
+    /// ``ContentStoreError/digestMismatch`` when `expectedSHA256` is given and differs; in both
+    /// cases (and when `chunks` throws) nothing is left behind.
+    public func write<S: AsyncSequence>(_ chunks: S, maxBytes: Int64, expectedSHA256: String?) async throws -> (sha256: String, size: Int64)
+    where S.Element == [UInt8] {
+        let writer = try makeWriter(maxBytes: maxBytes)
+        do {
+            for try await chunk in chunks {
+                try writer.append(chunk)
+            }
+            return try writer.finish(expectedSHA256: expectedSHA256)
+        } catch {
+            writer.abort()
+            throw error
+        }
+    }
+
+    /// The path of the object with this digest, or nil when `sha256` is not exactly 64
+    /// lower-case hex characters or no such object exists.
+    public func path(sha256: String) -> String? {
+        guard Self.isValidDigest(sha256) else { return nil }
+        let path = objectPath(sha256)
+        return FileManager.default.fileExists(atPath: path) ? path : nil
+    }
+
+    /// Deletes everything left in `root/tmp` (writes interrupted by a crash) and returns how many
+    /// entries were removed. Call it at start-up, before any writer exists.
+    @discardableResult
+    public func cleanTemporaryFiles() throws -> Int {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: temporaryDirectory)
+        } catch {
+            throw ContentStoreError.io("cannot list \(temporaryDirectory): \(error)")
+        }
+        var removed = 0
+        for name in names {
+            do {
+                try FileManager.default.removeItem(atPath: temporaryDirectory + "/" + name)
+                removed += 1
+            } catch {
+                throw ContentStoreError.io("cannot remove \(name) from \(temporaryDirectory): \(error)")
+            }
+        }
+        return removed
+    }
+
+    /// Whether `digest` is exactly 64 lower-case hex characters.
+    static func isValidDigest(_ digest: String) -> Bool {
+        let bytes = Array(digest.utf8)
+        return bytes.count == 64 && bytes.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    /// `objects/ab` for digest `ab…`; `digest` must be valid.
+    func shardDirectory(_ digest: String) -> String {
+        objectsDirectory + "/" + digest.prefix(2)
+    }
+
+    /// `objects/ab/cdef…` for digest `abcdef…`; `digest` must be valid.
+    func objectPath(_ digest: String) -> String {
+        shardDirectory(digest) + "/" + digest.dropFirst(2)
+    }
+}
+
+/// Writes one object incrementally: bytes go to a private temporary file while being hashed; ``finish(expectedSHA256:)``
+/// makes the object durable and visible, ``abort()`` discards it.
+///
+/// Use a writer from one task at a time. A writer dropped without `finish` or `abort` deletes its temporary file.
+public final class ContentWriter {
+    private let store: ContentStore
+    private let maxBytes: Int64
+    private let temporaryPath: String
+    private var descriptor: Int32
+    private var hasher = SHA256()
+    /// The number of bytes appended so far.
+    public private(set) var size: Int64 = 0
+
+    init(store: ContentStore, maxBytes: Int64) throws {
+        self.store = store
+        self.maxBytes = maxBytes
+        temporaryPath = store.temporaryDirectory + "/" + UUID().uuidString.lowercased() + ".part"
+        descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw ContentStoreError.io("cannot create \(temporaryPath): \(Self.errnoText())") }
+    }
+
+    deinit {
+        if descriptor >= 0 {
+            close(descriptor)
+            unlink(temporaryPath)
+        }
+    }
+
+    /// Appends bytes. Throws ``ContentStoreError/tooLarge`` (and discards the object) when the total would exceed `maxBytes`.
+    public func append(_ bytes: UnsafeRawBufferPointer) throws {
+        guard descriptor >= 0 else { throw ContentStoreError.io("writer is closed") }
+        guard Int64(bytes.count) <= maxBytes - size else {
+            abort()
+            throw ContentStoreError.tooLarge
+        }
+        var offset = 0
+        while offset < bytes.count {
+            guard let base = bytes.baseAddress else { break }
+            let written = posixWrite(descriptor, base + offset, bytes.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                let message = Self.errnoText()
+                abort()
+                throw ContentStoreError.io("cannot write \(temporaryPath): \(message)")
+            }
+            offset += written
+        }
+        hasher.update(bufferPointer: bytes)
+        size += Int64(bytes.count)
+    }
+
+    /// Appends bytes (see ``append(_:)-(UnsafeRawBufferPointer)``).
+    public func append(_ bytes: some Collection<UInt8>) throws {
+        if let done: Void = try bytes.withContiguousStorageIfAvailable({ try append(UnsafeRawBufferPointer($0)) }) {
+            return done
+        }
+        try Array(bytes).withUnsafeBytes { try append($0) }
+    }
+
+    /// Checks the digest, fsyncs the file, renames it to its content address (or drops it when the object
+    /// already exists) and fsyncs the directory. Returns the lower-case hex SHA-256 and the size.
+    ///
+    /// Throws ``ContentStoreError/digestMismatch`` (and discards the object) when `expectedSHA256` is given and
+    /// differs (compared case-insensitively).
+    public func finish(expectedSHA256: String?) throws -> (sha256: String, size: Int64) {
+        guard descriptor >= 0 else { throw ContentStoreError.io("writer is closed") }
+        let digest = Self.hex(hasher.finalize())
+        if let expected = expectedSHA256, expected.lowercased() != digest {
+            abort()
+            throw ContentStoreError.digestMismatch
+        }
+        guard fsync(descriptor) == 0 else {
+            let message = Self.errnoText()
+            abort()
+            throw ContentStoreError.io("cannot fsync \(temporaryPath): \(message)")
+        }
+        let closed = close(descriptor)
+        descriptor = -1
+        guard closed == 0 else {
+            let message = Self.errnoText()
+            unlink(temporaryPath)
+            throw ContentStoreError.io("cannot close \(temporaryPath): \(message)")
+        }
+        do {
+            try install(digest)
+        } catch {
+            unlink(temporaryPath)
+            throw error
+        }
+        return (digest, size)
+    }
+
+    /// Discards the object: closes and deletes the temporary file. Safe to call more than once.
+    public func abort() {
+        guard descriptor >= 0 else { return }
+        close(descriptor)
+        descriptor = -1
+        unlink(temporaryPath)
+    }
+
+    /// Moves the closed, synced temporary file to the object path of `digest`.
+    private func install(_ digest: String) throws {
+        let shard = store.shardDirectory(digest)
+        var createdShard = false
+        if mkdir(shard, 0o700) == 0 {
+            createdShard = true
+        } else if errno != EEXIST {
+            throw ContentStoreError.io("cannot create \(shard): \(Self.errnoText())")
+        }
+        if createdShard {
+            try Self.syncDirectory(store.objectsDirectory)
+        }
+        let objectPath = store.objectPath(digest)
+        if access(objectPath, F_OK) == 0 {
+            // Same bytes already stored: keep the existing object.
+            unlink(temporaryPath)
+            return
+        }
+        guard rename(temporaryPath, objectPath) == 0 else {
+            throw ContentStoreError.io("cannot rename into \(objectPath): \(Self.errnoText())")
+        }
+        try Self.syncDirectory(shard)
+    }
+
+    /// fsyncs a directory so a rename or creation inside it is durable.
+    private static func syncDirectory(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw ContentStoreError.io("cannot open \(path): \(errnoText())") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw ContentStoreError.io("cannot fsync \(path): \(errnoText())") }
+    }
+
+    private static func errnoText() -> String {
+        String(cString: strerror(errno))
+    }
+
+    private static func hex(_ digest: SHA256.Digest) -> String {
+        let alphabet = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(64)
+        for byte in digest {
+            bytes.append(alphabet[Int(byte >> 4)])
+            bytes.append(alphabet[Int(byte & 0x0f)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// POSIX `write(2)`, named apart from ``ContentStore/write(_:maxBytes:expectedSHA256:)``.
+private func posixWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+    write(fd, buffer, count)
+}

@@ -1,0 +1,178 @@
+import ArgumentParser
+import CofferCore
+import CofferSandbox
+import CofferServer
+import CofferStore
+import Foundation
+import Hummingbird
+import Logging
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the Coffer HTTP server.",
+        discussion: """
+            Settings come from flags, then COFFER_* environment variables, then --config FILE (JSON),
+            then defaults (see the README's configuration table). Outside --demo at least one bundle id
+            is required: the server never starts in a mode that accepts any app's receipts.
+            """)
+
+    @Flag(help: "Demo mode: sandbox CA in DATA/sandbox trusted for LocalTesting only, demo catalogue loaded, keys printed.")
+    var demo = false
+    @Option(name: .customLong("data-dir"), help: "Data directory (database, content, keys). Default: coffer-data.") var dataDir: String?
+    @Option(help: "Listen address. Default: 127.0.0.1.") var host: String?
+    @Option(help: "Listen port. Default: 8080.") var port: Int?
+    @Option(help: "JSON config file.") var config: String?
+    @Option(name: .customLong("bundle-id"), help: "A bundle id whose purchases may be redeemed. Repeatable.") var bundleIds: [String] = []
+    @Option(name: .customLong("app-apple-id"), help: "The app's Apple ID, checked where data carries one.") var appAppleId: Int64?
+    @OptionGroup var trust: TrustOptions
+    @Option(name: .customLong("token-ttl"), help: "Download token lifetime in seconds. Default: 600.") var tokenTTL: Int?
+    @Option(name: .customLong("upload-limit"), help: "Largest asset upload in bytes. Default: 536870912.") var uploadLimit: Int64?
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical. Default: info.") var logLevel: String?
+    @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
+
+    func run() async throws {
+        let file = try ConfigFile.load(config ?? ProcessInfo.processInfo.environment["COFFER_CONFIG"])
+        let env = ProcessInfo.processInfo.environment
+        var configuration = CofferConfiguration()
+        configuration.host = host ?? env["COFFER_HOST"] ?? file.host ?? configuration.host
+        if let p = try port ?? Setting.int(env["COFFER_PORT"], "COFFER_PORT") ?? file.port {
+            guard (0...65535).contains(p) else { throw UsageError("port \(p) is out of range") }
+            configuration.port = p
+        }
+        configuration.dataDirectory = dataDir ?? env["COFFER_DATA_DIR"] ?? file.dataDirectory ?? configuration.dataDirectory
+        let bundles = !bundleIds.isEmpty ? bundleIds : Setting.list(env["COFFER_BUNDLE_IDS"]) ?? file.bundleIds ?? []
+        configuration.bundleIds = Set(bundles)
+        configuration.appAppleId = try appAppleId ?? Setting.int(env["COFFER_APP_APPLE_ID"], "COFFER_APP_APPLE_ID").map(Int64.init) ?? file.appAppleId
+        if let ttl = try tokenTTL ?? Setting.int(env["COFFER_TOKEN_TTL"], "COFFER_TOKEN_TTL") ?? file.tokenTTL {
+            guard (10...86400).contains(ttl) else { throw UsageError("token TTL must be 10–86400 seconds") }
+            configuration.tokenTTL = TimeInterval(ttl)
+        }
+        if let limit = try uploadLimit ?? Setting.int(env["COFFER_UPLOAD_LIMIT"], "COFFER_UPLOAD_LIMIT").map(Int64.init) ?? file.uploadLimit {
+            guard limit > 0 else { throw UsageError("upload limit must be positive") }
+            configuration.uploadLimit = limit
+        }
+        if let level = logLevel ?? env["COFFER_LOG_LEVEL"] ?? file.logLevel {
+            guard let parsed = Logger.Level(rawValue: level) else { throw UsageError("unknown log level \(level)") }
+            configuration.logLevel = parsed
+        }
+        configuration.tokenKeyBase64 = env["COFFER_TOKEN_KEY"]
+        let roots = !trust.roots.isEmpty ? trust.roots : Setting.list(env["COFFER_ROOTS"]) ?? file.roots ?? []
+        let environments = !trust.environments.isEmpty ? trust.environments : Setting.list(env["COFFER_ENVIRONMENTS"]) ?? file.environments ?? []
+
+        var logger = Logger(label: "coffer")
+        logger.logLevel = configuration.logLevel
+
+        var demoCA: SandboxCA?
+        if demo {
+            let sandboxDir = (configuration.dataDirectory as NSString).appendingPathComponent("sandbox")
+            demoCA = try Demo.sandbox(at: sandboxDir)
+            configuration.anchors = [try TrustAnchor.cofferSandbox(demoCA?.rootDER ?? [])]
+            if configuration.bundleIds.isEmpty { configuration.bundleIds = [Demo.bundleId] }
+        } else {
+            guard !configuration.bundleIds.isEmpty else {
+                throw UsageError("no bundle id configured: pass --bundle-id, COFFER_BUNDLE_IDS or bundleIds in the config file (or use --demo)")
+            }
+            configuration.anchors = try TrustRoots.anchors(roots: roots, environments: environments)
+        }
+
+        let services: CofferServices
+        do { services = try CofferServices.open(configuration, logger: logger) } catch {
+            throw UsageError("cannot open data directory \(configuration.dataDirectory): \(error)")
+        }
+        if demo { try await Demo.prepare(services, contentDirectory: content, logger: logger) }
+        let app = buildApplication(services, logger: logger)
+        logger.info(
+            "Coffer listening",
+            metadata: [
+                "address": "\(configuration.host):\(configuration.port)", "data": "\(configuration.dataDirectory)",
+                "bundleIds": "\(configuration.bundleIds.sorted())",
+                "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
+            ])
+        try await app.runService()
+    }
+}
+
+/// The optional JSON config file.
+struct ConfigFile: Decodable {
+    var host: String?
+    var port: Int?
+    var dataDirectory: String?
+    var bundleIds: [String]?
+    var appAppleId: Int64?
+    var roots: [String]?
+    var environments: [String]?
+    var tokenTTL: Int?
+    var uploadLimit: Int64?
+    var logLevel: String?
+
+    static func load(_ path: String?) throws -> ConfigFile {
+        guard let path else { return ConfigFile() }
+        do { return try JSONDecoder().decode(ConfigFile.self, from: Data(try IO.read(path))) } catch let error as UsageError {
+            throw error
+        } catch {
+            throw UsageError("\(path) is not a valid config file: \(error)")
+        }
+    }
+}
+
+enum Setting {
+    static func int(_ value: String?, _ name: String) throws -> Int? {
+        guard let value else { return nil }
+        guard let n = Int(value) else { throw UsageError("\(name)=\(value) is not a number") }
+        return n
+    }
+
+    static func list(_ value: String?) -> [String]? {
+        value.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } }
+    }
+}
+
+struct MigrateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate", abstract: "Apply pending database migrations (the server also does at start).")
+
+    @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+
+    func run() async throws {
+        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let applied = try CofferDatabase.migrate(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
+        print(applied.isEmpty ? "database is up to date" : "applied: \(applied.joined(separator: ", "))")
+    }
+}
+
+struct KeysCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keys", abstract: "Manage admin and auditor API keys.", subcommands: [Create.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a key; prints only the key (shown once, stored hashed). Works while the server runs.")
+        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(help: "admin or auditor.") var role: String
+        @Option(help: "Who the key is for (appears in logs).") var name: String
+
+        func run() async throws {
+            guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
+            guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
+            let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
+            print(try await APIKeys.create(role: role, name: name, in: SQLiteKeys(db), now: Date()))
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a key (by the key itself, read from stdin or --key).")
+        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(help: "The key to revoke.") var key: String
+
+        func run() async throws {
+            let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
+            let keys = SQLiteKeys(db)
+            guard let found = try await keys.key(secretHash: APIKeys.hash(key)), try await keys.revoke(keyId: found.keyId, at: Date()) else {
+                print("no live key matches")
+                throw ExitCode(1)
+            }
+            print("revoked \(found.role.rawValue) key '\(found.name)'")
+        }
+    }
+}

@@ -1,0 +1,155 @@
+import CofferCore
+import CofferServer
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+@Suite struct AdminAuditTests {
+    @Test func authentication() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            let none = try await client.execute(uri: "/v1/admin/assets", method: .get)
+            #expect(none.status == .unauthorized)
+            #expect(Harness.code(none) == "unauthenticated")
+            #expect(none.headers[.wwwAuthenticate] == "Bearer")
+            let wrong = try await client.execute(uri: "/v1/admin/assets", method: .get, headers: h.bearer("cof_admin_wrong"))
+            #expect(wrong.status == .unauthorized)
+            let auditorOnAdmin = try await client.execute(uri: "/v1/admin/assets", method: .get, headers: h.bearer(h.auditorKey))
+            #expect(auditorOnAdmin.status == .forbidden)
+            #expect(Harness.code(auditorOnAdmin) == "forbidden")
+            #expect(try await client.execute(uri: "/v1/admin/assets", method: .get, headers: h.bearer(h.adminKey)).status == .ok)
+            #expect(try await client.execute(uri: "/v1/audit/redemptions", method: .get, headers: h.bearer(h.auditorKey)).status == .ok)
+            #expect(try await client.execute(uri: "/v1/audit/redemptions", method: .get, headers: h.bearer(h.adminKey)).status == .ok)
+            #expect(try await client.execute(uri: "/v1/audit/redemptions", method: .get).status == .unauthorized)
+        }
+        // A revoked key stops working.
+        let found = try #require(try await h.services.keys.key(secretHash: APIKeys.hash(h.adminKey)))
+        #expect(try await h.services.keys.revoke(keyId: found.keyId, at: Date()))
+        try await h.app.test(.router) { client in
+            let revoked = try await client.execute(uri: "/v1/admin/assets", method: .get, headers: h.bearer(h.adminKey))
+            #expect(revoked.status == .unauthorized)
+        }
+    }
+
+    @Test func assetsAndProducts() async throws {
+        let h = try await Harness.make(uploadLimit: 1024)
+        defer { h.cleanUp() }
+        let admin = h.bearer(h.adminKey)
+        try await h.app.test(.router) { client in
+            let bytes = Array("level two".utf8)
+            var headers = admin
+            headers[.contentType] = "application/json"
+            let created = try await client.execute(
+                uri: "/v1/admin/assets/level-2?name=two.json", method: .put, headers: headers, body: ByteBuffer(bytes: bytes))
+            #expect(created.status == .created)
+            let asset = try Harness.json(created)
+            #expect(asset["sha256"] as? String == bytes.sha256Hex)
+            #expect(asset["version"] as? Int == 1)
+            #expect(asset["name"] as? String == "two.json")
+            #expect(asset["contentType"] as? String == "application/json")
+
+            // Re-upload: a new version. With a correct Content-Digest.
+            let v2 = Array("level two, remastered".utf8)
+            var digestHeaders = admin
+            digestHeaders[HTTPField.Name("Content-Digest") ?? .contentType] = "sha-256=:\(Data(SHA256.hash(data: v2)).base64EncodedString()):"
+            let second = try await client.execute(uri: "/v1/admin/assets/level-2", method: .put, headers: digestHeaders, body: ByteBuffer(bytes: v2))
+            #expect(second.status == .created)
+            #expect(try Harness.json(second)["version"] as? Int == 2)
+            let fetched = try await client.execute(uri: "/v1/admin/assets/level-2", method: .get, headers: admin)
+            #expect(try Harness.json(fetched)["sha256"] as? String == v2.sha256Hex)
+
+            // Wrong digest, too large, bad id, unknown asset.
+            digestHeaders[HTTPField.Name("Content-Digest") ?? .contentType] = "sha-256=:\(Data(SHA256.hash(data: bytes)).base64EncodedString()):"
+            let mismatch = try await client.execute(
+                uri: "/v1/admin/assets/level-3", method: .put, headers: digestHeaders, body: ByteBuffer(bytes: v2))
+            #expect(mismatch.status == .badRequest)
+            #expect(Harness.code(mismatch) == "digestMismatch")
+            let large = try await client.execute(
+                uri: "/v1/admin/assets/level-3", method: .put, headers: admin, body: ByteBuffer(repeating: 1, count: 2048))
+            #expect(large.status == .contentTooLarge)
+            #expect(Harness.code(large) == "payloadTooLarge")
+            let badId = try await client.execute(uri: "/v1/admin/assets/..%2Fetc", method: .put, headers: admin, body: ByteBuffer(bytes: bytes))
+            #expect(badId.status == .badRequest)
+            #expect(try await client.execute(uri: "/v1/admin/assets/level-3", method: .get, headers: admin).status == .notFound)
+            let list = try await client.execute(uri: "/v1/admin/assets", method: .get, headers: admin)
+            #expect(try JSONSerialization.jsonObject(with: Data(list.body.readableBytesView)) as? [Any] != nil)
+
+            // Products.
+            let product = try await client.execute(
+                uri: "/v1/admin/products/com.coffer.demo.levelpack3", method: .put, headers: admin,
+                body: try Harness.body(["bundleId": Harness.bundle, "type": "consumable", "assetIds": ["level-2"], "title": "Pack 3"]))
+            #expect(product.status == .ok)
+            let unknownAsset = try await client.execute(
+                uri: "/v1/admin/products/com.coffer.demo.levelpack4", method: .put, headers: admin,
+                body: try Harness.body(["bundleId": Harness.bundle, "type": "consumable", "assetIds": ["nope"], "title": "Pack 4"]))
+            #expect(unknownAsset.status == .unprocessableContent)
+            #expect(Harness.code(unknownAsset) == "unknownAsset")
+            let badType = try await client.execute(
+                uri: "/v1/admin/products/com.coffer.demo.levelpack4", method: .put, headers: admin,
+                body: try Harness.body(["bundleId": Harness.bundle, "type": "subscription", "assetIds": [], "title": "Pack 4"]))
+            #expect(badType.status == .badRequest)
+            let products = try await client.execute(uri: "/v1/admin/products", method: .get, headers: admin)
+            #expect((try JSONSerialization.jsonObject(with: Data(products.body.readableBytesView)) as? [Any])?.count == 3)
+            #expect(
+                try await client.execute(uri: "/v1/admin/products/com.coffer.demo.levelpack3", method: .delete, headers: admin).status == .noContent)
+            let gone = try await client.execute(uri: "/v1/admin/products/com.coffer.demo.levelpack3", method: .delete, headers: admin)
+            #expect(gone.status == .notFound)
+            #expect(Harness.code(gone) == "unknownProduct")
+        }
+    }
+
+    @Test func auditQueriesPagingAndExport() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let auditor = h.bearer(h.auditorKey)
+        try await h.app.test(.router) { client in
+            for id in ["10", "11", "12"] {
+                let r = try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt(id)]))
+                #expect(r.status == .created)
+            }
+            _ = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("10")]))
+
+            let page1 = try Harness.json(try await client.execute(uri: "/v1/audit/redemptions?limit=2", method: .get, headers: auditor))
+            #expect((page1["items"] as? [[String: Any]])?.map { $0["transactionId"] as? String } == ["10", "11"])
+            let cursor = try #require(page1["nextCursor"] as? String)
+            let page2 = try Harness.json(
+                try await client.execute(uri: "/v1/audit/redemptions?limit=2&cursor=\(cursor)", method: .get, headers: auditor))
+            #expect((page2["items"] as? [[String: Any]])?.map { $0["transactionId"] as? String } == ["12"])
+            #expect(page2["nextCursor"] == nil)
+
+            let filtered = try Harness.json(try await client.execute(uri: "/v1/audit/redemptions?transactionId=11", method: .get, headers: auditor))
+            #expect((filtered["items"] as? [Any])?.count == 1)
+            let byProduct = try Harness.json(
+                try await client.execute(
+                    uri: "/v1/audit/redemptions?productId=\(Harness.product)&bundleId=\(Harness.bundle)", method: .get, headers: auditor))
+            #expect((byProduct["items"] as? [Any])?.count == 3)
+            let future = try Harness.json(
+                try await client.execute(uri: "/v1/audit/redemptions?from=2999-01-01T00:00:00Z", method: .get, headers: auditor))
+            #expect((future["items"] as? [Any])?.count == 0)
+            let attempts = try Harness.json(try await client.execute(uri: "/v1/audit/attempts?code=alreadyRedeemed", method: .get, headers: auditor))
+            #expect((attempts["items"] as? [[String: Any]])?.first?["transactionId"] as? String == "10")
+
+            let badLimit = try await client.execute(uri: "/v1/audit/redemptions?limit=0", method: .get, headers: auditor)
+            #expect(badLimit.status == .badRequest)
+            let badDate = try await client.execute(uri: "/v1/audit/attempts?from=yesterday", method: .get, headers: auditor)
+            #expect(badDate.status == .badRequest)
+
+            let ndjson = try await client.execute(uri: "/v1/audit/export?format=ndjson", method: .get, headers: auditor)
+            #expect(ndjson.headers[.contentType] == "application/x-ndjson")
+            let lines = String(decoding: ndjson.body.readableBytesView, as: UTF8.self).split(separator: "\n")
+            #expect(lines.count == 3)
+            #expect(lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) != nil })
+            let csv = try await client.execute(uri: "/v1/audit/export?format=csv&kind=attempts", method: .get, headers: auditor)
+            let csvLines = String(decoding: csv.body.readableBytesView, as: UTF8.self).split(separator: "\n")
+            #expect(csvLines.first?.hasPrefix("sequence,at,code") == true)
+            #expect(csvLines.count == 2)
+            #expect(try await client.execute(uri: "/v1/audit/export?format=xml", method: .get, headers: auditor).status == .badRequest)
+        }
+    }
+}

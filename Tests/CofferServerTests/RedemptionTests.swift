@@ -1,0 +1,235 @@
+import CofferCore
+import CofferSandbox
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+@testable import CofferServer
+
+@Suite struct RedemptionTests {
+    @Test func redeemDownloadAndReplay() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let receipt = try Harness.receipt("1000")
+        try await h.app.test(.router) { client in
+            let created = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": receipt]))
+            #expect(created.status == .created)
+            let json = try Harness.json(created)
+            #expect(json["transactionId"] as? String == "1000")
+            #expect(json["productId"] as? String == Harness.product)
+            #expect(json["environment"] as? String == "LocalTesting")
+            #expect((json["grant"] as? String)?.isEmpty == false)
+            #expect(json["redemptionId"] is String)
+            let assets = try #require(json["assets"] as? [[String: Any]])
+            #expect(assets.count == 2)
+            let level = try #require(assets.first { $0["assetId"] as? String == "level-1" })
+            #expect(level["sha256"] as? String == h.levelBytes.sha256Hex)
+            #expect(level["size"] as? Int == h.levelBytes.count)
+            #expect(level["contentType"] as? String == "application/json")
+            #expect(level["expiresAt"] is String)
+            let url = try #require(level["url"] as? String)
+            #expect(url.hasPrefix("/v1/downloads/"))
+
+            let download = try await client.execute(uri: url, method: .get)
+            #expect(download.status == .ok)
+            #expect(Array(download.body.readableBytesView) == h.levelBytes)
+            #expect(download.headers[.eTag] == "\"\(h.levelBytes.sha256Hex)\"")
+            #expect(download.headers[.contentLength] == String(h.levelBytes.count))
+            #expect(download.headers[.acceptRanges] == "bytes")
+            #expect(download.headers[.contentType] == "application/json")
+
+            let head = try await client.execute(uri: url, method: .head)
+            #expect(head.status == .ok)
+            #expect(head.headers[.contentLength] == String(h.levelBytes.count))
+            #expect(head.body.readableBytes == 0)
+
+            let replay = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": receipt]))
+            #expect(replay.status == .conflict)
+            #expect(Harness.code(replay) == "alreadyRedeemed")
+            #expect(replay.headers[.contentType] == "application/problem+json")
+            let problem = try Harness.json(replay)
+            #expect(problem["status"] as? Int == 409)
+            #expect(problem["type"] is String && problem["title"] is String && problem["detail"] is String)
+        }
+        #expect(try await h.services.ledger.redemptions(AuditFilter()).count == 1)
+        let attempts = try await h.services.ledger.attempts(AuditFilter())
+        #expect(attempts.map(\.code) == ["alreadyRedeemed"])
+        #expect(attempts.first?.transactionId == "1000")
+    }
+
+    @Test func signedTransactionSharesTheKeySpaceWithReceipts() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let jws = try Harness.ca.mintTransaction(
+            TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "2000"), now: Date())
+        try await h.app.test(.router) { client in
+            let first = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders,
+                body: try Harness.body(["signedTransaction": jws, "appAccountToken": "7d2f8d32-0000-4000-8000-000000000001"]))
+            #expect(first.status == .created)
+            #expect(try Harness.json(first)["transactionId"] as? String == "2000")
+            // The same purchase as a legacy receipt is a replay.
+            let legacy = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("2000")]))
+            #expect(legacy.status == .conflict)
+            #expect(Harness.code(legacy) == "alreadyRedeemed")
+        }
+        let rows = try await h.services.ledger.redemptions(AuditFilter())
+        #expect(rows.first?.sourceFormat == .signedTransaction)
+        #expect(rows.first?.appAccountToken == "7d2f8d32-0000-4000-8000-000000000001")
+    }
+
+    @Test func requestErrors() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            func post(_ body: ByteBuffer) async throws -> TestResponse {
+                try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: body)
+            }
+            let cases: [(ByteBuffer, HTTPResponse.Status, String)] = [
+                (ByteBuffer(string: "not json"), .badRequest, "malformedRequest"),
+                (try Harness.body([:]), .badRequest, "malformedRequest"),
+                (try Harness.body(["receipt": "AAAA", "signedTransaction": "eyJ"]), .badRequest, "malformedRequest"),
+                (try Harness.body(["receipt": "!!!not base64!!!"]), .badRequest, "malformedRequest"),
+                (try Harness.body(["receipt": 42]), .badRequest, "malformedRequest"),
+                (try Harness.body(["receipt": Data([0x30, 0x03, 0x02, 0x01, 0x01]).base64EncodedString()]), .badRequest, "malformed"),
+                (try Harness.body(["signedTransaction": "eyJhbGciOiJub25lIn0.e30."]), .unprocessableContent, "unsupportedAlgorithm"),
+                (try Harness.body(["receipt": try Harness.receipt("1", bundle: "com.evil.clone")]), .unprocessableContent, "bundleMismatch"),
+                (try Harness.body(["receipt": try Harness.receipt("2", product: "com.coffer.demo.unknown")]), .notFound, "unknownProduct"),
+                (try Harness.body(["receipt": try Harness.receipt("3", cancelled: true)]), .gone, "revoked"),
+                (try Harness.body(["receipt": try Harness.receipt("4"), "transactionId": "999"]), .unprocessableContent, "transactionNotInReceipt"),
+            ]
+            for (body, status, code) in cases {
+                let response = try await post(body)
+                #expect(response.status == status, "\(code): got \(response.status)")
+                #expect(Harness.code(response) == code)
+            }
+            // Another CA's receipt: untrusted chain.
+            let other = try SandboxCA.create(now: Date())
+            let foreign = Data(
+                try other.mintReceipt(
+                    ReceiptSpec(bundleId: Harness.bundle, purchases: [PurchaseSpec(productId: Harness.product, transactionId: "5")]), now: Date()))
+            let untrusted = try await post(try Harness.body(["receipt": foreign.base64EncodedString()]))
+            #expect(untrusted.status == .unprocessableContent)
+            #expect(Harness.code(untrusted) == "chainUntrusted")
+            // Two catalogue purchases in one receipt: the client must name one.
+            let two = Data(
+                try Harness.ca.mintReceipt(
+                    ReceiptSpec(
+                        bundleId: Harness.bundle,
+                        purchases: [
+                            PurchaseSpec(productId: Harness.product, transactionId: "6"),
+                            PurchaseSpec(productId: "com.coffer.demo.levelpack2", transactionId: "7"),
+                        ]), now: Date())
+            ).base64EncodedString()
+            let ambiguous = try await post(try Harness.body(["receipt": two]))
+            #expect(ambiguous.status == .unprocessableContent)
+            #expect(Harness.code(ambiguous) == "transactionRequired")
+            let named = try await post(try Harness.body(["receipt": two, "transactionId": "7"]))
+            #expect(named.status == .created)
+            #expect(try Harness.json(named)["productId"] as? String == "com.coffer.demo.levelpack2")
+            // Revoked StoreKit 2 transaction.
+            var revokedSpec = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "8")
+            revokedSpec.revocationDate = Date()
+            let revoked = try await post(try Harness.body(["signedTransaction": try Harness.ca.mintTransaction(revokedSpec, now: Date())]))
+            #expect(revoked.status == .gone)
+            #expect(Harness.code(revoked) == "revoked")
+            // Oversized body.
+            let huge = try await post(ByteBuffer(repeating: 0x41, count: 9 * 1024 * 1024))
+            #expect(huge.status == .contentTooLarge)
+            #expect(Harness.code(huge) == "payloadTooLarge")
+        }
+        let codes = Set(try await h.services.ledger.attempts(AuditFilter()).map(\.code))
+        #expect(
+            codes.isSuperset(of: ["bundleMismatch", "unknownProduct", "revoked", "transactionNotInReceipt", "chainUntrusted", "transactionRequired"]))
+    }
+
+    @Test func grantsMintFreshTokens() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            let created = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("3000")]))
+            let grant = try #require(try Harness.json(created)["grant"] as? String)
+            let fresh = try await client.execute(
+                uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["grant": grant]))
+            #expect(fresh.status == .ok)
+            let json = try Harness.json(fresh)
+            #expect(json["grant"] == nil, "the grant is never echoed")
+            #expect((json["assets"] as? [Any])?.count == 2)
+            let bad = try await client.execute(
+                uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["grant": "nope"]))
+            #expect(bad.status == .forbidden)
+            #expect(Harness.code(bad) == "grantInvalid")
+            let malformed = try await client.execute(
+                uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(string: "[]"))
+            #expect(malformed.status == .badRequest)
+        }
+    }
+
+    @Test func downloadTokenErrorsAndRanges() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let sha = h.levelBytes.sha256Hex
+        let good = h.services.vault.tokens.mint(
+            DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 60))
+        let expired = h.services.vault.tokens.mint(
+            DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) - 1))
+        let forged = TokenSigner(active: TokenKey(id: "k1", key: .init(size: .bits256)))
+            .mint(DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 60))
+        try await h.app.test(.router) { client in
+            for (token, code) in [(expired, "tokenExpired"), (forged, "tokenInvalid"), ("garbage", "tokenInvalid"), (good + "x", "tokenInvalid")] {
+                let response = try await client.execute(uri: "/v1/downloads/\(token)", method: .get)
+                #expect(response.status == .forbidden)
+                #expect(Harness.code(response) == code)
+                #expect(String(decoding: response.body.readableBytesView, as: UTF8.self).contains(token) == false, "tokens never echoed")
+            }
+            let partial = try await client.execute(uri: "/v1/downloads/\(good)", method: .get, headers: [.range: "bytes=2-5"])
+            #expect(partial.status == .partialContent)
+            #expect(Array(partial.body.readableBytesView) == Array(h.levelBytes[2...5]))
+            #expect(partial.headers[.contentRange] == "bytes 2-5/\(h.levelBytes.count)")
+            let suffix = try await client.execute(uri: "/v1/downloads/\(good)", method: .get, headers: [.range: "bytes=-3"])
+            #expect(Array(suffix.body.readableBytesView) == Array(h.levelBytes.suffix(3)))
+            let open = try await client.execute(uri: "/v1/downloads/\(good)", method: .get, headers: [.range: "bytes=10-"])
+            #expect(Array(open.body.readableBytesView) == Array(h.levelBytes[10...]))
+            let unsatisfiable = try await client.execute(uri: "/v1/downloads/\(good)", method: .get, headers: [.range: "bytes=9999-"])
+            #expect(unsatisfiable.status == .rangeNotSatisfiable)
+            #expect(unsatisfiable.headers[.contentRange] == "bytes */\(h.levelBytes.count)")
+            #expect(Harness.code(unsatisfiable) == "rangeNotSatisfiable")
+            let multi = try await client.execute(uri: "/v1/downloads/\(good)", method: .get, headers: [.range: "bytes=0-1,3-4"])
+            #expect(multi.status == .ok, "several ranges: the whole file")
+        }
+    }
+
+    @Test func byteRangeParsing() {
+        #expect(ByteRange.parse("bytes=0-0", size: 10) == .range(0...0))
+        #expect(ByteRange.parse("bytes=5-100", size: 10) == .range(5...9))
+        #expect(ByteRange.parse("bytes=-100", size: 10) == .range(0...9))
+        #expect(ByteRange.parse("bytes=10-", size: 10) == .unsatisfiable)
+        #expect(ByteRange.parse("bytes=-0", size: 10) == .unsatisfiable)
+        #expect(ByteRange.parse("bytes=5-4", size: 10) == .ignore)
+        #expect(ByteRange.parse("items=0-1", size: 10) == .ignore)
+        #expect(ByteRange.parse("bytes=a-b", size: 10) == .ignore)
+    }
+
+    @Test func healthReadinessAndMetrics() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok)
+            #expect(try await client.execute(uri: "/readyz", method: .get).status == .ok)
+            _ = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("4000")]))
+            let metrics = try await client.execute(uri: "/metrics", method: .get)
+            let text = String(decoding: metrics.body.readableBytesView, as: UTF8.self)
+            #expect(metrics.status == .ok)
+            #expect(text.contains("coffer_redemptions_total{result=\"redeemed\"} 1"))
+            #expect(text.contains("coffer_redemption_seconds"))
+            let missing = try await client.execute(uri: "/nope", method: .get)
+            #expect(missing.status == .notFound)
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import CofferCore
+import CofferSandbox
+import CofferServer
+import CofferStore
+import Crypto
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import Testing
+
+/// A real data directory (SQLite, content store, key file) in a temporary folder, a
+/// sandbox CA trusted for LocalTesting, one product with two assets, and two keys.
+struct Harness {
+    static let bundle = "com.coffer.demo"
+    static let product = "com.coffer.demo.levelpack1"
+    static let ca: SandboxCA = {
+        do { return try SandboxCA.create(now: Date()) } catch { fatalError("sandbox CA: \(error)") }
+    }()
+
+    let directory: URL
+    let services: CofferServices
+    let adminKey: String
+    let auditorKey: String
+    let levelBytes: [UInt8]
+
+    static func make(uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600) async throws -> Harness {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-server-\(UUID().uuidString)")
+        var configuration = CofferConfiguration()
+        configuration.dataDirectory = directory.path
+        configuration.port = 0
+        configuration.anchors = [try ca.anchor()]
+        configuration.bundleIds = [bundle]
+        configuration.uploadLimit = uploadLimit
+        configuration.tokenTTL = tokenTTL
+        var logger = Logger(label: "coffer-test")
+        logger.logLevel = .warning
+        let services = try CofferServices.open(configuration, logger: logger)
+        let admin = try await APIKeys.create(role: .admin, name: "test admin", in: services.keys, now: Date())
+        let auditor = try await APIKeys.create(role: .auditor, name: "test auditor", in: services.keys, now: Date())
+        let level = Array(##"{"level":1,"map":["#S..E#"]}"##.utf8)
+        let harness = Harness(directory: directory, services: services, adminKey: admin, auditorKey: auditor, levelBytes: level)
+        try await harness.store(assetId: "level-1", bytes: level, contentType: "application/json")
+        try await harness.store(assetId: "tiles", bytes: Array("# wall\n. floor\n".utf8), contentType: "text/plain")
+        try await services.catalogue.putProduct(
+            Product(
+                productId: product, bundleId: bundle, type: .nonConsumable, assetIds: ["level-1", "tiles"], title: "Level Pack 1", updatedAt: Date()))
+        try await services.catalogue.putProduct(
+            Product(
+                productId: "com.coffer.demo.levelpack2", bundleId: bundle, type: .nonConsumable, assetIds: ["tiles"], title: "Level Pack 2",
+                updatedAt: Date()))
+        return harness
+    }
+
+    func store(assetId: String, bytes: [UInt8], contentType: String) async throws {
+        let writer = try services.content.makeWriter(maxBytes: Int64.max)
+        try bytes.withUnsafeBytes { try writer.append($0) }
+        let stored = try writer.finish(expectedSHA256: nil)
+        _ = try await services.catalogue.addAssetVersion(
+            assetId: assetId, name: assetId, contentType: contentType, size: stored.size, sha256: stored.sha256, at: Date())
+    }
+
+    var app: some ApplicationProtocol {
+        var logger = Logger(label: "coffer-test")
+        logger.logLevel = .warning
+        return buildApplication(services, logger: logger)
+    }
+
+    func cleanUp() { try? FileManager.default.removeItem(at: directory) }
+
+    static func receipt(_ transactionId: String = "1000", product: String = Harness.product, bundle: String = Harness.bundle, cancelled: Bool = false)
+        throws -> String
+    {
+        var purchase = PurchaseSpec(productId: product, transactionId: transactionId)
+        if cancelled { purchase.cancellationDate = Date() }
+        return Data(try ca.mintReceipt(ReceiptSpec(bundleId: bundle, purchases: [purchase]), now: Date())).base64EncodedString()
+    }
+
+    static func body(_ object: [String: Any]) throws -> ByteBuffer {
+        ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: object))
+    }
+
+    static func json(_ response: TestResponse) throws -> [String: Any] {
+        let data = Data(response.body.readableBytesView)
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any], "\(String(decoding: data, as: UTF8.self))")
+    }
+
+    static func code(_ response: TestResponse) -> String? {
+        (try? JSONSerialization.jsonObject(with: Data(response.body.readableBytesView)) as? [String: Any])?["code"] as? String
+    }
+
+    static let jsonHeaders: HTTPFields = [.contentType: "application/json"]
+
+    func bearer(_ key: String) -> HTTPFields { [.authorization: "Bearer \(key)"] }
+}
+
+extension Array where Element == UInt8 {
+    var sha256Hex: String { SHA256.hash(data: self).hexString }
+}

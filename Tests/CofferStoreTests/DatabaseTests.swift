@@ -1,0 +1,140 @@
+import CofferCore
+import Foundation
+import Testing
+
+@testable import CofferStore
+
+@Suite("Migrations and connection settings")
+struct DatabaseTests {
+    /// migrations/ in the source checkout, found from this file's path.
+    static let migrationsDirectory = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent()  // Tests/CofferStoreTests
+        .deletingLastPathComponent()  // Tests
+        .deletingLastPathComponent()  // package root
+        .appendingPathComponent("migrations")
+
+    @Test("embedded migrations are byte-identical to migrations/*.sql")
+    func embeddedMatchFiles() throws {
+        let files = try FileManager.default.contentsOfDirectory(atPath: Self.migrationsDirectory.path)
+            .filter { $0.hasSuffix(".sql") }
+            .sorted()
+        try #require(!files.isEmpty, "no SQL files in \(Self.migrationsDirectory.path)")
+        #expect(files.map { String($0.dropLast(4)) } == EmbeddedMigrations.all.map(\.name))
+        for (file, embedded) in zip(files, EmbeddedMigrations.all) {
+            let onDisk = try Data(contentsOf: Self.migrationsDirectory.appendingPathComponent(file))
+            #expect(onDisk == Data(embedded.sql.utf8), "\(file) differs from EmbeddedMigrations entry \(embedded.name)")
+        }
+    }
+
+    @Test("migration names are unique, in file-name order, and look like NNNN_name")
+    func migrationNames() {
+        let names = EmbeddedMigrations.all.map(\.name)
+        #expect(names == names.sorted())
+        #expect(Set(names).count == names.count)
+        #expect(names.first == "0001_initial")
+        for name in names {
+            let digits = name.prefix(4)
+            #expect(digits.count == 4 && digits.allSatisfy(\.isASCII) && digits.allSatisfy(\.isNumber), "\(name)")
+            #expect(name.dropFirst(4).first == "_", "\(name)")
+        }
+    }
+
+    @Test("a new database is migrated and the migrations are recorded")
+    func migrationsApplied() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appendingPathComponent("ledger.sqlite").path
+            let names = EmbeddedMigrations.all.map(\.name)
+            #expect(try CofferDatabase.migrate(path: path) == names)
+            #expect(try CofferDatabase.migrate(path: path) == [])
+            let db = try CofferDatabase(path: path)
+            #expect(try db.appliedMigrations() == names)
+            let tables = try db.fetchInt(
+                sql: """
+                    SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
+                    AND name IN ('products', 'assets', 'redemptions', 'attempts', 'api_keys', 'grdb_migrations')
+                    """)
+            #expect(tables == 6)
+            let indexes = try db.fetchInt(sql: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'redemptions_%'")
+            #expect(indexes == 4)
+        }
+    }
+
+    @Test("init creates the file")
+    func createsFile() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appendingPathComponent("new.sqlite").path
+            #expect(!FileManager.default.fileExists(atPath: path))
+            _ = try CofferDatabase(path: path)
+            #expect(FileManager.default.fileExists(atPath: path))
+        }
+    }
+
+    @Test("a database migrated by a newer build is refused")
+    func unknownMigrationRefused() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appendingPathComponent("ledger.sqlite").path
+            let db = try CofferDatabase(path: path)
+            try db.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('9999_future')")
+            #expect(throws: StoreError.unknownMigrations(["9999_future"])) {
+                _ = try CofferDatabase(path: path)
+            }
+        }
+    }
+
+    @Test("WAL journal, synchronous FULL and foreign keys on the writer, also after writes and reopening")
+    func pragmas() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appendingPathComponent("ledger.sqlite").path
+            do {
+                let db = try CofferDatabase(path: path)
+                #expect(try db.journalMode() == "wal")
+                #expect(try db.synchronousMode() == 2)
+                #expect(try db.foreignKeysEnabled())
+                _ = try await SQLiteLedger(db).insert(makeRedemption("t1"))
+                #expect(try db.synchronousMode() == 2)
+            }
+            let reopened = try CofferDatabase(path: path)
+            #expect(try reopened.journalMode() == "wal")
+            #expect(try reopened.synchronousMode() == 2)
+            #expect(try await SQLiteLedger(reopened).redemptions(AuditFilter()).map(\.transactionId) == ["t1"])
+        }
+    }
+
+    @Test("the schema enforces CHECK, NOT NULL and UNIQUE constraints")
+    func schemaConstraints() async throws {
+        try await withDatabase { db throws in
+            let invalid = [
+                // unknown product type
+                "INSERT INTO products VALUES ('p', 'b', 'subscription', '[]', 't', 0)",
+                // asset_ids is not a JSON array
+                "INSERT INTO products VALUES ('p', 'b', 'consumable', '{\"a\":1}', 't', 0)",
+                // NULL primary key
+                "INSERT INTO products VALUES (NULL, 'b', 'consumable', '[]', 't', 0)",
+                // version 0, negative size, short digest
+                "INSERT INTO assets VALUES ('a', 0, 'n', 'c', 1, '\(fakeHash("x"))', 0)",
+                "INSERT INTO assets VALUES ('a', 1, 'n', 'c', -1, '\(fakeHash("x"))', 0)",
+                "INSERT INTO assets VALUES ('a', 1, 'n', 'c', 1, 'abc', 0)",
+                // unknown source format
+                """
+                INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
+                source_format, redeemed_at, client_address, status, grant_hash) VALUES ('r', 't', 'p', 'b', 'e', 1, 'h', 'jws', 0, 'c', 's', 'g')
+                """,
+                // unknown role
+                "INSERT INTO api_keys VALUES ('k', 'n', 'root', 'h', 0, NULL)",
+            ]
+            for sql in invalid {
+                #expect(throws: (any Error).self, "\(sql)") { try db.execute(sql: sql) }
+            }
+            #expect(try db.fetchInt(sql: "SELECT (SELECT COUNT(*) FROM products) + (SELECT COUNT(*) FROM assets)") == 0)
+
+            let catalogue = SQLiteCatalogue(db)
+            await #expect(throws: (any Error).self) {
+                _ = try await catalogue.addAssetVersion(assetId: "a", name: "n", contentType: "c", size: 1, sha256: "short", at: instant(0))
+            }
+            await #expect(throws: (any Error).self) {
+                _ = try await catalogue.addAssetVersion(assetId: "a", name: "n", contentType: "c", size: -5, sha256: fakeHash("a"), at: instant(0))
+            }
+            #expect(try await catalogue.assets().isEmpty)
+        }
+    }
+}
