@@ -93,6 +93,7 @@ enum Demo {
             ────────────────────────────────────────────────────────────────────────────
 
             """)
+        fflush(stdout)  // the banner must show even when stdout is a pipe or file
         logger.info("demo catalogue loaded", metadata: ["products": "\(manifest.products.count)", "assets": "\(manifest.assets.count)"])
     }
 }
