@@ -68,32 +68,33 @@ enum Demo {
         let base = "http://\(services.configuration.host):\(services.configuration.port)"
         let me =
             CommandLine.arguments.first.map { ($0 as NSString).isAbsolutePath ? $0 : FileManager.default.currentDirectoryPath + "/" + $0 } ?? "coffer"
-        print(
-            """
+        // Written unbuffered: the banner must show even when stdout is a pipe or a file.
+        FileHandle.standardOutput.write(
+            Data(
+                """
 
-            ── Coffer demo ────────────────────────────────────────────────────────────
-            data directory: \(data)    sandbox CA: \(data)/sandbox (trusted for LocalTesting only)
-            catalogue: \(manifest.products.map(\.productId).joined(separator: ", "))
-            admin key:   \(admin)
-            auditor key: \(auditor)
+                ── Coffer demo ────────────────────────────────────────────────────────────
+                data directory: \(data)    sandbox CA: \(data)/sandbox (trusted for LocalTesting only)
+                catalogue: \(manifest.products.map(\.productId).joined(separator: ", "))
+                admin key:   \(admin)
+                auditor key: \(auditor)
 
-            Try it from another terminal (copy-paste):
+                Try it from another terminal (copy-paste):
 
-              COFFER=\(me)
-              # 1. mint a sandbox receipt for level pack 1, transaction 1000
-              R=$($COFFER sandbox receipt --dir \(data)/sandbox --bundle-id \(manifest.bundleId) --purchase com.coffer.demo.levelpack1:1000 --base64)
-              # 2. redeem it: 201 with download URLs
-              curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"receipt\\":\\"$R\\"}" | tee /tmp/coffer-redemption.json; echo
-              # 3. download the first level file
-              curl -s "\(base)$(grep -o '"url":"[^"]*"' /tmp/coffer-redemption.json | head -1 | cut -d'"' -f4)"; echo
-              # 4. replay the same receipt: 409 alreadyRedeemed
-              curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"receipt\\":\\"$R\\"}"; echo
-              # 5. the auditor sees the redemption and the refused replay
-              curl -s -H 'Authorization: Bearer \(auditor)' \(base)/v1/audit/attempts; echo
-            ────────────────────────────────────────────────────────────────────────────
+                  COFFER=\(me)
+                  # 1. mint a sandbox receipt for level pack 1, transaction 1000
+                  R=$($COFFER sandbox receipt --dir \(data)/sandbox --bundle-id \(manifest.bundleId) --purchase com.coffer.demo.levelpack1:1000 --base64)
+                  # 2. redeem it: 201 with download URLs
+                  curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"receipt\\":\\"$R\\"}" | tee /tmp/coffer-redemption.json; echo
+                  # 3. download the first level file
+                  curl -s "\(base)$(grep -o '"url":"[^"]*"' /tmp/coffer-redemption.json | head -1 | cut -d'"' -f4)"; echo
+                  # 4. replay the same receipt: 409 alreadyRedeemed
+                  curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"receipt\\":\\"$R\\"}"; echo
+                  # 5. the auditor sees the redemption and the refused replay
+                  curl -s -H 'Authorization: Bearer \(auditor)' \(base)/v1/audit/attempts; echo
+                ────────────────────────────────────────────────────────────────────────────
 
-            """)
-        fflush(stdout)  // the banner must show even when stdout is a pipe or file
+                """.utf8))
         logger.info("demo catalogue loaded", metadata: ["products": "\(manifest.products.count)", "assets": "\(manifest.assets.count)"])
     }
 }
