@@ -87,6 +87,7 @@ let package = Package(
             dependencies: [
                 "CofferCore", "CofferStore", "CofferServer", "CofferSandbox",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .executableTarget(

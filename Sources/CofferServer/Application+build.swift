@@ -17,6 +17,7 @@ public func buildApplication(_ services: CofferServices, logger: Logger) -> some
 /// The router: every route and middleware.
 public func buildRouter(_ services: CofferServices) -> Router<CofferRequestContext> {
     let router = Router(context: CofferRequestContext.self)
+    router.add(middleware: ClientAddressMiddleware(trustedProxies: services.configuration.trustedProxies))
     router.add(middleware: RequestLogMiddleware())
     router.add(middleware: ProblemMiddleware())
 

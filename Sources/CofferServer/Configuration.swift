@@ -25,6 +25,8 @@ public struct CofferConfiguration: Sendable {
     /// A download-token HMAC key given by configuration (base64, ≥ 32 bytes), instead of the key file.
     public var tokenKeyBase64: String?
     public var logLevel: Logger.Level = .info
+    /// Peers (exact IP addresses, e.g. the nginx in front) whose `X-Forwarded-For` is believed.
+    public var trustedProxies: Set<String> = []
 
     public init() {}
 }

@@ -53,7 +53,7 @@ struct RedemptionController {
         do {
             outcome = try await services.vault.redeem(
                 RedemptionRequest(
-                    proof: proof, transactionId: body.transactionId, appAccountToken: body.appAccountToken, clientAddress: context.remoteAddress),
+                    proof: proof, transactionId: body.transactionId, appAccountToken: body.appAccountToken, clientAddress: context.clientAddress),
                 now: Date())
         } catch {
             services.metrics.redemption(result: error.code)

@@ -40,7 +40,8 @@ public final class CofferMetrics: Sendable {
 
 /// Logs one line per request — method, path (download tokens redacted), status, duration —
 /// and never the Authorization header.
-struct RequestLogMiddleware<Context: RequestContext>: RouterMiddleware {
+struct RequestLogMiddleware: RouterMiddleware {
+    typealias Context = CofferRequestContext
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
         let response = try await next(request, context)
@@ -51,6 +52,7 @@ struct RequestLogMiddleware<Context: RequestContext>: RouterMiddleware {
                 "method": "\(request.method.rawValue)",
                 "path": "\(Self.redacted(request.uri.path))",
                 "status": "\(response.status.code)",
+                "client": "\(context.clientAddress)",
                 "ms": "\(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000)",
             ])
         return response

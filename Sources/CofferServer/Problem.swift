@@ -1,4 +1,5 @@
 import CofferCore
+import CofferStore
 import Foundation
 import Hummingbird
 
@@ -65,6 +66,10 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                 default: "httpError"
                 }
             return try Problem(error.status, code, error.body ?? error.status.reasonPhrase).response(from: request, context: context)
+        } catch  where StorageErrors.isStorageError(error) {
+            context.logger.error("storage failure", metadata: ["error": "\(error)"])
+            return try Problem(.serviceUnavailable, "storageUnavailable", "storage is not available; retry later", headers: [.retryAfter: "1"])
+                .response(from: request, context: context)
         } catch {
             context.logger.error("unhandled error", metadata: ["error": "\(error)"])
             return try Problem(.internalServerError, "internalError", "unexpected server error").response(from: request, context: context)

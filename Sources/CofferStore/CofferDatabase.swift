@@ -112,3 +112,10 @@ public final class CofferDatabase: Sendable {
         return migrator
     }
 }
+
+/// Lets the HTTP layer classify storage failures without depending on GRDB.
+public enum StorageErrors {
+    /// True for errors raised by the database (busy, I/O, disk full, …): the server answers
+    /// 503 `storageUnavailable`, never a bare 500.
+    public static func isStorageError(_ error: any Error) -> Bool { error is DatabaseError }
+}

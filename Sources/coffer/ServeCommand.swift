@@ -29,7 +29,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("token-ttl"), help: "Download token lifetime in seconds. Default: 600.") var tokenTTL: Int?
     @Option(name: .customLong("upload-limit"), help: "Largest asset upload in bytes. Default: 536870912.") var uploadLimit: Int64?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical. Default: info.") var logLevel: String?
+    @Option(name: .customLong("trusted-proxy"), help: "IP address of a reverse proxy whose X-Forwarded-For is believed. Repeatable.")
+    var trustedProxies: [String] = []
     @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
+    @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
+    var printConfig = false
 
     func run() async throws {
         let file = try ConfigFile.load(config ?? ProcessInfo.processInfo.environment["COFFER_CONFIG"])
@@ -57,8 +61,19 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.logLevel = parsed
         }
         configuration.tokenKeyBase64 = env["COFFER_TOKEN_KEY"]
+        let proxies = !trustedProxies.isEmpty ? trustedProxies : Setting.list(env["COFFER_TRUSTED_PROXIES"]) ?? file.trustedProxies ?? []
+        for proxy in proxies
+        where !proxy.contains(where: { $0 == "." || $0 == ":" }) || proxy.contains(where: { !$0.isHexDigit && $0 != "." && $0 != ":" }) {
+            throw UsageError("trusted proxy \(proxy) is not an IP address")
+        }
+        configuration.trustedProxies = Set(proxies)
         let roots = !trust.roots.isEmpty ? trust.roots : Setting.list(env["COFFER_ROOTS"]) ?? file.roots ?? []
         let environments = !trust.environments.isEmpty ? trust.environments : Setting.list(env["COFFER_ENVIRONMENTS"]) ?? file.environments ?? []
+
+        if printConfig {
+            try printResolved(configuration, roots: roots, environments: environments)
+            return
+        }
 
         var logger = Logger(label: "coffer")
         logger.logLevel = configuration.logLevel
@@ -93,6 +108,35 @@ struct ServeCommand: AsyncParsableCommand {
     }
 }
 
+extension ServeCommand {
+    /// What `--print-config` shows: the settings after flags, environment and file were merged.
+    struct Resolved: Encodable {
+        var host: String
+        var port: Int
+        var dataDirectory: String
+        var bundleIds: [String]
+        var appAppleId: Int64?
+        var roots: [String]
+        var environments: [String]
+        var tokenTTL: Int
+        var uploadLimit: Int64
+        var logLevel: String
+        var trustedProxies: [String]
+        var tokenKeyFromEnvironment: Bool
+        var demo: Bool
+    }
+
+    func printResolved(_ c: CofferConfiguration, roots: [String], environments: [String]) throws {
+        let resolved = Resolved(
+            host: c.host, port: c.port, dataDirectory: c.dataDirectory, bundleIds: c.bundleIds.sorted(), appAppleId: c.appAppleId, roots: roots,
+            environments: environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
+            trustedProxies: c.trustedProxies.sorted(), tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        print(String(decoding: try encoder.encode(resolved), as: UTF8.self))
+    }
+}
+
 /// The optional JSON config file.
 struct ConfigFile: Decodable {
     var host: String?
@@ -105,10 +149,23 @@ struct ConfigFile: Decodable {
     var tokenTTL: Int?
     var uploadLimit: Int64?
     var logLevel: String?
+    var trustedProxies: [String]?
+
+    static let knownKeys: Set<String> = [
+        "host", "port", "dataDirectory", "bundleIds", "appAppleId", "roots", "environments", "tokenTTL", "uploadLimit", "logLevel", "trustedProxies",
+    ]
 
     static func load(_ path: String?) throws -> ConfigFile {
         guard let path else { return ConfigFile() }
-        do { return try JSONDecoder().decode(ConfigFile.self, from: Data(try IO.read(path))) } catch let error as UsageError {
+        do {
+            let data = Data(try IO.read(path))
+            // A misspelt key must not be silently ignored.
+            if let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] {
+                let unknown = Set(object.keys).subtracting(knownKeys)
+                guard unknown.isEmpty else { throw UsageError("\(path): unknown setting(s) \(unknown.sorted().joined(separator: ", "))") }
+            }
+            return try JSONDecoder().decode(ConfigFile.self, from: data)
+        } catch let error as UsageError {
             throw error
         } catch {
             throw UsageError("\(path) is not a valid config file: \(error)")

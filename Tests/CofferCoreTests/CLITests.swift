@@ -19,10 +19,11 @@ import Testing
         }
     }
 
-    func coffer(_ arguments: [String], stdin: Data? = nil) throws -> Run {
+    func coffer(_ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil) throws -> Run {
         let process = Process()
         process.executableURL = try Self.binary
         process.arguments = arguments
+        if let environment { process.environment = environment }
         let out = Pipe()
         let err = Pipe()
         process.standardOutput = out
@@ -147,5 +148,66 @@ import Testing
         let batch = try coffer(["sandbox", "receipt", "--dir", ca, "--bundle-id", "b", "--purchase", "p:500", "--count", "3", "--out-dir", many])
         #expect(batch.status == 0)
         #expect(try FileManager.default.contentsOfDirectory(atPath: many).sorted() == ["500.der", "501.der", "502.der"])
+    }
+
+    /// Flags beat COFFER_* variables, which beat the config file, which beats the defaults.
+    @Test func serveConfigurationPrecedence() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("coffer.json")
+        try Data(
+            #"{"host":"0.0.0.0","port":9000,"dataDirectory":"/srv/file","bundleIds":["com.file"],"tokenTTL":120,"logLevel":"debug","trustedProxies":["10.0.0.9"]}"#
+                .utf8
+        ).write(to: file)
+        func resolved(_ args: [String], _ env: [String: String]) throws -> [String: Any] {
+            let run = try coffer(["serve", "--print-config"] + args, environment: env)
+            #expect(run.status == 0, "\(run.stderr)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        }
+        let defaults = try resolved(["--bundle-id", "com.flag"], [:])
+        #expect(defaults["host"] as? String == "127.0.0.1")
+        #expect(defaults["port"] as? Int == 8080)
+        #expect(defaults["dataDirectory"] as? String == "coffer-data")
+        #expect(defaults["tokenTTL"] as? Int == 600)
+        #expect(defaults["uploadLimit"] as? Int == 536_870_912)
+
+        let fromFile = try resolved(["--config", file.path], [:])
+        #expect(fromFile["host"] as? String == "0.0.0.0")
+        #expect(fromFile["port"] as? Int == 9000)
+        #expect(fromFile["bundleIds"] as? [String] == ["com.file"])
+        #expect(fromFile["trustedProxies"] as? [String] == ["10.0.0.9"])
+        #expect(fromFile["logLevel"] as? String == "debug")
+
+        let env = ["COFFER_CONFIG": file.path, "COFFER_PORT": "9100", "COFFER_BUNDLE_IDS": "com.env1, com.env2", "COFFER_TOKEN_KEY": "secret"]
+        let fromEnv = try resolved([], env)
+        #expect(fromEnv["port"] as? Int == 9100)
+        #expect(fromEnv["host"] as? String == "0.0.0.0", "unset in the environment: the file still counts")
+        #expect(fromEnv["bundleIds"] as? [String] == ["com.env1", "com.env2"])
+        #expect(fromEnv["tokenKeyFromEnvironment"] as? Bool == true)
+        #expect(!(String(describing: fromEnv)).contains("secret"), "secrets are never printed")
+
+        let fromFlags = try resolved(["--port", "9200", "--bundle-id", "com.flag", "--data-dir", "/srv/flag", "--trusted-proxy", "192.0.2.1"], env)
+        #expect(fromFlags["port"] as? Int == 9200)
+        #expect(fromFlags["bundleIds"] as? [String] == ["com.flag"])
+        #expect(fromFlags["dataDirectory"] as? String == "/srv/flag")
+        #expect(fromFlags["trustedProxies"] as? [String] == ["192.0.2.1"])
+        #expect(fromFlags["tokenTTL"] as? Int == 120)
+    }
+
+    @Test func serveRejectsBadConfiguration() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("typo.json")
+        try Data(#"{"bundleIds":["com.x"],"tokenTtl":60}"#.utf8).write(to: file)
+        let typo = try coffer(["serve", "--print-config", "--config", file.path], environment: [:])
+        #expect(typo.status == 2)
+        #expect(typo.stderr.contains("tokenTtl"), "\(typo.stderr)")
+        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--port", "70000"], environment: [:]).status == 2)
+        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", "nginx"], environment: [:]).status == 2)
+        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--token-ttl", "1"], environment: [:]).status == 2)
+        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a"], environment: ["COFFER_PORT": "eighty"]).status == 2)
+        let noBundle = try coffer(["serve", "--data-dir", dir.appendingPathComponent("d").path], environment: [:])
+        #expect(noBundle.status == 2)
+        #expect(noBundle.stderr.contains("no bundle id"))
     }
 }

@@ -24,7 +24,7 @@ struct Harness {
     let auditorKey: String
     let levelBytes: [UInt8]
 
-    static func make(uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600) async throws -> Harness {
+    static func make(uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600, trustedProxies: Set<String> = []) async throws -> Harness {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-server-\(UUID().uuidString)")
         var configuration = CofferConfiguration()
         configuration.dataDirectory = directory.path
@@ -33,6 +33,7 @@ struct Harness {
         configuration.bundleIds = [bundle]
         configuration.uploadLimit = uploadLimit
         configuration.tokenTTL = tokenTTL
+        configuration.trustedProxies = trustedProxies
         var logger = Logger(label: "coffer-test")
         logger.logLevel = .warning
         let services = try CofferServices.open(configuration, logger: logger)
