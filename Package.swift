@@ -71,11 +71,12 @@ let package = Package(
                 "CofferStore",
                 "CofferServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .testTarget(
             name: "CofferCoreTests",
-            dependencies: ["CofferCore", "CofferSandbox"],
+            dependencies: ["CofferCore", "CofferSandbox", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.copy("Fixtures")]
         ),
         .testTarget(

@@ -170,8 +170,12 @@ struct AuditController {
         let format = request.uri.queryParameters.get("format") ?? "ndjson"
         let kind = request.uri.queryParameters.get("kind") ?? "redemptions"
         guard format == "ndjson" || format == "csv" else { throw Problem(.badRequest, "malformedRequest", "format must be ndjson or csv") }
-        guard kind == "redemptions" || kind == "attempts" else {
-            throw Problem(.badRequest, "malformedRequest", "kind must be redemptions or attempts")
+        guard kind == "redemptions" || kind == "attempts" || kind == "ledger" else {
+            throw Problem(.badRequest, "malformedRequest", "kind must be redemptions, attempts or ledger")
+        }
+        if kind == "ledger" {
+            guard format == "ndjson" else { throw Problem(.badRequest, "malformedRequest", "the ledger export is ndjson") }
+            return LedgerController.export(services)
         }
         var firstPage = try Self.filter(request)
         firstPage.limit = 500

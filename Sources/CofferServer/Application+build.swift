@@ -11,6 +11,10 @@ public func buildApplication(_ services: CofferServices, logger: Logger) -> some
         router: buildRouter(services),
         server: .http1(configuration: .init(idleTimeout: .seconds(services.configuration.idleTimeoutSeconds))),
         configuration: .init(address: .hostname(services.configuration.host, port: services.configuration.port), serverName: "Coffer"),
+        services: [
+            CheckpointService(
+                ledger: services.ledger, interval: .seconds(services.configuration.checkpointIntervalSeconds), logger: logger)
+        ],
         logger: logger)
 }
 
@@ -38,7 +42,8 @@ public func buildRouter(_ services: CofferServices) -> Router<CofferRequestConte
     RedemptionController(services: services).add(to: router)
     DownloadController(services: services).add(to: router)
     AdminController(services: services).add(to: router.group("/v1/admin").add(middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin])))
-    AuditController(services: services).add(
-        to: router.group("/v1/audit").add(middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin, .auditor])))
+    let audit = router.group("/v1/audit").add(middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin, .auditor]))
+    AuditController(services: services).add(to: audit)
+    LedgerController(services: services).add(to: audit)
     return router
 }

@@ -27,6 +27,10 @@ public struct CofferConfiguration: Sendable {
     public var logLevel: Logger.Level = .info
     /// Peers (exact IP addresses, e.g. the nginx in front) whose `X-Forwarded-For` is believed.
     public var trustedProxies: Set<String> = []
+    /// Sign a ledger checkpoint every this many entries…
+    public var checkpointEvery: Int64 = 1000
+    /// …and every this many seconds when the ledger has grown since the last one.
+    public var checkpointIntervalSeconds: Int64 = 60
 
     public init() {}
 }
@@ -37,6 +41,7 @@ public struct CofferServices: Sendable {
     public let database: CofferDatabase
     public let catalogue: SQLiteCatalogue
     public let ledger: SQLiteLedger
+    public let ledgerSigner: LedgerSigner
     public let keys: SQLiteKeys
     public let content: ContentStore
     public let vault: Vault
@@ -44,7 +49,7 @@ public struct CofferServices: Sendable {
 
     /// Opens (creating when needed) the data directory: database with migrations applied,
     /// content store with leftover temporary files removed, token keys.
-    public static func open(_ configuration: CofferConfiguration, logger: Logger) throws -> CofferServices {
+    public static func open(_ configuration: CofferConfiguration, logger: Logger) async throws -> CofferServices {
         let fm = FileManager.default
         try fm.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let database = try CofferDatabase(path: (configuration.dataDirectory as NSString).appendingPathComponent("coffer.sqlite"))
@@ -53,12 +58,16 @@ public struct CofferServices: Sendable {
         if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
         let signer = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)
         let catalogue = SQLiteCatalogue(database)
-        let ledger = SQLiteLedger(database)
+        let ledgerSigner = try LedgerKeyFile.signer(dataDirectory: configuration.dataDirectory)
+        let ledger = SQLiteLedger(database, checkpoints: CheckpointPolicy(signer: ledgerSigner, every: configuration.checkpointEvery))
+        let chained = try await ledger.chainUnchainedRows(now: Date())
+        if chained > 0 { logger.notice("chained \(chained) ledger row(s) written before the hash chain existed") }
         let verifier = AppStoreVerifier(
             configuration: VerifierConfiguration(
                 anchors: configuration.anchors, bundleIds: configuration.bundleIds, appAppleId: configuration.appAppleId))
         return CofferServices(
-            configuration: configuration, database: database, catalogue: catalogue, ledger: ledger, keys: SQLiteKeys(database), content: content,
+            configuration: configuration, database: database, catalogue: catalogue, ledger: ledger, ledgerSigner: ledgerSigner,
+            keys: SQLiteKeys(database), content: content,
             vault: Vault(verifier: verifier, catalogue: catalogue, ledger: ledger, tokens: signer, tokenTTL: configuration.tokenTTL),
             metrics: CofferMetrics())
     }
@@ -114,5 +123,36 @@ public enum TokenKeyFile {
             throw KeyError(description: "\(path): active key \(file.active) is not listed")
         }
         return TokenSigner(active: active, retired: keys.filter { $0.id != file.active })
+    }
+}
+
+/// The ledger checkpoint signing key in `DATA/keys/ledger-signing.key` (0600): base64 of a
+/// raw Ed25519 private key, created on first start. Its public half is served at
+/// `GET /v1/audit/public-key` and printed by `coffer ledger public-key`; auditors keep a copy
+/// apart from the server.
+public enum LedgerKeyFile {
+    public static func path(dataDirectory: String) -> String {
+        ((dataDirectory as NSString).appendingPathComponent("keys") as NSString).appendingPathComponent("ledger-signing.key")
+    }
+
+    /// Loads the key, creating it when `create` and it does not exist.
+    public static func signer(dataDirectory: String, create: Bool = true) throws -> LedgerSigner {
+        let path = path(dataDirectory: dataDirectory)
+        let fm = FileManager.default
+        if !fm.fileExists(atPath: path) {
+            guard create else { throw TokenKeyFile.KeyError(description: "\(path) does not exist") }
+            try fm.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let key = Curve25519.Signing.PrivateKey()
+            guard
+                fm.createFile(
+                    atPath: path, contents: Data((key.rawRepresentation.base64EncodedString() + "\n").utf8), attributes: [.posixPermissions: 0o600])
+            else { throw TokenKeyFile.KeyError(description: "cannot create \(path)") }
+        }
+        guard let data = fm.contents(atPath: path),
+            let raw = Base64.decode(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+            let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw)
+        else { throw TokenKeyFile.KeyError(description: "\(path) is not an Ed25519 key file (base64 of 32 bytes)") }
+        return LedgerSigner(privateKey: key)
     }
 }

@@ -1,4 +1,5 @@
 import CofferCore
+import Crypto
 import Foundation
 import GRDB
 
@@ -84,9 +85,15 @@ extension AssetRecord {
 /// never reads first, so two concurrent redemptions of one transaction cannot both succeed.
 public struct SQLiteLedger: LedgerRepository {
     private let db: CofferDatabase
+    /// Signs checkpoints; nil keeps the hash chain without signing (tools that only read).
+    public let checkpoints: CheckpointPolicy?
 
-    /// A ledger stored in `db`.
-    public init(_ db: CofferDatabase) { self.db = db }
+    /// A ledger stored in `db`. Every row it writes is appended to the hash chain in the same
+    /// transaction; `checkpoints` signs one every `every` entries.
+    public init(_ db: CofferDatabase, checkpoints: CheckpointPolicy? = nil) {
+        self.db = db
+        self.checkpoints = checkpoints
+    }
 
     /// Inserts a redemption (a plain INSERT). Returns `.alreadyRedeemed` when the UNIQUE constraint on
     /// `transaction_id` rejects it, otherwise the stored row with its assigned `sequence`. Returns once
@@ -106,13 +113,19 @@ public struct SQLiteLedger: LedgerRepository {
             }
             var row = redemption
             row.sequence = db.lastInsertedRowID
+            try ChainStore.append(db, policy: checkpoints, now: redemption.redeemedAt) { .redemption(row, sequence: $0) }
             return .inserted(row)
         }
     }
 
     /// Appends a rejected attempt (its `sequence` is assigned by SQLite).
     public func record(_ attempt: RejectedAttempt) async throws {
-        try await db.pool.write { db in try AttemptRecord(attempt).insert(db) }
+        try await db.pool.write { [checkpoints] db in
+            try AttemptRecord(attempt).insert(db)
+            var row = attempt
+            row.sequence = db.lastInsertedRowID
+            try ChainStore.append(db, policy: checkpoints, now: attempt.at) { .attempt(row, sequence: $0) }
+        }
     }
 
     /// The redemption whose grant hash is `grantHash`, if any.
@@ -133,6 +146,126 @@ public struct SQLiteLedger: LedgerRepository {
     /// with `sequence > after`, in order, at most `limit`.
     public func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt] {
         try await db.pool.read { db in try AttemptRecord.audit(filter).fetchAll(db).map(\.attempt) }
+    }
+}
+
+// MARK: - Hash chain
+
+extension SQLiteLedger {
+    /// Signs the chain's head now unless a checkpoint already covers it; returns the new
+    /// checkpoint, if one was made. The server calls this every few seconds and at shutdown.
+    @discardableResult
+    public func checkpointHead(now: Date) async throws -> LedgerCheckpoint? {
+        guard let policy = checkpoints else { return nil }
+        return try await db.pool.write { db -> LedgerCheckpoint? in
+            let head = try ChainStore.head(db)
+            guard head.sequence > 0, head.sequence > (try ChainStore.latestCheckpoint(db)?.sequence ?? 0) else { return nil }
+            let checkpoint = try policy.signer.checkpoint(
+                sequence: head.sequence, entryHash: head.hash.hexString, time: Int64(now.timeIntervalSince1970))
+            try ChainStore.insert(db, checkpoint)
+            return checkpoint
+        }
+    }
+
+    /// Chains rows written before the chain existed (databases from before migration
+    /// 0002), oldest first. Returns how many were chained.
+    @discardableResult
+    public func chainUnchainedRows(now: Date) async throws -> Int {
+        try await db.pool.write { [checkpoints] db in
+            var count = 0
+            while true {
+                let pending = try ChainStore.unchainedRows(db, limit: 500)
+                if pending.isEmpty { return count }
+                for item in pending {
+                    switch item.kind {
+                    case .redemption:
+                        guard let r = try RedemptionRecord.filter(RedemptionRecord.Columns.sequence == item.row).fetchOne(db)?.redemption else {
+                            continue
+                        }
+                        try ChainStore.append(db, policy: checkpoints, now: now) { .redemption(r, sequence: $0) }
+                    case .attempt:
+                        guard let a = try AttemptRecord.filter(AttemptRecord.Columns.sequence == item.row).fetchOne(db)?.attempt else { continue }
+                        try ChainStore.append(db, policy: checkpoints, now: now) { .attempt(a, sequence: $0) }
+                    }
+                    count += 1
+                }
+            }
+        }
+    }
+
+    /// Ledger events after `after`, in order, joined with their rows.
+    public func events(after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await db.pool.read { db in try ChainStore.events(db, after: after, limit: limit) }
+    }
+
+    /// Signed checkpoints after `after`, in order.
+    public func checkpoints(after: Int64, limit: Int) async throws -> [LedgerCheckpoint] {
+        try await db.pool.read { db in try ChainStore.checkpoints(db, after: after, limit: limit) }
+    }
+
+    public func latestCheckpoint() async throws -> LedgerCheckpoint? {
+        try await db.pool.read { db in try ChainStore.latestCheckpoint(db) }
+    }
+
+    /// Writes the chained export (``LedgerExport``) in chunks: header, every entry, then the
+    /// checkpoints up to the last entry written.
+    public func export(publicKey: Curve25519.Signing.PublicKey?, now: Date, write: (String) async throws -> Void) async throws {
+        try await write(try LedgerExport.headerLine(publicKey: publicKey, exportedAt: now))
+        var after: Int64 = 0
+        while true {
+            let page = try await events(after: after, limit: 500)
+            var out = ""
+            for event in page {
+                let entry = event.entry ?? LedgerEntry(sequence: event.sequence, kind: event.kind, row: event.row, values: [])
+                out += try LedgerExport.entryLine(ChainedEntry(entry: entry, entryHash: event.entryHash))
+            }
+            if !out.isEmpty { try await write(out) }
+            guard let last = page.last else { break }
+            after = last.sequence
+            if page.count < 500 { break }
+        }
+        var cursor: Int64 = 0
+        while true {
+            let page = try await checkpoints(after: cursor, limit: 500)
+            let covered = page.filter { $0.sequence <= after }
+            if !covered.isEmpty { try await write(try covered.map(LedgerExport.checkpointLine).joined()) }
+            guard let last = page.last, page.count == 500, covered.count == page.count else { break }
+            cursor = last.sequence
+        }
+    }
+
+    /// Verifies the stored ledger against `publicKey` (nil: the chain only), streaming the
+    /// events page by page: works while the server appends.
+    public func audit(publicKey: Curve25519.Signing.PublicKey?) async throws -> LedgerAuditReport {
+        var all: [LedgerCheckpoint] = []
+        while true {
+            let page = try await checkpoints(after: all.last?.sequence ?? 0, limit: 1000)
+            all += page
+            if page.count < 1000 { break }
+        }
+        var audit = LedgerAudit(checkpoints: all, publicKey: publicKey)
+        var after: Int64 = 0
+        while true {
+            let page = try await events(after: after, limit: 1000)
+            for event in page {
+                if let entry = event.entry {
+                    audit.add(ChainedEntry(entry: entry, entryHash: event.entryHash))
+                } else {
+                    audit.fail(.rowMismatch, event.sequence, "entry \(event.sequence) chains \(event.kind.rawValue) row \(event.row), which is gone")
+                    audit.add(
+                        ChainedEntry(
+                            entry: LedgerEntry(sequence: event.sequence, kind: event.kind, row: event.row, values: []), entryHash: event.entryHash))
+                }
+            }
+            guard let last = page.last else { break }
+            after = last.sequence
+        }
+        if let stray = try await db.pool.read({ db in try ChainStore.unchainedRows(db, limit: 1) }).first {
+            audit.fail(
+                .rowMismatch, nil,
+                "\(stray.kind.rawValue) row \(stray.row) is in the database but not in the chain (inserted behind the server's back)")
+        }
+        return audit.finish()
     }
 }
 

@@ -7,7 +7,9 @@ struct Coffer: AsyncParsableCommand {
         commandName: "coffer",
         abstract: "A server-side vault for paid game content, released only for fresh, verified App Store receipts.",
         version: "0.1.0",
-        subcommands: [ServeCommand.self, MigrateCommand.self, KeysCommand.self, ReceiptCommand.self, SandboxCommand.self, BenchCommand.self])
+        subcommands: [
+            ServeCommand.self, MigrateCommand.self, KeysCommand.self, LedgerCommand.self, ReceiptCommand.self, SandboxCommand.self, BenchCommand.self,
+        ])
 
     /// Like ArgumentParser's `main()`, but usage and I/O errors exit with status 2
     /// (not 64), so scripts can tell them from an "invalid" verdict (1).

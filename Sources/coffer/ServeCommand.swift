@@ -31,6 +31,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical. Default: info.") var logLevel: String?
     @Option(name: .customLong("trusted-proxy"), help: "IP address of a reverse proxy whose X-Forwarded-For is believed. Repeatable.")
     var trustedProxies: [String] = []
+    @Option(name: .customLong("checkpoint-every"), help: "Sign a ledger checkpoint every N entries. Default: 1000.") var checkpointEvery: Int?
+    @Option(name: .customLong("checkpoint-interval"), help: "…and every S seconds when the ledger grew. Default: 60.")
+    var checkpointInterval: Int?
     @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
     @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
     var printConfig = false
@@ -67,6 +70,16 @@ struct ServeCommand: AsyncParsableCommand {
             throw UsageError("trusted proxy \(proxy) is not an IP address")
         }
         configuration.trustedProxies = Set(proxies)
+        if let every = try checkpointEvery ?? Setting.int(env["COFFER_CHECKPOINT_EVERY"], "COFFER_CHECKPOINT_EVERY") ?? file.checkpointEvery {
+            guard (1...1_000_000).contains(every) else { throw UsageError("checkpoint-every must be 1–1000000 entries") }
+            configuration.checkpointEvery = Int64(every)
+        }
+        if let interval = try checkpointInterval ?? Setting.int(env["COFFER_CHECKPOINT_INTERVAL"], "COFFER_CHECKPOINT_INTERVAL")
+            ?? file.checkpointInterval
+        {
+            guard (1...86400).contains(interval) else { throw UsageError("checkpoint-interval must be 1–86400 seconds") }
+            configuration.checkpointIntervalSeconds = Int64(interval)
+        }
         let roots = !trust.roots.isEmpty ? trust.roots : Setting.list(env["COFFER_ROOTS"]) ?? file.roots ?? []
         let environments = !trust.environments.isEmpty ? trust.environments : Setting.list(env["COFFER_ENVIRONMENTS"]) ?? file.environments ?? []
 
@@ -92,7 +105,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
 
         let services: CofferServices
-        do { services = try CofferServices.open(configuration, logger: logger) } catch {
+        do { services = try await CofferServices.open(configuration, logger: logger) } catch {
             throw UsageError("cannot open data directory \(configuration.dataDirectory): \(error)")
         }
         if demo { try await Demo.prepare(services, contentDirectory: content, logger: logger) }
@@ -122,6 +135,8 @@ extension ServeCommand {
         var uploadLimit: Int64
         var logLevel: String
         var trustedProxies: [String]
+        var checkpointEvery: Int64
+        var checkpointInterval: Int64
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -130,7 +145,8 @@ extension ServeCommand {
         let resolved = Resolved(
             host: c.host, port: c.port, dataDirectory: c.dataDirectory, bundleIds: c.bundleIds.sorted(), appAppleId: c.appAppleId, roots: roots,
             environments: environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
-            trustedProxies: c.trustedProxies.sorted(), tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
+            trustedProxies: c.trustedProxies.sorted(), checkpointEvery: c.checkpointEvery, checkpointInterval: c.checkpointIntervalSeconds,
+            tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         print(String(decoding: try encoder.encode(resolved), as: UTF8.self))
@@ -150,9 +166,13 @@ struct ConfigFile: Decodable {
     var uploadLimit: Int64?
     var logLevel: String?
     var trustedProxies: [String]?
+    var checkpointEvery: Int?
+    var checkpointInterval: Int?
 
     static let knownKeys: Set<String> = [
         "host", "port", "dataDirectory", "bundleIds", "appAppleId", "roots", "environments", "tokenTTL", "uploadLimit", "logLevel", "trustedProxies",
+        "checkpointEvery",
+        "checkpointInterval",
     ]
 
     static func load(_ path: String?) throws -> ConfigFile {

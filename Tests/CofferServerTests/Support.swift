@@ -24,7 +24,9 @@ struct Harness {
     let auditorKey: String
     let levelBytes: [UInt8]
 
-    static func make(uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600, trustedProxies: Set<String> = []) async throws -> Harness {
+    static func make(
+        uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600, trustedProxies: Set<String> = [], checkpointEvery: Int64 = 1000
+    ) async throws -> Harness {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-server-\(UUID().uuidString)")
         var configuration = CofferConfiguration()
         configuration.dataDirectory = directory.path
@@ -34,9 +36,10 @@ struct Harness {
         configuration.uploadLimit = uploadLimit
         configuration.tokenTTL = tokenTTL
         configuration.trustedProxies = trustedProxies
+        configuration.checkpointEvery = checkpointEvery
         var logger = Logger(label: "coffer-test")
         logger.logLevel = .warning
-        let services = try CofferServices.open(configuration, logger: logger)
+        let services = try await CofferServices.open(configuration, logger: logger)
         let admin = try await APIKeys.create(role: .admin, name: "test admin", in: services.keys, now: Date())
         let auditor = try await APIKeys.create(role: .auditor, name: "test auditor", in: services.keys, now: Date())
         let level = Array(##"{"level":1,"map":["#S..E#"]}"##.utf8)

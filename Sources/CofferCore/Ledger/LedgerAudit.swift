@@ -1,0 +1,132 @@
+import Crypto
+import Foundation
+
+/// What is wrong with a ledger, and where it first goes wrong.
+public struct LedgerProblem: Sendable, Hashable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Hashable {
+        /// A sequence number is missing, repeated or out of order (a deleted or reordered entry).
+        case sequenceBroken
+        /// An entry's fields do not hash to its recorded hash (an edited entry).
+        case hashMismatch
+        /// The chain up to a signed checkpoint does not reach the signed hash (entries edited
+        /// and rehashed, or replaced).
+        case checkpointMismatch
+        /// A checkpoint whose signature is not from the expected key.
+        case checkpointSignatureInvalid
+        /// The ledger ends before a signed checkpoint (entries cut off the end).
+        case truncated
+        /// An entry whose row is gone, or a row no entry chains (a deleted or inserted row).
+        case rowMismatch
+        /// The export or database cannot be read as a ledger.
+        case unreadable
+    }
+
+    public var kind: Kind
+    /// The first sequence number that cannot be trusted (nil when none applies).
+    public var sequence: Int64?
+    public var detail: String
+
+    public init(_ kind: Kind, sequence: Int64?, _ detail: String) {
+        self.kind = kind
+        self.sequence = sequence
+        self.detail = detail
+    }
+
+    public var description: String { "\(kind.rawValue)\(sequence.map { " at sequence \($0)" } ?? ""): \(detail)" }
+}
+
+/// The verdict of ``LedgerAudit``.
+public struct LedgerAuditReport: Sendable, Hashable {
+    public var entries: Int64
+    public var lastSequence: Int64
+    /// Lower-case hex hash of the last entry (the genesis hash when empty).
+    public var headHash: String
+    public var checkpointsVerified: Int
+    /// The highest checkpoint that verified, if any.
+    public var lastCheckpoint: Int64?
+    /// The first problem found, nil when the ledger is intact.
+    public var problem: LedgerProblem?
+
+    public var intact: Bool { problem == nil }
+}
+
+/// Verifies a ledger streamed entry by entry, in memory proportional to the checkpoints only.
+///
+/// Give it the checkpoints and the expected public key first, then every entry in the order
+/// read (``add(_:)``), then ``finish()``. It recomputes each hash from the entry's fields,
+/// checks that sequence numbers run 1, 2, 3… without gaps, that each stored hash matches, and
+/// that the chain reaches every signed checkpoint; entries after the last checkpoint are only
+/// as trustworthy as the chain itself (a deleted tail after it cannot be told from a shorter
+/// ledger — that is what checkpoints are for).
+public struct LedgerAudit: Sendable {
+    private var checkpoints: [Int64: LedgerCheckpoint] = [:]
+    private var maxCheckpoint: Int64 = 0
+    private var previous = LedgerChain.genesis
+    private var expected: Int64 = 1
+    private var lastVerifiedCheckpoint: Int64 = 0
+    private var report = LedgerAuditReport(
+        entries: 0, lastSequence: 0, headHash: LedgerChain.genesis.hexString, checkpointsVerified: 0, lastCheckpoint: nil, problem: nil)
+
+    /// `publicKey` nil checks the chain only (checkpoints are then ignored, and said so).
+    public init(checkpoints: [LedgerCheckpoint], publicKey: Curve25519.Signing.PublicKey?) {
+        guard let publicKey else { return }
+        for checkpoint in checkpoints.sorted(by: { $0.sequence < $1.sequence }) {
+            guard checkpoint.isSigned(by: publicKey) else {
+                fail(
+                    .checkpointSignatureInvalid, checkpoint.sequence,
+                    "the checkpoint at \(checkpoint.sequence) is not signed by key \(LedgerSigner.keyId(publicKey))")
+                continue
+            }
+            self.checkpoints[checkpoint.sequence] = checkpoint
+            maxCheckpoint = max(maxCheckpoint, checkpoint.sequence)
+        }
+    }
+
+    /// Records a problem that a reader of the storage found (a missing row, an unreadable line).
+    public mutating func fail(_ kind: LedgerProblem.Kind, _ sequence: Int64?, _ detail: String) {
+        if report.problem == nil { report.problem = LedgerProblem(kind, sequence: sequence, detail) }
+    }
+
+    public mutating func add(_ chained: ChainedEntry) {
+        let entry = chained.entry
+        report.entries += 1
+        if entry.sequence != expected {
+            fail(
+                .sequenceBroken, expected,
+                entry.sequence > expected
+                    ? "entries \(expected)–\(entry.sequence - 1) are missing" : "entry \(entry.sequence) appears where \(expected) belongs")
+        }
+        expected = max(expected, entry.sequence) + 1
+        let hash = LedgerChain.hash(previous: previous, entry: entry)
+        let hex = hash.hexString
+        if hex != chained.entryHash {
+            fail(.hashMismatch, entry.sequence, "entry \(entry.sequence) (\(entry.kind.rawValue) row \(entry.row)) does not match its recorded hash")
+        }
+        if let checkpoint = checkpoints[entry.sequence] {
+            if checkpoint.entryHash == hex {
+                report.checkpointsVerified += 1
+                report.lastCheckpoint = entry.sequence
+            } else {
+                fail(
+                    .checkpointMismatch, lastVerifiedCheckpoint + 1,
+                    "the chain does not reach the hash signed at \(entry.sequence): an entry in \(lastVerifiedCheckpoint + 1)–\(entry.sequence) was changed"
+                )
+            }
+            lastVerifiedCheckpoint = entry.sequence
+        }
+        // Continue from the recomputed hash: every later entry is judged by the chain, not
+        // by what was stored beside it.
+        previous = hash
+        report.lastSequence = entry.sequence
+        report.headHash = hex
+    }
+
+    public mutating func finish() -> LedgerAuditReport {
+        if maxCheckpoint > report.lastSequence {
+            fail(
+                .truncated, report.lastSequence + 1,
+                "the ledger ends at \(report.lastSequence) but a checkpoint was signed at \(maxCheckpoint): entries were removed")
+        }
+        return report
+    }
+}

@@ -1,0 +1,92 @@
+import CofferCore
+import CofferStore
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import ServiceLifecycle
+
+/// The tamper-evident ledger for auditors: signed checkpoints, the public key, and the
+/// chained export that `coffer ledger verify --export` checks offline.
+struct LedgerController {
+    let services: CofferServices
+
+    struct PublicKey: Encodable {
+        var algorithm = "Ed25519"
+        var keyId: String
+        /// Base64 of the raw 32-byte key.
+        var publicKey: String
+        /// SubjectPublicKeyInfo PEM.
+        var pem: String
+    }
+
+    func add(to group: RouterGroup<CofferRequestContext>) {
+        group.get("/checkpoints") { request, _ in
+            let q = request.uri.queryParameters
+            var limit = 100
+            if let text = q.get("limit") {
+                guard let n = Int(text), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
+                limit = n
+            }
+            var after: Int64 = 0
+            if let text = q.get("cursor") {
+                guard let n = Int64(text), n >= 0 else {
+                    throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page")
+                }
+                after = n
+            }
+            let items = try await services.ledger.checkpoints(after: after, limit: limit)
+            return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
+        }
+        group.get("/checkpoints/latest") { _, _ in
+            guard let latest = try await services.ledger.latestCheckpoint() else {
+                throw Problem(.notFound, "noCheckpoint", "no checkpoint has been signed yet (the ledger is empty or younger than the interval)")
+            }
+            return try JSON.response(latest)
+        }
+        group.get("/public-key") { _, _ in
+            let key = services.ledgerSigner.publicKey
+            return try JSON.response(
+                PublicKey(
+                    keyId: services.ledgerSigner.keyId, publicKey: key.rawRepresentation.base64EncodedString(),
+                    pem: try LedgerKeys.pem(key)))
+        }
+    }
+
+    /// `GET /v1/audit/export?kind=ledger`: header, every chained entry, then the checkpoints
+    /// up to the last entry written, streamed page by page.
+    static func export(_ services: CofferServices) -> Response {
+        let ledger = services.ledger
+        let key = services.ledgerSigner.publicKey
+        let body = ResponseBody { writer in
+            try await ledger.export(publicKey: key, now: Date()) { chunk in try await writer.write(ByteBuffer(string: chunk)) }
+            try await writer.finish(nil)
+        }
+        return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: body)
+    }
+}
+
+/// Signs a checkpoint every `interval` when the ledger has grown, and a last one at shutdown.
+struct CheckpointService: Service {
+    let ledger: SQLiteLedger
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        // The sleep ends early on graceful shutdown, so the last entries get a checkpoint.
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+            await checkpoint()
+        }
+    }
+
+    func checkpoint() async {
+        do {
+            if let c = try await ledger.checkpointHead(now: Date()) {
+                logger.debug("ledger checkpoint", metadata: ["sequence": "\(c.sequence)", "entryHash": "\(c.entryHash)"])
+            }
+        } catch {
+            logger.error("ledger checkpoint failed", metadata: ["error": "\(error)"])
+        }
+    }
+}

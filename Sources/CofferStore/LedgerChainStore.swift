@@ -1,0 +1,154 @@
+import CofferCore
+import Foundation
+import GRDB
+
+/// A stored ledger event, joined with the row it chains (nil when that row is gone).
+public struct StoredEvent: Sendable, Hashable {
+    public var sequence: Int64
+    public var kind: LedgerEventKind
+    public var row: Int64
+    public var entryHash: String
+    public var entry: LedgerEntry?
+}
+
+/// How checkpoints are made: every `every` entries (inside the appending transaction) and,
+/// by the server's checkpoint service, every few seconds when the head has moved.
+public struct CheckpointPolicy: Sendable {
+    public var signer: LedgerSigner
+    public var every: Int64
+
+    public init(signer: LedgerSigner, every: Int64 = 1000) {
+        self.signer = signer
+        self.every = max(1, every)
+    }
+}
+
+/// The hash-chain writes and reads over `ledger_events` and `ledger_checkpoints`.
+enum ChainStore {
+    struct Head {
+        var sequence: Int64
+        var hash: [UInt8]
+    }
+
+    static func head(_ db: Database) throws -> Head {
+        guard let row = try Row.fetchOne(db, sql: "SELECT sequence, entry_hash FROM ledger_events ORDER BY sequence DESC LIMIT 1") else {
+            return Head(sequence: 0, hash: LedgerChain.genesis)
+        }
+        let hex = try row.decode(String.self, forColumn: "entry_hash")
+        guard let hash = hexBytes(hex), hash.count == 32 else { throw StoreError.invalidValue(column: "entry_hash", value: hex) }
+        return Head(sequence: try row.decode(Int64.self, forColumn: "sequence"), hash: hash)
+    }
+
+    /// Appends the event for a row just inserted, in the caller's transaction; signs a
+    /// checkpoint when the policy says so.
+    static func append(_ db: Database, policy: CheckpointPolicy?, now: Date, entry: (Int64) -> LedgerEntry) throws {
+        let head = try head(db)
+        let event = entry(head.sequence + 1)
+        let hash = LedgerChain.hash(previous: head.hash, entry: event).hexString
+        try db.execute(
+            sql: "INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash) VALUES (?, ?, ?, ?)",
+            arguments: [event.sequence, event.kind.rawValue, event.row, hash])
+        if let policy, event.sequence % policy.every == 0 {
+            try insert(db, try policy.signer.checkpoint(sequence: event.sequence, entryHash: hash, time: Int64(now.timeIntervalSince1970)))
+        }
+    }
+
+    static func insert(_ db: Database, _ c: LedgerCheckpoint) throws {
+        try db.execute(
+            sql: "INSERT INTO ledger_checkpoints (sequence, entry_hash, time, key_id, signature) VALUES (?, ?, ?, ?, ?)",
+            arguments: [c.sequence, c.entryHash, c.time, c.keyId, c.signature])
+    }
+
+    static func checkpoint(_ row: Row) throws -> LedgerCheckpoint {
+        LedgerCheckpoint(
+            sequence: try row.decode(forColumn: "sequence"), entryHash: try row.decode(forColumn: "entry_hash"),
+            time: try row.decode(forColumn: "time"),
+            keyId: try row.decode(forColumn: "key_id"), signature: try row.decode(forColumn: "signature"))
+    }
+
+    static func checkpoints(_ db: Database, after: Int64, limit: Int) throws -> [LedgerCheckpoint] {
+        try Row.fetchAll(db, sql: "SELECT * FROM ledger_checkpoints WHERE sequence > ? ORDER BY sequence LIMIT ?", arguments: [after, limit])
+            .map(checkpoint)
+    }
+
+    static func latestCheckpoint(_ db: Database) throws -> LedgerCheckpoint? {
+        try Row.fetchOne(db, sql: "SELECT * FROM ledger_checkpoints ORDER BY sequence DESC LIMIT 1").map(checkpoint)
+    }
+
+    static func hexBytes(_ hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 0x30...0x39: c - 0x30
+            case 0x61...0x66: c - 0x61 + 10
+            default: nil
+            }
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(digits.count / 2)
+        var i = 0
+        while i < digits.count {
+            guard let hi = nibble(digits[i]), let lo = nibble(digits[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+
+    /// Events after `after`, in order, each joined with its row.
+    static func events(_ db: Database, after: Int64, limit: Int) throws -> [StoredEvent] {
+        let rows = try Row.fetchAll(
+            db, sql: "SELECT sequence, kind, row_sequence, entry_hash FROM ledger_events WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            arguments: [after, limit])
+        var events: [StoredEvent] = []
+        var redemptionRows: [Int64] = []
+        var attemptRows: [Int64] = []
+        for row in rows {
+            let kindName = try row.decode(String.self, forColumn: "kind")
+            guard let kind = LedgerEventKind(rawValue: kindName) else { throw StoreError.invalidValue(column: "kind", value: kindName) }
+            let event = StoredEvent(
+                sequence: try row.decode(forColumn: "sequence"), kind: kind, row: try row.decode(forColumn: "row_sequence"),
+                entryHash: try row.decode(forColumn: "entry_hash"), entry: nil)
+            events.append(event)
+            switch kind {
+            case .redemption: redemptionRows.append(event.row)
+            case .attempt: attemptRows.append(event.row)
+            }
+        }
+        let redemptions = Dictionary(
+            try RedemptionRecord.filter(redemptionRows.contains(RedemptionRecord.Columns.sequence)).fetchAll(db).map {
+                ($0.redemption.sequence, $0.redemption)
+            },
+            uniquingKeysWith: { a, _ in a })
+        let attempts = Dictionary(
+            try AttemptRecord.filter(attemptRows.contains(AttemptRecord.Columns.sequence)).fetchAll(db).map { ($0.attempt.sequence, $0.attempt) },
+            uniquingKeysWith: { a, _ in a })
+        for i in events.indices {
+            let e = events[i]
+            switch e.kind {
+            case .redemption: events[i].entry = redemptions[e.row].map { LedgerEntry.redemption($0, sequence: e.sequence) }
+            case .attempt: events[i].entry = attempts[e.row].map { LedgerEntry.attempt($0, sequence: e.sequence) }
+            }
+        }
+        return events
+    }
+
+    /// Rows of `redemptions` and `attempts` that no event chains, oldest first (at most `limit`).
+    static func unchainedRows(_ db: Database, limit: Int) throws -> [(kind: LedgerEventKind, row: Int64, at: Double)] {
+        let rows = try Row.fetchAll(
+            db,
+            sql: """
+                SELECT 'redemption' AS kind, sequence, redeemed_at AS at FROM redemptions r
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'redemption' AND e.row_sequence = r.sequence)
+                UNION ALL
+                SELECT 'attempt', sequence, at FROM attempts a
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'attempt' AND e.row_sequence = a.sequence)
+                ORDER BY at, kind, sequence LIMIT ?
+                """, arguments: [limit])
+        return try rows.compactMap { row in
+            guard let kind = LedgerEventKind(rawValue: try row.decode(String.self, forColumn: "kind")) else { return nil }
+            return (kind: kind, row: try row.decode(Int64.self, forColumn: "sequence"), at: try row.decode(Double.self, forColumn: "at"))
+        }
+    }
+}

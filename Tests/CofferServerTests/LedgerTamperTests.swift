@@ -1,0 +1,273 @@
+import CofferCore
+import CofferStore
+import Crypto
+import Foundation
+import GRDB
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+@testable import CofferServer
+
+/// The tamper-evident ledger end to end: chained writes, signed checkpoints served over HTTP,
+/// and `coffer ledger verify` catching each kind of tampering in a real database and in an
+/// exported file.
+@Suite struct LedgerTamperTests {
+    /// The built `coffer` executable, beside the test bundle.
+    static var binary: URL {
+        get throws {
+            var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            for _ in 0..<4 {
+                let candidate = dir.appendingPathComponent("coffer")
+                if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+                dir = dir.deletingLastPathComponent()
+            }
+            try #require(Bool(false), "build the coffer executable first (swift build)")
+            return dir
+        }
+    }
+
+    struct Run {
+        var status: Int32
+        var stdout: String
+    }
+
+    static func coffer(_ arguments: [String]) throws -> Run {
+        let process = Process()
+        process.executableURL = try binary
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, stdout: String(decoding: data, as: UTF8.self))
+    }
+
+    /// A harness whose ledger holds 3 redemptions and 2 refused replays (5 entries),
+    /// with a checkpoint signed every 2 entries (2, 4) and one at shutdown (5).
+    static func populated() async throws -> Harness {
+        let h = try await Harness.make(checkpointEvery: 2)
+        try await h.app.test(.router) { client in
+            for id in ["301", "302", "301", "303", "302"] {
+                _ = try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt(id)]))
+            }
+        }
+        return h
+    }
+
+    @Test func everyWriteIsChainedAndCheckpointsAreServed() async throws {
+        let h = try await Self.populated()
+        defer { h.cleanUp() }
+        let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
+        #expect(report.intact, "\(String(describing: report.problem))")
+        #expect(report.entries == 5)
+        #expect(report.checkpointsVerified == 3)
+        try await h.app.test(.router) { client in
+            let auditor = h.bearer(h.auditorKey)
+            let keyResponse = try Harness.json(try await client.execute(uri: "/v1/audit/public-key", method: .get, headers: auditor))
+            #expect(keyResponse["algorithm"] as? String == "Ed25519")
+            let pemText = try #require(keyResponse["pem"] as? String)
+            let key = try #require(LedgerKeys.parse(pemText))
+            #expect(key.rawRepresentation == h.services.ledgerSigner.publicKey.rawRepresentation)
+
+            let list = try Harness.json(try await client.execute(uri: "/v1/audit/checkpoints?limit=1", method: .get, headers: auditor))
+            let first = try #require((list["items"] as? [[String: Any]])?.first)
+            #expect(first["sequence"] as? Int == 2)
+            #expect(list["nextCursor"] as? String == "2")
+            let latestResponse = try await client.execute(uri: "/v1/audit/checkpoints/latest", method: .get, headers: auditor)
+            let latest = try JSONDecoder().decode(LedgerCheckpoint.self, from: Data(latestResponse.body.readableBytesView))
+            #expect(latest.sequence == 5, "signed when the server stopped")
+            #expect(latest.isSigned(by: key))
+            #expect(try await client.execute(uri: "/v1/audit/checkpoints", method: .get).status == .unauthorized)
+            #expect(try await client.execute(uri: "/v1/audit/checkpoints?limit=0", method: .get, headers: auditor).status == .badRequest)
+        }
+        // The interval checkpoint signs a new head once, then has nothing to do.
+        #expect(try await h.services.ledger.checkpointHead(now: Date()) == nil)
+        for _ in 0..<2 {  // entries 6 (signed inline: every 2) and 7
+            try await h.services.ledger.record(
+                RejectedAttempt(
+                    at: Date(), code: "signatureInvalid", detail: "d", transactionId: nil, productId: nil, receiptSHA256: "00", clientAddress: "x"))
+        }
+        #expect(try await h.services.ledger.checkpointHead(now: Date())?.sequence == 7)
+        #expect(try await h.services.ledger.checkpointHead(now: Date()) == nil)
+        #expect(try await h.services.ledger.checkpointHead(now: Date()) == nil)
+
+        let empty = try await Harness.make()
+        defer { empty.cleanUp() }
+        try await empty.app.test(.router) { client in
+            let none = try await client.execute(uri: "/v1/audit/checkpoints/latest", method: .get, headers: empty.bearer(empty.auditorKey))
+            #expect(none.status == .notFound)
+            #expect(Harness.code(none) == "noCheckpoint")
+        }
+    }
+
+    @Test func theStorageRefusesUpdatesAndDeletes() async throws {
+        let h = try await Self.populated()
+        defer { h.cleanUp() }
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        for sql in [
+            "UPDATE redemptions SET product_id = 'x'", "DELETE FROM redemptions", "UPDATE attempts SET code = 'x'", "DELETE FROM attempts",
+            "UPDATE ledger_events SET entry_hash = entry_hash", "DELETE FROM ledger_events", "DELETE FROM ledger_checkpoints",
+            "UPDATE ledger_checkpoints SET time = 0",
+        ] {
+            #expect(throws: DatabaseError.self, "\(sql)") { try queue.write { try $0.execute(sql: sql) } }
+        }
+        #expect(try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey).intact)
+    }
+
+    /// Tampering by someone who can write the file (drops the triggers first).
+    @Test func verifyCatchesTamperingInTheDatabase() async throws {
+        func tampered(_ sql: String) async throws -> (LedgerAuditReport, Run) {
+            let h = try await Self.populated()
+            defer { h.cleanUp() }
+            let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+            try await queue.write { db in
+                for trigger in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger'") {
+                    try db.execute(sql: "DROP TRIGGER \(trigger)")
+                }
+                try db.execute(sql: sql)
+            }
+            let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
+            return (report, try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path]))
+        }
+        let intact = try await Self.populated()
+        defer { intact.cleanUp() }
+        let ok = try Self.coffer(["ledger", "verify", "--data-dir", intact.directory.path])
+        #expect(ok.status == 0, "\(ok.stdout)")
+        #expect(ok.stdout.contains("ledger intact"))
+
+        // Entry 3 is the first refused replay (attempt row 1); entry 2 is redemption row 2.
+        let edited = try await tampered("UPDATE redemptions SET product_id = 'com.coffer.demo.levelpack2' WHERE sequence = 2")
+        #expect(edited.0.problem?.kind == .hashMismatch)
+        #expect(edited.0.problem?.sequence == 2)
+        #expect(edited.1.status == 1)
+        #expect(edited.1.stdout.contains("first bad sequence: 2"), "\(edited.1.stdout)")
+
+        let deleted = try await tampered("DELETE FROM attempts WHERE sequence = 1")
+        #expect(deleted.0.problem?.kind == .rowMismatch)
+        #expect(deleted.0.problem?.sequence == 3)
+        #expect(deleted.1.status == 1)
+
+        let deletedEvent = try await tampered("DELETE FROM attempts WHERE sequence = 1; DELETE FROM ledger_events WHERE sequence = 3")
+        #expect(deletedEvent.0.problem?.kind == .sequenceBroken)
+        #expect(deletedEvent.0.problem?.sequence == 3)
+
+        let reordered = try await tampered(
+            "UPDATE ledger_events SET sequence = 100 WHERE sequence = 1; UPDATE ledger_events SET sequence = 1 WHERE sequence = 2; UPDATE ledger_events SET sequence = 2 WHERE sequence = 100"
+        )
+        #expect(reordered.0.problem?.kind == .hashMismatch)
+        #expect(reordered.0.problem?.sequence == 1)
+
+        let truncated = try await tampered(
+            "DELETE FROM ledger_events WHERE sequence >= 4; DELETE FROM attempts WHERE sequence = 2; DELETE FROM redemptions WHERE sequence = 3")
+        #expect(truncated.0.problem?.kind == .truncated)
+        #expect(truncated.0.problem?.sequence == 4)
+        #expect(truncated.1.stdout.contains("first bad sequence: 4"), "\(truncated.1.stdout)")
+
+        let inserted = try await tampered(
+            "INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256, source_format, redeemed_at, client_address, status, grant_hash) VALUES ('forged', '999', 'p', 'b', 'Sandbox', 1, 'x', 'appReceipt', 0, 'x', 'redeemed', 'g')"
+        )
+        #expect(inserted.0.problem?.kind == .rowMismatch)
+        #expect(inserted.1.status == 1)
+    }
+
+    /// The auditor's path: export over HTTP, verify offline with the key fetched earlier.
+    @Test func verifyCatchesTamperingInAnExport() async throws {
+        let h = try await Self.populated()
+        defer { h.cleanUp() }
+        let (exported, pem) = try await h.app.test(.router) { client in
+            let auditor = h.bearer(h.auditorKey)
+            let response = try await client.execute(uri: "/v1/audit/export?kind=ledger", method: .get, headers: auditor)
+            #expect(response.status == .ok)
+            let exported = String(decoding: response.body.readableBytesView, as: UTF8.self)
+            let pem = try Harness.json(try await client.execute(uri: "/v1/audit/public-key", method: .get, headers: auditor))["pem"] as? String ?? ""
+            #expect(try await client.execute(uri: "/v1/audit/export?kind=ledger&format=csv", method: .get, headers: auditor).status == .badRequest)
+            return (exported, pem)
+        }
+        let dir = h.directory.appendingPathComponent("audit")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let keyFile = dir.appendingPathComponent("ledger.pub")
+        try Data(pem.utf8).write(to: keyFile)
+        var lines = exported.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
+        #expect(lines.count == 1 + 5 + 3, "header, 5 entries, 3 checkpoints")
+        let header = lines.removeFirst()
+
+        func verify(_ name: String, _ body: [String]) throws -> Run {
+            let file = dir.appendingPathComponent(name)
+            try Data(([header] + body).map { $0 + "\n" }.joined().utf8).write(to: file)
+            return try Self.coffer(["ledger", "verify", "--export", file.path, "--public-key", keyFile.path, "--json"])
+        }
+        func firstBad(_ run: Run) throws -> Int? {
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+            return (object["problem"] as? [String: Any])?["firstBadSequence"] as? Int
+        }
+
+        let ok = try verify("intact.ndjson", lines)
+        #expect(ok.status == 0, "\(ok.stdout)")
+        #expect(ok.stdout.contains("\"checkpointsVerified\":3"))
+
+        var edited = lines
+        edited[2] = edited[2].replacingOccurrences(of: "\"clientAddress\":\"", with: "\"clientAddress\":\"1")
+        #expect(edited[2] != lines[2])
+        let e = try verify("edited.ndjson", edited)
+        #expect(e.status == 1)
+        #expect(try firstBad(e) == 3)
+
+        var deleted = lines
+        deleted.remove(at: 1)
+        let d = try verify("deleted.ndjson", deleted)
+        #expect(d.status == 1)
+        #expect(try firstBad(d) == 2)
+
+        var reordered = lines
+        reordered.swapAt(3, 4)
+        let r = try verify("reordered.ndjson", reordered)
+        #expect(r.status == 1)
+        #expect(try firstBad(r) == 4)
+
+        let truncated = Array(lines.prefix(2)) + Array(lines.suffix(3))
+        let t = try verify("truncated.ndjson", truncated)
+        #expect(t.status == 1)
+        #expect(try firstBad(t) == 3)
+        #expect(t.stdout.contains("truncated"))
+
+        // The right export checked against a key the auditor did not get from this server.
+        let otherKey = dir.appendingPathComponent("other.pub")
+        try Data(try LedgerKeys.pem(Curve25519.Signing.PrivateKey().publicKey).utf8).write(to: otherKey)
+        let file = dir.appendingPathComponent("intact.ndjson")
+        #expect(try Self.coffer(["ledger", "verify", "--export", file.path, "--public-key", otherKey.path]).status == 1)
+        // Usage errors exit 2.
+        #expect(try Self.coffer(["ledger", "verify"]).status == 2)
+        #expect(try Self.coffer(["ledger", "verify", "--export", file.path, "--public-key", "nonsense"]).status == 2)
+
+        // The CLI's own export of the same database verifies too.
+        let cliExport = dir.appendingPathComponent("cli.ndjson")
+        #expect(try Self.coffer(["ledger", "export", "--data-dir", h.directory.path, "--out", cliExport.path]).status == 0)
+        let publicKey = try Self.coffer(["ledger", "public-key", "--data-dir", h.directory.path])
+        #expect(publicKey.stdout == pem)
+        #expect(try Self.coffer(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)
+    }
+
+    /// Rows written before the chain existed (a database from before migration 0002) are
+    /// chained, oldest first, when the server opens the data directory.
+    @Test func rowsFromBeforeTheChainAreChainedAtStart() async throws {
+        let h = try await Self.populated()
+        defer { h.cleanUp() }
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in
+            try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
+            try db.execute(sql: "DELETE FROM ledger_events; DELETE FROM ledger_checkpoints")
+        }
+        #expect(try await h.services.ledger.audit(publicKey: nil).problem?.kind == .rowMismatch)
+        var configuration = h.services.configuration
+        configuration.checkpointEvery = 1000
+        let reopened = try await CofferServices.open(configuration, logger: .init(label: "test"))
+        let report = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
+        #expect(report.intact, "\(String(describing: report.problem))")
+        #expect(report.entries == 5)
+        #expect(try await reopened.ledger.chainUnchainedRows(now: Date()) == 0)
+    }
+}
