@@ -39,10 +39,17 @@ public func buildRouter(_ services: CofferServices) -> Router<CofferRequestConte
             status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: services.metrics.render())))
     }
 
-    RedemptionController(services: services).add(to: router)
+    let c = services.configuration
+    let redemptionLimiter = RateLimiter(perMinute: c.redemptionsPerMinute, burst: c.redemptionBurst)
+    let authFailures = RateLimiter(perMinute: c.authFailuresPerMinute, burst: c.authFailuresPerMinute)
+    RedemptionController(services: services).add(
+        to: router.group().add(middleware: RateLimitMiddleware(limiter: redemptionLimiter, metrics: services.metrics)))
     DownloadController(services: services).add(to: router)
-    AdminController(services: services).add(to: router.group("/v1/admin").add(middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin])))
-    let audit = router.group("/v1/audit").add(middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin, .auditor]))
+    AdminController(services: services).add(
+        to: router.group("/v1/admin").add(
+            middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin], failures: authFailures, metrics: services.metrics)))
+    let audit = router.group("/v1/audit").add(
+        middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin, .auditor], failures: authFailures, metrics: services.metrics))
     AuditController(services: services).add(to: audit)
     LedgerController(services: services).add(to: audit)
     return router

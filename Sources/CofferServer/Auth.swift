@@ -5,13 +5,30 @@ import Hummingbird
 
 /// `Authorization: Bearer <key>`: the key's SHA-256 is looked up (keys are stored hashed, so
 /// the comparison is of digests; the lookup is by an indexed unique column).
-/// No or unknown key → 401, revoked → 401, wrong role → 403.
+/// No or unknown key → 401, revoked → 401, wrong role → 403. An address that keeps sending
+/// bad keys is refused with 429 before its next key is even looked up.
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let keys: any KeyRepository
     let roles: Set<Role>
+    let failures: RateLimiter
+    let metrics: CofferMetrics
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if let wait = failures.wouldAllow(context.clientAddress) {
+            metrics.rateLimited(route: "authentication")
+            throw Problem.rateLimited(wait)
+        }
+        do {
+            return try await authenticated(request, context: context, next: next)
+        } catch let problem as Problem where problem.status == .unauthorized {
+            _ = failures.take(context.clientAddress)
+            context.logger.notice("authentication failed", metadata: ["client": "\(context.clientAddress)", "reason": "\(problem.detail)"])
+            throw problem
+        }
+    }
+
+    private func authenticated(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw Problem(.unauthorized, "unauthenticated", "send Authorization: Bearer <key>", headers: [.wwwAuthenticate: "Bearer"])
         }

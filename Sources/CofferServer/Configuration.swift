@@ -27,6 +27,12 @@ public struct CofferConfiguration: Sendable {
     public var logLevel: Logger.Level = .info
     /// Peers (exact IP addresses, e.g. the nginx in front) whose `X-Forwarded-For` is believed.
     public var trustedProxies: Set<String> = []
+    /// Redemption and grant-exchange requests per client address per minute (0: unlimited)…
+    public var redemptionsPerMinute = 600
+    /// …of which this many may come at once.
+    public var redemptionBurst = 200
+    /// Failed authentications per client address per minute before 429 (0: unlimited).
+    public var authFailuresPerMinute = 20
     /// Sign a ledger checkpoint every this many entries…
     public var checkpointEvery: Int64 = 1000
     /// …and every this many seconds when the ledger has grown since the last one.

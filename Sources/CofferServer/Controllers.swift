@@ -19,7 +19,7 @@ struct RedemptionController {
         var grant: String
     }
 
-    func add(to router: Router<CofferRequestContext>) {
+    func add(to router: RouterGroup<CofferRequestContext>) {
         router.post("/v1/redemptions") { request, context in try await redeem(request, context: context) }
         router.post("/v1/grants/tokens") { request, context in
             let body = try await JSON.decode(GrantBody.self, from: request, limit: 4096)

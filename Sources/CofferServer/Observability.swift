@@ -31,6 +31,11 @@ public final class CofferMetrics: Sendable {
             .increment()
     }
 
+    func rateLimited(route: String) {
+        registry.makeCounter(descriptor: Self.name("rate_limited_total", "Requests refused with 429 by route"), labels: [("route", route)])
+            .increment()
+    }
+
     func render() -> String {
         var buffer: [UInt8] = []
         registry.emit(into: &buffer)

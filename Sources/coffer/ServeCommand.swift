@@ -31,6 +31,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical. Default: info.") var logLevel: String?
     @Option(name: .customLong("trusted-proxy"), help: "IP address of a reverse proxy whose X-Forwarded-For is believed. Repeatable.")
     var trustedProxies: [String] = []
+    @Option(name: .customLong("rate-redemptions"), help: "Redemption requests per client address per minute (0: unlimited). Default: 600.")
+    var rateRedemptions: Int?
+    @Option(name: .customLong("rate-redemption-burst"), help: "…of which this many at once. Default: 200.") var rateRedemptionBurst: Int?
+    @Option(name: .customLong("rate-auth-failures"), help: "Failed authentications per address per minute before 429 (0: unlimited). Default: 20.")
+    var rateAuthFailures: Int?
     @Option(name: .customLong("checkpoint-every"), help: "Sign a ledger checkpoint every N entries. Default: 1000.") var checkpointEvery: Int?
     @Option(name: .customLong("checkpoint-interval"), help: "…and every S seconds when the ledger grew. Default: 60.")
     var checkpointInterval: Int?
@@ -70,6 +75,20 @@ struct ServeCommand: AsyncParsableCommand {
             throw UsageError("trusted proxy \(proxy) is not an IP address")
         }
         configuration.trustedProxies = Set(proxies)
+        if let n = try rateRedemptions ?? Setting.int(env["COFFER_RATE_REDEMPTIONS"], "COFFER_RATE_REDEMPTIONS") ?? file.rateRedemptions {
+            guard n >= 0 else { throw UsageError("rate-redemptions must be ≥ 0") }
+            configuration.redemptionsPerMinute = n
+        }
+        if let n = try rateRedemptionBurst ?? Setting.int(env["COFFER_RATE_REDEMPTION_BURST"], "COFFER_RATE_REDEMPTION_BURST")
+            ?? file.rateRedemptionBurst
+        {
+            guard n >= 1 else { throw UsageError("rate-redemption-burst must be ≥ 1") }
+            configuration.redemptionBurst = n
+        }
+        if let n = try rateAuthFailures ?? Setting.int(env["COFFER_RATE_AUTH_FAILURES"], "COFFER_RATE_AUTH_FAILURES") ?? file.rateAuthFailures {
+            guard n >= 0 else { throw UsageError("rate-auth-failures must be ≥ 0") }
+            configuration.authFailuresPerMinute = n
+        }
         if let every = try checkpointEvery ?? Setting.int(env["COFFER_CHECKPOINT_EVERY"], "COFFER_CHECKPOINT_EVERY") ?? file.checkpointEvery {
             guard (1...1_000_000).contains(every) else { throw UsageError("checkpoint-every must be 1–1000000 entries") }
             configuration.checkpointEvery = Int64(every)
@@ -137,6 +156,9 @@ extension ServeCommand {
         var trustedProxies: [String]
         var checkpointEvery: Int64
         var checkpointInterval: Int64
+        var rateRedemptions: Int
+        var rateRedemptionBurst: Int
+        var rateAuthFailures: Int
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -146,6 +168,7 @@ extension ServeCommand {
             host: c.host, port: c.port, dataDirectory: c.dataDirectory, bundleIds: c.bundleIds.sorted(), appAppleId: c.appAppleId, roots: roots,
             environments: environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
             trustedProxies: c.trustedProxies.sorted(), checkpointEvery: c.checkpointEvery, checkpointInterval: c.checkpointIntervalSeconds,
+            rateRedemptions: c.redemptionsPerMinute, rateRedemptionBurst: c.redemptionBurst, rateAuthFailures: c.authFailuresPerMinute,
             tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
@@ -168,11 +191,14 @@ struct ConfigFile: Decodable {
     var trustedProxies: [String]?
     var checkpointEvery: Int?
     var checkpointInterval: Int?
+    var rateRedemptions: Int?
+    var rateRedemptionBurst: Int?
+    var rateAuthFailures: Int?
 
     static let knownKeys: Set<String> = [
         "host", "port", "dataDirectory", "bundleIds", "appAppleId", "roots", "environments", "tokenTTL", "uploadLimit", "logLevel", "trustedProxies",
         "checkpointEvery",
-        "checkpointInterval",
+        "checkpointInterval", "rateRedemptions", "rateRedemptionBurst", "rateAuthFailures",
     ]
 
     static func load(_ path: String?) throws -> ConfigFile {

@@ -80,4 +80,64 @@ import Testing
         #expect(CSV.field("plain, \"quoted\"") == "\"plain, \"\"quoted\"\"\"")
         #expect(CSV.field(nil) == "")
     }
+
+    @Test func rateLimiterBucketsRefillAndStayBounded() {
+        let limiter = RateLimiter(perMinute: 60, burst: 3, maxClients: 2)
+        #expect((0..<3).map { _ in limiter.take("a", now: 100) } == [nil, nil, nil])
+        #expect(limiter.take("a", now: 100) == 1, "empty: one token a second")
+        #expect(limiter.take("a", now: 101) == nil, "refilled after a second")
+        #expect(limiter.take("b", now: 101) == nil, "addresses are independent")
+        _ = limiter.take("c", now: 101.5)
+        #expect(limiter.trackedClients == 2, "never more than maxClients: the oldest went")
+        _ = limiter.take("d", now: 500)
+        #expect(limiter.trackedClients == 1, "idle (refilled) buckets are dropped first")
+        #expect(RateLimiter(perMinute: 0, burst: 1).take("a") == nil, "0 disables")
+    }
+
+    @Test func redemptionFloodsGet429WithRetryAfter() async throws {
+        let h = try await Harness.make(configure: {
+            $0.redemptionsPerMinute = 6
+            $0.redemptionBurst = 2
+        })
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            var statuses: [HTTPResponse.Status] = []
+            var last: TestResponse?
+            for id in ["601", "602", "603"] {
+                let r = try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt(id)]))
+                statuses.append(r.status)
+                last = r
+            }
+            #expect(statuses == [.created, .created, .tooManyRequests])
+            let limited = try #require(last)
+            #expect(Harness.code(limited) == "rateLimited")
+            #expect(limited.headers[.retryAfter] == "10")
+            let grant = try await client.execute(
+                uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["grant": "x"]))
+            #expect(grant.status == .tooManyRequests, "grant exchanges share the budget")
+            let metrics = try await client.execute(uri: "/metrics", method: .get)
+            #expect(String(buffer: metrics.body).contains("coffer_rate_limited_total{route=\"redemption\"} 2"))
+        }
+        // Refused before any work: not a ledger attempt, so a flood cannot fill the ledger.
+        #expect(try await h.services.ledger.attempts(AuditFilter()).isEmpty)
+    }
+
+    @Test func repeatedBadKeysLockTheAddressOutWith429() async throws {
+        let h = try await Harness.make(configure: { $0.authFailuresPerMinute = 3 })
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(h.auditorKey)).status == .ok)
+            for guess in 0..<3 {
+                let r = try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer("cof_auditor_guess\(guess)"))
+                #expect(r.status == .unauthorized)
+            }
+            let locked = try await client.execute(uri: "/v1/admin/products", method: .get, headers: h.bearer("cof_admin_guess"))
+            #expect(locked.status == .tooManyRequests)
+            #expect(Harness.code(locked) == "rateLimited")
+            #expect(Int(locked.headers[.retryAfter] ?? "") ?? 0 >= 1)
+            // Even the right key waits: the lookup is not done for a locked-out address.
+            #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(h.auditorKey)).status == .tooManyRequests)
+        }
+    }
 }

@@ -25,7 +25,8 @@ struct Harness {
     let levelBytes: [UInt8]
 
     static func make(
-        uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600, trustedProxies: Set<String> = [], checkpointEvery: Int64 = 1000
+        uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600, trustedProxies: Set<String> = [], checkpointEvery: Int64 = 1000,
+        configure: (inout CofferConfiguration) -> Void = { _ in }
     ) async throws -> Harness {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-server-\(UUID().uuidString)")
         var configuration = CofferConfiguration()
@@ -37,6 +38,7 @@ struct Harness {
         configuration.tokenTTL = tokenTTL
         configuration.trustedProxies = trustedProxies
         configuration.checkpointEvery = checkpointEvery
+        configure(&configuration)
         var logger = Logger(label: "coffer-test")
         logger.logLevel = .warning
         let services = try await CofferServices.open(configuration, logger: logger)
