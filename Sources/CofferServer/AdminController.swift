@@ -32,11 +32,16 @@ struct AdminController {
             return try JSON.response(asset)
         }
         group.put("/products/:productId") { request, context in try await putProduct(request, context: context) }
+        group.get("/audit-log") { request, _ in
+            let (after, limit) = try Paging.parse(request)
+            let items = try await services.adminLog.actions(after: after, limit: limit)
+            return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
+        }
         group.get("/products") { _, _ in try JSON.response(try await services.catalogue.products()) }
         group.delete("/products/:productId") { _, context in
             let id = context.parameters.get("productId") ?? ""
             guard try await services.catalogue.deleteProduct(id) else { throw Problem(.notFound, "unknownProduct", "no product \(id.prefix(128))") }
-            context.logger.notice("product deleted", metadata: ["productId": "\(id)", "by": "\(context.identity?.name ?? "?")"])
+            try await audit(context, "product.delete", target: id, detail: "")
             return Response(status: .noContent)
         }
     }
@@ -83,10 +88,18 @@ struct AdminController {
         }
         let asset = try await services.catalogue.addAssetVersion(
             assetId: assetId, name: name, contentType: String(contentType.prefix(128)), size: stored.size, sha256: stored.sha256, at: Date())
-        context.logger.notice(
-            "asset uploaded",
-            metadata: ["assetId": "\(assetId)", "version": "\(asset.version)", "sha256": "\(asset.sha256)", "by": "\(context.identity?.name ?? "?")"])
+        try await audit(context, "asset.upload", target: assetId, detail: "version \(asset.version), \(asset.size) bytes, sha256 \(asset.sha256)")
         return try JSON.response(asset, status: .created)
+    }
+
+    /// Records an admin action in the admin log (and the server log).
+    func audit(_ context: CofferRequestContext, _ action: String, target: String, detail: String) async throws {
+        let entry = AdminAction(
+            at: Date(), keyId: context.identity?.keyId ?? "?", keyName: context.identity?.name ?? "?", action: action, target: target, detail: detail,
+            clientAddress: context.clientAddress)
+        try await services.adminLog.record(entry)
+        context.logger.notice(
+            "admin action", metadata: ["action": "\(action)", "target": "\(target)", "detail": "\(detail)", "by": "\(entry.keyName)"])
     }
 
     static func sha256(fromContentDigest header: String) -> String? {
@@ -115,7 +128,9 @@ struct AdminController {
         let product = Product(
             productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date())
         try await services.catalogue.putProduct(product)
-        context.logger.notice("product saved", metadata: ["productId": "\(productId)", "by": "\(context.identity?.name ?? "?")"])
+        try await audit(
+            context, "product.put", target: productId,
+            detail: "bundle \(body.bundleId), \(body.type.rawValue), assets \(body.assetIds.joined(separator: " "))")
         return try JSON.response(product)
     }
 }
@@ -249,4 +264,22 @@ enum CSV {
 extension HTTPField.Name {
     /// RFC 9530 `Content-Digest` (the literal is a valid field name).
     static let contentDigest = HTTPField.Name("Content-Digest")!
+}
+
+/// `cursor` and `limit` query parameters.
+enum Paging {
+    static func parse(_ request: Request, defaultLimit: Int = 100) throws -> (after: Int64, limit: Int) {
+        let q = request.uri.queryParameters
+        var limit = defaultLimit
+        if let text = q.get("limit") {
+            guard let n = Int(text), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
+            limit = n
+        }
+        var after: Int64 = 0
+        if let text = q.get("cursor") {
+            guard let n = Int64(text), n >= 0 else { throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page") }
+            after = n
+        }
+        return (after, limit)
+    }
 }

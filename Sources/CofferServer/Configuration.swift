@@ -49,6 +49,7 @@ public struct CofferServices: Sendable {
     public let ledger: SQLiteLedger
     public let ledgerSigner: LedgerSigner
     public let keys: SQLiteKeys
+    public let adminLog: SQLiteAdminLog
     public let content: ContentStore
     public let vault: Vault
     public let metrics: CofferMetrics
@@ -73,7 +74,8 @@ public struct CofferServices: Sendable {
                 anchors: configuration.anchors, bundleIds: configuration.bundleIds, appAppleId: configuration.appAppleId))
         return CofferServices(
             configuration: configuration, database: database, catalogue: catalogue, ledger: ledger, ledgerSigner: ledgerSigner,
-            keys: SQLiteKeys(database), content: content,
+            keys: SQLiteKeys(database), adminLog: SQLiteAdminLog(database),
+            content: content,
             vault: Vault(verifier: verifier, catalogue: catalogue, ledger: ledger, tokens: signer, tokenTTL: configuration.tokenTTL),
             metrics: CofferMetrics())
     }

@@ -22,19 +22,7 @@ struct LedgerController {
 
     func add(to group: RouterGroup<CofferRequestContext>) {
         group.get("/checkpoints") { request, _ in
-            let q = request.uri.queryParameters
-            var limit = 100
-            if let text = q.get("limit") {
-                guard let n = Int(text), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
-                limit = n
-            }
-            var after: Int64 = 0
-            if let text = q.get("cursor") {
-                guard let n = Int64(text), n >= 0 else {
-                    throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page")
-                }
-                after = n
-            }
+            let (after, limit) = try Paging.parse(request)
             let items = try await services.ledger.checkpoints(after: after, limit: limit)
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }

@@ -324,3 +324,37 @@ public struct SQLiteKeys: KeyRepository {
         }
     }
 }
+
+// MARK: - Admin log
+
+/// The admin audit log in SQLite (`admin_actions`, append-only by trigger).
+public struct SQLiteAdminLog: AdminLogRepository {
+    private let db: CofferDatabase
+
+    public init(_ db: CofferDatabase) { self.db = db }
+
+    public func record(_ a: AdminAction) async throws {
+        try await db.pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO admin_actions (at, key_id, key_name, action, target, detail, client_address)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [a.at.timeIntervalSince1970, a.keyId, a.keyName, a.action, a.target, a.detail, a.clientAddress])
+        }
+    }
+
+    public func actions(after: Int64, limit: Int) async throws -> [AdminAction] {
+        try await db.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM admin_actions WHERE sequence > ? ORDER BY sequence LIMIT ?", arguments: [after, max(0, limit)])
+                .map { row in
+                    AdminAction(
+                        sequence: try row.decode(forColumn: "sequence"),
+                        at: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "at")), keyId: try row.decode(forColumn: "key_id"),
+                        keyName: try row.decode(forColumn: "key_name"), action: try row.decode(forColumn: "action"),
+                        target: try row.decode(forColumn: "target"), detail: try row.decode(forColumn: "detail"),
+                        clientAddress: try row.decode(forColumn: "client_address"))
+                }
+        }
+    }
+}

@@ -259,8 +259,17 @@ struct KeysCommand: AsyncParsableCommand {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
             let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
-            print(try await APIKeys.create(role: role, name: name, in: SQLiteKeys(db), now: Date()))
+            let secret = try await APIKeys.create(role: role, name: name, in: SQLiteKeys(db), now: Date())
+            try await SQLiteAdminLog(db).record(KeysCommand.localAction("key.create", target: name, detail: role.rawValue))
+            print(secret)
         }
+    }
+
+    /// An admin-log entry for a key change made on the server's machine.
+    static func localAction(_ action: String, target: String, detail: String) -> AdminAction {
+        AdminAction(
+            at: Date(), keyId: "cli", keyName: "local user \(ProcessInfo.processInfo.userName)", action: action, target: target, detail: detail,
+            clientAddress: "local")
     }
 
     struct Revoke: AsyncParsableCommand {
@@ -275,6 +284,7 @@ struct KeysCommand: AsyncParsableCommand {
                 print("no live key matches")
                 throw ExitCode(1)
             }
+            try await SQLiteAdminLog(db).record(KeysCommand.localAction("key.revoke", target: found.name, detail: found.role.rawValue))
             print("revoked \(found.role.rawValue) key '\(found.name)'")
         }
     }

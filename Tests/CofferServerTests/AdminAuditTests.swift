@@ -99,6 +99,17 @@ import Testing
             let gone = try await client.execute(uri: "/v1/admin/products/com.coffer.demo.levelpack3", method: .delete, headers: admin)
             #expect(gone.status == .notFound)
             #expect(Harness.code(gone) == "unknownProduct")
+
+            // Every successful admin action is in the admin log, with who did it; refused ones are not.
+            let log = try Harness.json(try await client.execute(uri: "/v1/admin/audit-log", method: .get, headers: admin))
+            let items = try #require(log["items"] as? [[String: Any]])
+            #expect(items.map { $0["action"] as? String } == ["asset.upload", "asset.upload", "product.put", "product.delete"])
+            #expect(items.map { $0["target"] as? String } == ["level-2", "level-2", "com.coffer.demo.levelpack3", "com.coffer.demo.levelpack3"])
+            #expect(items.allSatisfy { $0["keyName"] as? String == "test admin" })
+            #expect((items.first?["detail"] as? String)?.contains(bytes.sha256Hex) == true)
+            let page = try Harness.json(try await client.execute(uri: "/v1/admin/audit-log?limit=3", method: .get, headers: admin))
+            #expect(page["nextCursor"] as? String == "3")
+            #expect(try await client.execute(uri: "/v1/admin/audit-log", method: .get, headers: h.bearer(h.auditorKey)).status == .forbidden)
         }
     }
 

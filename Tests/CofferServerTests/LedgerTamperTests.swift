@@ -270,4 +270,24 @@ import Testing
         #expect(report.entries == 5)
         #expect(try await reopened.ledger.chainUnchainedRows(now: Date()) == 0)
     }
+
+    /// `coffer keys create` / `revoke` against a running server's data directory: the key
+    /// works at once, stops at once when revoked, and both changes are in the admin log.
+    @Test func keysCreatedAndRevokedFromTheCLIAreLogged() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let created = try Self.coffer(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "ci auditor"])
+        #expect(created.status == 0)
+        let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(key.hasPrefix("cof_auditor_") && !key.contains("\n"), "only the key on stdout")
+        try await h.app.test(.router) { client async throws -> Void in
+            #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .ok)
+            #expect(try Self.coffer(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 0)
+            #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .unauthorized)
+            #expect(try Self.coffer(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 1, "already revoked")
+        }
+        let log = try await h.services.adminLog.actions(after: 0, limit: 10)
+        #expect(log.map(\.action) == ["key.create", "key.revoke"])
+        #expect(log.allSatisfy { $0.target == "ci auditor" && $0.keyId == "cli" })
+    }
 }

@@ -167,3 +167,29 @@ public enum LedgerInsertOutcome: Sendable, Hashable {
     case inserted(Redemption)
     case alreadyRedeemed
 }
+
+/// One admin action (upload, product change, key change): who, what, from where.
+public struct AdminAction: Codable, Sendable, Hashable {
+    public var sequence: Int64
+    public var at: Date
+    public var keyId: String
+    public var keyName: String
+    /// `asset.upload`, `product.put`, `product.delete`, `key.create`, `key.revoke`.
+    public var action: String
+    public var target: String
+    public var detail: String
+    public var clientAddress: String
+
+    public init(
+        sequence: Int64 = 0, at: Date, keyId: String, keyName: String, action: String, target: String, detail: String, clientAddress: String
+    ) {
+        self.sequence = sequence
+        self.at = at
+        self.keyId = keyId
+        self.keyName = keyName
+        self.action = action
+        self.target = target
+        self.detail = detail
+        self.clientAddress = clientAddress
+    }
+}
