@@ -69,6 +69,12 @@ struct AdminController {
             throw Problem(.badRequest, "malformedRequest", "name must be 1–256 characters without slashes")
         }
         let contentType = request.headers[.contentType] ?? "application/octet-stream"
+        guard services.uploads.enter() else {
+            throw Problem(
+                .serviceUnavailable, "uploadsBusy", "\(services.uploads.capacity) uploads are in progress; retry later",
+                headers: [.retryAfter: "5"])
+        }
+        defer { services.uploads.leave() }
         let writer = try services.content.makeWriter(maxBytes: limit)
         let stored: (sha256: String, size: Int64)
         do {
@@ -118,7 +124,7 @@ struct AdminController {
         guard Self.validIdentifier(productId) else {
             throw Problem(.badRequest, "invalidProductId", "product ids are 1–128 characters of A–Z a–z 0–9 . _ -")
         }
-        let body = try await JSON.decode(ProductBody.self, from: request, limit: 64 * 1024)
+        let body = try await JSON.decode(ProductBody.self, from: request, limit: 64 * 1024, timeout: services.configuration.bodyTimeout)
         guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
             throw Problem(.badRequest, "malformedRequest", "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
         }

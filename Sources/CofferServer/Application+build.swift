@@ -9,7 +9,12 @@ import Logging
 public func buildApplication(_ services: CofferServices, logger: Logger) -> some ApplicationProtocol {
     Application(
         router: buildRouter(services),
-        server: .http1(configuration: .init(idleTimeout: .seconds(services.configuration.idleTimeoutSeconds))),
+        server: .http1(
+            configuration: .init(
+                idleTimeout: .seconds(services.configuration.idleTimeoutSeconds),
+                httpDecoderConfiguration: .init(
+                    maxHeaderFieldSize: services.configuration.maxHeaderFieldSize, maxHeaderListSize: services.configuration.maxHeaderListSize,
+                    maxHeaderFieldCount: services.configuration.maxHeaderFieldCount))),
         configuration: .init(address: .hostname(services.configuration.host, port: services.configuration.port), serverName: "Coffer"),
         services: [
             CheckpointService(

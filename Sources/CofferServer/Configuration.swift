@@ -20,8 +20,18 @@ public struct CofferConfiguration: Sendable {
     public var uploadLimit: Int64 = 512 * 1024 * 1024
     /// Largest JSON request body (a base64 receipt of 4 MiB is ~5.4 MiB).
     public var jsonBodyLimit = 8 * 1024 * 1024
-    /// Idle connection timeout, seconds.
+    /// Idle connection timeout, seconds: also bounds how long a client may take to send its
+    /// request headers.
     public var idleTimeoutSeconds: Int64 = 30
+    /// JSON request bodies must arrive within this many seconds (else 408).
+    public var bodyTimeoutSeconds: Int64 = 30
+    public var bodyTimeout: Duration { .seconds(bodyTimeoutSeconds) }
+    /// Asset uploads in progress at once; more get 503 `uploadsBusy`.
+    public var maxConcurrentUploads = 4
+    /// Request header limits (bytes of one field, bytes of all fields, number of fields).
+    public var maxHeaderFieldSize = 16 * 1024
+    public var maxHeaderListSize = 32 * 1024
+    public var maxHeaderFieldCount = 100
     /// A download-token HMAC key given by configuration (base64, ≥ 32 bytes), instead of the key file.
     public var tokenKeyBase64: String?
     public var logLevel: Logger.Level = .info
@@ -53,6 +63,8 @@ public struct CofferServices: Sendable {
     public let content: ContentStore
     public let vault: Vault
     public let metrics: CofferMetrics
+    /// Uploads in progress (``CofferConfiguration/maxConcurrentUploads``).
+    let uploads: Gate
 
     /// Opens (creating when needed) the data directory: database with migrations applied,
     /// content store with leftover temporary files removed, token keys.
@@ -77,7 +89,7 @@ public struct CofferServices: Sendable {
             keys: SQLiteKeys(database), adminLog: SQLiteAdminLog(database),
             content: content,
             vault: Vault(verifier: verifier, catalogue: catalogue, ledger: ledger, tokens: signer, tokenTTL: configuration.tokenTTL),
-            metrics: CofferMetrics())
+            metrics: CofferMetrics(), uploads: Gate(capacity: configuration.maxConcurrentUploads))
     }
 }
 

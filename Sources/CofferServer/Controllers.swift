@@ -22,14 +22,15 @@ struct RedemptionController {
     func add(to router: RouterGroup<CofferRequestContext>) {
         router.post("/v1/redemptions") { request, context in try await redeem(request, context: context) }
         router.post("/v1/grants/tokens") { request, context in
-            let body = try await JSON.decode(GrantBody.self, from: request, limit: 4096)
+            let body = try await JSON.decode(GrantBody.self, from: request, limit: 4096, timeout: services.configuration.bodyTimeout)
             let outcome = try await services.vault.exchange(grant: body.grant, now: Date())
             return try JSON.response(RedemptionResponse(outcome))
         }
     }
 
     func redeem(_ request: Request, context: CofferRequestContext) async throws -> Response {
-        let body = try await JSON.decode(RedeemBody.self, from: request, limit: services.configuration.jsonBodyLimit)
+        let body = try await JSON.decode(
+            RedeemBody.self, from: request, limit: services.configuration.jsonBodyLimit, timeout: services.configuration.bodyTimeout)
         let proof: RedemptionRequest.Proof
         switch (body.receipt, body.signedTransaction) {
         case (let receipt?, nil):

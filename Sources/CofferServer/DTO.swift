@@ -20,14 +20,39 @@ enum JSON {
     }
 
     /// Collects a JSON body (up to `limit` bytes) and decodes it; any failure is a 400/413 problem.
-    static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int) async throws -> T {
-        var request = request
-        let buffer: ByteBuffer
-        do { buffer = try await request.collectBody(upTo: limit) } catch {
-            throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
-        }
+    /// The body must arrive within `timeout` (slow clients cannot pin a connection): 408.
+    static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int, timeout: Duration) async throws -> T {
+        let buffer = try await collect(request, limit: limit, timeout: timeout)
         do { return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView)) } catch {
             throw Problem(.badRequest, "malformedRequest", "request body is not the expected JSON: \(Self.describe(error))")
+        }
+    }
+
+    /// Collects at most `limit` bytes of body within `timeout`.
+    static func collect(_ request: Request, limit: Int, timeout: Duration) async throws -> ByteBuffer {
+        if let declared = request.headers[.contentLength].flatMap(Int.init), declared > limit {
+            throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
+        }
+        let outcome = await withTaskGroup(of: Result<ByteBuffer, any Error>?.self) { group in
+            group.addTask {
+                var request = request
+                do { return .success(try await request.collectBody(upTo: limit)) } catch { return .failure(error) }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        switch outcome {
+        case .success(let buffer)?: return buffer
+        case .failure?: throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
+        case nil:
+            throw Problem(
+                .requestTimeout, "requestTimeout", "the request body did not arrive within \(timeout.components.seconds) s",
+                headers: [.connection: "close"])
         }
     }
 

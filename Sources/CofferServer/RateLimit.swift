@@ -88,3 +88,21 @@ extension Problem {
             .tooManyRequests, "rateLimited", "too many requests from this address; retry in \(seconds) s", headers: [.retryAfter: String(seconds)])
     }
 }
+
+/// A counting gate: at most `capacity` holders at once, no waiting (the caller answers 503).
+final class Gate: Sendable {
+    let capacity: Int
+    private let holders = Mutex(0)
+
+    init(capacity: Int) { self.capacity = max(1, capacity) }
+
+    func enter() -> Bool {
+        holders.withLock { n in
+            guard n < capacity else { return false }
+            n += 1
+            return true
+        }
+    }
+
+    func leave() { holders.withLock { $0 = max(0, $0 - 1) } }
+}

@@ -1,0 +1,138 @@
+import CofferCore
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+@testable import CofferServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A raw TCP connection, to behave like clients that well-behaved HTTP clients won't:
+/// trickling, stalling, oversized headers.
+final class RawConnection: @unchecked Sendable {
+    // @unchecked: `fd` is immutable; a test uses one connection from one task at a time
+    // (receive hands the descriptor to one reader thread and awaits it).
+    let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        try #require(connected == 0, "connect failed")
+    }
+
+    func send(_ text: String) { _ = Array(text.utf8).withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
+
+    /// ``receiveBlocking(seconds:)`` on a thread of its own: a blocking `recv` on the
+    /// cooperative pool would starve the server under test.
+    func receive(seconds: Int) async -> String {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: self.receiveBlocking(seconds: seconds)) }.start()
+        }
+    }
+
+    /// Reads until the peer closes or `seconds` pass.
+    func receiveBlocking(seconds: Int) -> String {
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            out += buffer[0..<n]
+            if String(decoding: out, as: UTF8.self).contains("\r\n\r\n"), out.count > 12 {
+                // A complete head; read what else arrives quickly.
+                timeout = timeval(tv_sec: 0, tv_usec: 300_000)
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    deinit { close(fd) }
+}
+
+/// Limits: header sizes, slow request bodies, concurrent uploads, body sizes.
+@Suite(.serialized) struct LimitsTests {
+    @Test func oversizedHeadersAreRefusedAndTheServerCarriesOn() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            let big = try RawConnection(port: port)
+            big.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 40 * 1024))\r\n\r\n")
+            let answer = await big.receive(seconds: 5)
+            #expect(answer.isEmpty || answer.hasPrefix("HTTP/1.1 4"), "\(answer.prefix(80))")
+            let many = try RawConnection(port: port)
+            many.send("GET /healthz HTTP/1.1\r\nHost: x\r\n" + (0..<200).map { "X-H\($0): v\r\n" }.joined() + "\r\n")
+            let manyAnswer = await many.receive(seconds: 5)
+            #expect(manyAnswer.isEmpty || manyAnswer.hasPrefix("HTTP/1.1 4"), "\(manyAnswer.prefix(80))")
+            // Normal requests are unaffected.
+            #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok)
+        }
+    }
+
+    @Test func aSlowBodyGets408WithinTheBodyTimeout() async throws {
+        let h = try await Harness.make(configure: { $0.bodyTimeoutSeconds = 1 })
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            let slow = try RawConnection(port: port)
+            slow.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"receipt\":\"")
+            let started = ContinuousClock.now
+            let answer = await slow.receive(seconds: 10)
+            #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(120))")
+            #expect(answer.contains("requestTimeout"))
+            #expect(ContinuousClock.now - started < .seconds(8))
+            #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok)
+        }
+    }
+
+    @Test func tooManyConcurrentUploadsGet503() async throws {
+        let h = try await Harness.make(configure: { $0.maxConcurrentUploads = 1 })
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            // One upload in progress, stalled half-way.
+            let stalled = try RawConnection(port: port)
+            stalled.send(
+                "PUT /v1/admin/assets/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(h.adminKey)\r\nContent-Length: 100000\r\n\r\n"
+                    + String(repeating: "x", count: 5000))
+            try await Task.sleep(for: .milliseconds(500))
+            let second = try await client.execute(
+                uri: "/v1/admin/assets/other", method: .put, headers: h.bearer(h.adminKey), body: ByteBuffer(string: "small"))
+            #expect(second.status == .serviceUnavailable)
+            #expect(Harness.code(second) == "uploadsBusy")
+            #expect(second.headers[.retryAfter] == "5")
+            // When the first finishes, the slot is free again.
+            stalled.send(String(repeating: "x", count: 95000))
+            let done = await stalled.receive(seconds: 10)
+            #expect(done.hasPrefix("HTTP/1.1 201"), "\(done.prefix(120))")
+            let third = try await client.execute(
+                uri: "/v1/admin/assets/other", method: .put, headers: h.bearer(h.adminKey), body: ByteBuffer(string: "small"))
+            #expect(third.status == .created)
+        }
+    }
+
+    @Test func declaredOversizedBodiesAreRefusedBeforeReading() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            let c = try RawConnection(port: port)
+            c.send("POST /v1/grants/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{")
+            let answer = await c.receive(seconds: 5)
+            #expect(answer.hasPrefix("HTTP/1.1 413"), "\(answer.prefix(120))")
+            #expect(answer.contains("payloadTooLarge"))
+        }
+    }
+}
