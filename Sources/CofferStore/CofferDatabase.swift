@@ -50,6 +50,14 @@ public final class CofferDatabase: Sendable {
         self.pool = pool
     }
 
+    /// Copies the WAL into the database file and truncates it, then closes every connection.
+    /// Call once, at shutdown, after the last request. (The pool's read-only readers cannot
+    /// checkpoint when they close last, so the writer does it explicitly first.)
+    public func close() throws {
+        try pool.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
+        try pool.close()
+    }
+
     /// Opens (creating if needed) the database at `path`, applies the pending migrations and
     /// returns the names of the migrations applied by this call (empty when already up to date).
     public static func migrate(path: String) throws -> [String] {

@@ -137,6 +137,9 @@ struct ServeCommand: AsyncParsableCommand {
                 "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
             ])
         try await app.runService()
+        // In-flight requests have finished and the last checkpoint is signed: close the database.
+        do { try services.database.close() } catch { logger.error("closing the database failed", metadata: ["error": "\(error)"]) }
+        logger.info("Coffer stopped")
     }
 }
 
