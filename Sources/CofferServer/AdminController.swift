@@ -32,6 +32,20 @@ struct AdminController {
             return try JSON.response(asset)
         }
         group.put("/products/:productId") { request, context in try await putProduct(request, context: context) }
+        group.post("/revocations") { request, context in
+            struct Body: Decodable {
+                var transactionId: String
+                var reason: String
+            }
+            let body = try await JSON.decode(Body.self, from: request, limit: 4096, timeout: services.configuration.bodyTimeout)
+            guard (1...64).contains(body.transactionId.utf8.count), (1...500).contains(body.reason.utf8.count) else {
+                throw Problem(.badRequest, "malformedRequest", "transactionId must be 1–64 characters and reason 1–500")
+            }
+            let revocation = try await services.vault.revoke(
+                transactionId: body.transactionId, reason: body.reason, by: context.identity?.name ?? "?", now: Date())
+            try await audit(context, "redemption.revoke", target: body.transactionId, detail: body.reason)
+            return try JSON.response(revocation, status: .created)
+        }
         group.get("/audit-log") { request, _ in
             let (after, limit) = try Paging.parse(request)
             let items = try await services.adminLog.actions(after: after, limit: limit)
@@ -157,6 +171,11 @@ struct AuditController {
             return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
         }
         group.get("/export") { request, _ in try export(request) }
+        group.get("/revocations") { request, _ in
+            let (after, limit) = try Paging.parse(request)
+            let items = try await services.ledger.revocations(after: after, limit: limit)
+            return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
+        }
     }
 
     static func filter(_ request: Request) throws -> AuditFilter {

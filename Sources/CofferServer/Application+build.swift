@@ -50,6 +50,9 @@ public func buildRouter(_ services: CofferServices) -> Router<CofferRequestConte
     RedemptionController(services: services).add(
         to: router.group().add(middleware: RateLimitMiddleware(limiter: redemptionLimiter, metrics: services.metrics)))
     DownloadController(services: services).add(to: router)
+    router.post("/v1/notifications") { request, context in
+        try await RedemptionController(services: services).notification(request, context: context)
+    }
     AdminController(services: services).add(
         to: router.group("/v1/admin").add(
             middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin], failures: authFailures, metrics: services.metrics)))

@@ -19,6 +19,10 @@ struct RedemptionController {
         var grant: String
     }
 
+    struct NotificationBody: Decodable {
+        var signedPayload: String
+    }
+
     func add(to router: RouterGroup<CofferRequestContext>) {
         router.post("/v1/redemptions") { request, context in try await redeem(request, context: context) }
         router.post("/v1/grants/tokens") { request, context in
@@ -26,6 +30,18 @@ struct RedemptionController {
             let outcome = try await services.vault.exchange(grant: body.grant, now: Date())
             return try JSON.response(RedemptionResponse(outcome))
         }
+    }
+
+    /// App Store Server Notifications V2: Apple posts `{"signedPayload": JWS}`. The signature is
+    /// the authentication; REFUND and REVOKE of a redeemed transaction revoke it.
+    func notification(_ request: Request, context: CofferRequestContext) async throws -> Response {
+        let body = try await JSON.decode(NotificationBody.self, from: request, limit: 256 * 1024, timeout: services.configuration.bodyTimeout)
+        let outcome: Vault.NotificationOutcome
+        do { outcome = try await services.vault.handleNotification(body.signedPayload, now: Date()) } catch { throw Problem(error) }
+        if outcome != .ignored {
+            context.logger.notice("notification", metadata: ["result": "\(outcome.rawValue)"])
+        }
+        return try JSON.response(["result": outcome.rawValue])
     }
 
     func redeem(_ request: Request, context: CofferRequestContext) async throws -> Response {

@@ -104,6 +104,7 @@ enum ChainStore {
         var events: [StoredEvent] = []
         var redemptionRows: [Int64] = []
         var attemptRows: [Int64] = []
+        var revocationRows: [Int64] = []
         for row in rows {
             let kindName = try row.decode(String.self, forColumn: "kind")
             guard let kind = LedgerEventKind(rawValue: kindName) else { throw StoreError.invalidValue(column: "kind", value: kindName) }
@@ -114,6 +115,7 @@ enum ChainStore {
             switch kind {
             case .redemption: redemptionRows.append(event.row)
             case .attempt: attemptRows.append(event.row)
+            case .revocation: revocationRows.append(event.row)
             }
         }
         let redemptions = Dictionary(
@@ -124,14 +126,49 @@ enum ChainStore {
         let attempts = Dictionary(
             try AttemptRecord.filter(attemptRows.contains(AttemptRecord.Columns.sequence)).fetchAll(db).map { ($0.attempt.sequence, $0.attempt) },
             uniquingKeysWith: { a, _ in a })
+        let revocations = Dictionary(
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM revocations WHERE sequence IN (SELECT value FROM json_each(?))",
+                arguments: [String(decoding: try JSONEncoder().encode(revocationRows), as: UTF8.self)]
+            ).map { row in
+                let r = try revocation(row); return (r.sequence, r)
+            },
+            uniquingKeysWith: { a, _ in a })
         for i in events.indices {
             let e = events[i]
             switch e.kind {
             case .redemption: events[i].entry = redemptions[e.row].map { LedgerEntry.redemption($0, sequence: e.sequence) }
             case .attempt: events[i].entry = attempts[e.row].map { LedgerEntry.attempt($0, sequence: e.sequence) }
+            case .revocation: events[i].entry = revocations[e.row].map { LedgerEntry.revocation($0, sequence: e.sequence) }
             }
         }
         return events
+    }
+
+    static func revocation(_ row: Row) throws -> Revocation {
+        let source = try row.decode(String.self, forColumn: "source")
+        return Revocation(
+            sequence: try row.decode(forColumn: "sequence"), redemptionId: try row.decode(forColumn: "redemption_id"),
+            transactionId: try row.decode(forColumn: "transaction_id"),
+            revokedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "revoked_at")), reason: try row.decode(forColumn: "reason"),
+            source: try Revocation.Source(rawValue: source).orThrow(StoreError.invalidValue(column: "source", value: source)),
+            reference: try row.decode(forColumn: "reference"),
+            recordedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "recorded_at")))
+    }
+
+    static func insert(_ db: Database, _ r: Revocation) throws -> Revocation {
+        try db.execute(
+            sql: """
+                INSERT INTO revocations (redemption_id, transaction_id, revoked_at, reason, source, reference, recorded_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                r.redemptionId, r.transactionId, r.revokedAt.timeIntervalSince1970, r.reason, r.source.rawValue, r.reference,
+                r.recordedAt.timeIntervalSince1970,
+            ])
+        var row = r
+        row.sequence = db.lastInsertedRowID
+        return row
     }
 
     /// Rows of `redemptions` and `attempts` that no event chains, oldest first (at most `limit`).
@@ -144,11 +181,22 @@ enum ChainStore {
                 UNION ALL
                 SELECT 'attempt', sequence, at FROM attempts a
                   WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'attempt' AND e.row_sequence = a.sequence)
+                UNION ALL
+                SELECT 'revocation', sequence, recorded_at FROM revocations v
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'revocation' AND e.row_sequence = v.sequence)
                 ORDER BY at, kind, sequence LIMIT ?
                 """, arguments: [limit])
         return try rows.compactMap { row in
             guard let kind = LedgerEventKind(rawValue: try row.decode(String.self, forColumn: "kind")) else { return nil }
             return (kind: kind, row: try row.decode(Int64.self, forColumn: "sequence"), at: try row.decode(Double.self, forColumn: "at"))
         }
+    }
+}
+
+extension Optional {
+    /// The value, or `error` thrown.
+    func orThrow(_ error: @autoclosure () -> any Error) throws -> Wrapped {
+        guard let value = self else { throw error() }
+        return value
     }
 }

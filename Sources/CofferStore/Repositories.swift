@@ -128,6 +128,39 @@ public struct SQLiteLedger: LedgerRepository {
         }
     }
 
+    /// Appends a revocation and its chain event in one transaction. `.notRedeemed` when the
+    /// transaction was never redeemed here, `.alreadyRevoked` for a second revocation.
+    public func revoke(_ revocation: Revocation) async throws -> RevocationOutcome {
+        try await db.pool.write { [checkpoints] db in
+            guard
+                let redemptionId = try String.fetchOne(
+                    db, sql: "SELECT redemption_id FROM redemptions WHERE transaction_id = ?", arguments: [revocation.transactionId])
+            else { return .notRedeemed }
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM revocations WHERE transaction_id = ?", arguments: [revocation.transactionId]) == true {
+                return .alreadyRevoked
+            }
+            var row = revocation
+            row.redemptionId = redemptionId
+            row = try ChainStore.insert(db, row)
+            let stored = row
+            try ChainStore.append(db, policy: checkpoints, now: revocation.recordedAt) { .revocation(stored, sequence: $0) }
+            return .revoked(stored)
+        }
+    }
+
+    public func revocation(transactionId: String) async throws -> Revocation? {
+        try await db.pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM revocations WHERE transaction_id = ?", arguments: [transactionId]).map(ChainStore.revocation)
+        }
+    }
+
+    public func revocations(after: Int64, limit: Int) async throws -> [Revocation] {
+        try await db.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM revocations WHERE sequence > ? ORDER BY sequence LIMIT ?", arguments: [after, max(0, limit)])
+                .map(ChainStore.revocation)
+        }
+    }
+
     /// The redemption whose grant hash is `grantHash`, if any.
     public func redemption(grantHash: String) async throws -> Redemption? {
         try await db.pool.read { db in
@@ -186,6 +219,12 @@ extension SQLiteLedger {
                     case .attempt:
                         guard let a = try AttemptRecord.filter(AttemptRecord.Columns.sequence == item.row).fetchOne(db)?.attempt else { continue }
                         try ChainStore.append(db, policy: checkpoints, now: now) { .attempt(a, sequence: $0) }
+                    case .revocation:
+                        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM revocations WHERE sequence = ?", arguments: [item.row]) else {
+                            continue
+                        }
+                        let r = try ChainStore.revocation(row)
+                        try ChainStore.append(db, policy: checkpoints, now: now) { .revocation(r, sequence: $0) }
                     }
                     count += 1
                 }

@@ -8,6 +8,8 @@ public enum LedgerEventKind: String, Codable, Sendable, Hashable, CaseIterable {
     case redemption
     /// A refused attempt (a row of `attempts`).
     case attempt
+    /// A redeemed transaction refunded or revoked later (a row of `revocations`).
+    case revocation
 }
 
 /// One entry of the tamper-evident ledger: its position, its kind, the row it chains and
@@ -39,6 +41,7 @@ public struct LedgerEntry: Sendable, Hashable {
                 "receiptSHA256", "sourceFormat", "redeemedAt", "clientAddress", "appAccountToken", "status", "grantHash",
             ]
         case .attempt: ["at", "code", "detail", "transactionId", "productId", "receiptSHA256", "clientAddress"]
+        case .revocation: ["redemptionId", "transactionId", "revokedAt", "reason", "source", "reference", "recordedAt"]
         }
     }
 
@@ -58,6 +61,13 @@ public struct LedgerEntry: Sendable, Hashable {
         LedgerEntry(
             sequence: sequence, kind: .attempt, row: a.sequence,
             values: [micros(a.at), a.code, a.detail, a.transactionId, a.productId, a.receiptSHA256, a.clientAddress])
+    }
+
+    /// The entry for a stored revocation (its `sequence` is the row).
+    public static func revocation(_ r: Revocation, sequence: Int64) -> LedgerEntry {
+        LedgerEntry(
+            sequence: sequence, kind: .revocation, row: r.sequence,
+            values: [r.redemptionId, r.transactionId, micros(r.revokedAt), r.reason, r.source.rawValue, r.reference, micros(r.recordedAt)])
     }
 
     /// A date as whole microseconds since 1970-01-01T00:00:00Z, in decimal.

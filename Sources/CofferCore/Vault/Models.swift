@@ -193,3 +193,48 @@ public struct AdminAction: Codable, Sendable, Hashable {
         self.clientAddress = clientAddress
     }
 }
+
+/// A redeemed transaction later refunded or revoked: appended to the ledger as its own
+/// event (the redemption row is never edited).
+public struct Revocation: Codable, Sendable, Hashable {
+    public enum Source: String, Codable, Sendable, Hashable {
+        /// A verified App Store Server Notification (REFUND, REVOKE).
+        case notification
+        /// An admin, through the API.
+        case admin
+    }
+
+    public var sequence: Int64
+    public var redemptionId: String
+    public var transactionId: String
+    /// When Apple (or the admin) says the purchase was revoked.
+    public var revokedAt: Date
+    /// The notification type and subtype, or the admin's reason.
+    public var reason: String
+    public var source: Source
+    /// The notification UUID, or the admin key's name.
+    public var reference: String
+    public var recordedAt: Date
+
+    public init(
+        sequence: Int64 = 0, redemptionId: String, transactionId: String, revokedAt: Date, reason: String, source: Source, reference: String,
+        recordedAt: Date
+    ) {
+        self.sequence = sequence
+        self.redemptionId = redemptionId
+        self.transactionId = transactionId
+        self.revokedAt = revokedAt
+        self.reason = reason
+        self.source = source
+        self.reference = reference
+        self.recordedAt = recordedAt
+    }
+}
+
+/// The outcome of recording a revocation.
+public enum RevocationOutcome: Sendable, Hashable {
+    case revoked(Revocation)
+    /// No redemption of that transaction: nothing to revoke (Coffer never released it).
+    case notRedeemed
+    case alreadyRevoked
+}

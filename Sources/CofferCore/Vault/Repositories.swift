@@ -24,6 +24,12 @@ public protocol LedgerRepository: Sendable {
     func redemption(grantHash: String) async throws -> Redemption?
     func redemptions(_ filter: AuditFilter) async throws -> [Redemption]
     func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt]
+    /// Appends a revocation of a redeemed transaction (`redemptionId` is filled in from the
+    /// ledger); at most one per transaction.
+    func revoke(_ revocation: Revocation) async throws -> RevocationOutcome
+    func revocation(transactionId: String) async throws -> Revocation?
+    /// Revocations after `after`, oldest first.
+    func revocations(after: Int64, limit: Int) async throws -> [Revocation]
 }
 
 /// Admin and auditor keys, stored hashed.
@@ -81,6 +87,24 @@ public actor InMemoryLedger: LedgerRepository {
     }
 
     public func redemption(grantHash: String) -> Redemption? { rows.first { $0.grantHash == grantHash } }
+
+    private var revocationRows: [Revocation] = []
+
+    public func revoke(_ revocation: Revocation) -> RevocationOutcome {
+        guard let index = byTransaction[revocation.transactionId] else { return .notRedeemed }
+        guard !revocationRows.contains(where: { $0.transactionId == revocation.transactionId }) else { return .alreadyRevoked }
+        var row = revocation
+        row.sequence = Int64(revocationRows.count + 1)
+        row.redemptionId = rows[index].redemptionId
+        revocationRows.append(row)
+        return .revoked(row)
+    }
+
+    public func revocation(transactionId: String) -> Revocation? { revocationRows.first { $0.transactionId == transactionId } }
+
+    public func revocations(after: Int64, limit: Int) -> [Revocation] {
+        Array(revocationRows.lazy.filter { $0.sequence > after }.prefix(max(0, limit)))
+    }
 
     public func redemptions(_ f: AuditFilter) -> [Redemption] {
         Array(

@@ -162,10 +162,64 @@ public struct Vault: Sendable {
             let redemption = try await storage({ try await ledger.redemption(grantHash: Self.grantHash(grant)) }),
             redemption.status == "redeemed"
         else { throw VaultFailure(.forbidden, "grantInvalid", "the grant is unknown or revoked") }
+        guard try await storage({ try await ledger.revocation(transactionId: redemption.transactionId) }) == nil else {
+            throw VaultFailure(.forbidden, "grantInvalid", "the grant is unknown or revoked")
+        }
         guard let product = try await storage({ try await catalogue.product(redemption.productId) }) else {
             throw VaultFailure(.notFound, "unknownProduct", "product \(redemption.productId) is no longer in the catalogue")
         }
         return RedemptionOutcome(redemption: redemption, grant: nil, assets: try await issue(product, for: redemption, now: now))
+    }
+
+    /// What a notification did.
+    public enum NotificationOutcome: String, Sendable {
+        /// A redeemed transaction is now revoked.
+        case revoked
+        /// A refund or revocation of a transaction this vault never redeemed.
+        case notRedeemed
+        /// Already revoked (Apple retries notifications).
+        case alreadyRevoked
+        /// A notification type that changes nothing here.
+        case ignored
+    }
+
+    /// Notification types that take a purchase back.
+    static let revokingTypes: Set<String> = ["REFUND", "REVOKE"]
+
+    /// Handles a verified App Store Server Notification V2 (`signedPayload`): REFUND and
+    /// REVOKE of a redeemed transaction append a revocation event; its grant stops working.
+    public func handleNotification(_ signedPayload: String, now: Date) async throws(VaultFailure) -> NotificationOutcome {
+        let result = await verifier.verifySignedData(signedPayload, now: now)
+        guard case .valid(let evidence) = result else {
+            throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a notification"))
+        }
+        guard case .notification(let notification) = evidence.signed else {
+            throw VaultFailure(.unprocessable, "unsupportedFormat", "expected an App Store Server Notification V2 signedPayload")
+        }
+        guard let type = notification.notificationType, Self.revokingTypes.contains(type) else { return .ignored }
+        guard let transaction = notification.transaction, let transactionId = transaction.transactionId else {
+            throw VaultFailure(.unprocessable, "malformed", "a \(type) notification without a signed transaction")
+        }
+        let reason = [type, notification.subtype].compactMap { $0 }.joined(separator: "/")
+        let revocation = Revocation(
+            redemptionId: "", transactionId: transactionId, revokedAt: transaction.revocationDate?.date ?? now, reason: reason, source: .notification,
+            reference: notification.notificationUUID ?? "", recordedAt: now)
+        switch try await storage({ try await ledger.revoke(revocation) }) {
+        case .revoked: return .revoked
+        case .notRedeemed: return .notRedeemed
+        case .alreadyRevoked: return .alreadyRevoked
+        }
+    }
+
+    /// An admin takes a redemption back (chargeback handled outside Apple, abuse).
+    public func revoke(transactionId: String, reason: String, by admin: String, now: Date) async throws(VaultFailure) -> Revocation {
+        let revocation = Revocation(
+            redemptionId: "", transactionId: transactionId, revokedAt: now, reason: reason, source: .admin, reference: admin, recordedAt: now)
+        switch try await storage({ try await ledger.revoke(revocation) }) {
+        case .revoked(let stored): return stored
+        case .notRedeemed: throw VaultFailure(.notFound, "notRedeemed", "transaction \(transactionId) was never redeemed here")
+        case .alreadyRevoked: throw VaultFailure(.conflict, "alreadyRevoked", "transaction \(transactionId) is already revoked")
+        }
     }
 
     private func issue(_ product: Product, for redemption: Redemption, now: Date) async throws(VaultFailure) -> [IssuedAsset] {

@@ -1,0 +1,95 @@
+import CofferCore
+import CofferSandbox
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+/// Refunds and revocations: App Store notifications and admins append revocation events;
+/// the grant stops minting tokens; the chain covers them.
+@Suite struct RevocationTests {
+    static func notification(_ type: String, transactionId: String) throws -> ByteBuffer {
+        let jws = try Harness.ca.mintNotification(
+            type: type, transaction: TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: transactionId), now: Date())
+        return try Harness.body(["signedPayload": jws])
+    }
+
+    @Test func refundNotificationsRevokeRedemptionsAndTheirGrants() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            let redeemed = try Harness.json(
+                try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders,
+                    body: try Harness.body(["receipt": try Harness.receipt("4000")])))
+            let grant = try #require(redeemed["grant"] as? String)
+            func post(_ body: ByteBuffer) async throws -> TestResponse {
+                try await client.execute(uri: "/v1/notifications", method: .post, headers: Harness.jsonHeaders, body: body)
+            }
+            let refund = try await post(try Self.notification("REFUND", transactionId: "4000"))
+            #expect(refund.status == .ok)
+            #expect(try Harness.json(refund)["result"] as? String == "revoked")
+            #expect(try Harness.json(try await post(try Self.notification("REFUND", transactionId: "4000")))["result"] as? String == "alreadyRevoked")
+            #expect(try Harness.json(try await post(try Self.notification("REVOKE", transactionId: "4999")))["result"] as? String == "notRedeemed")
+            #expect(try Harness.json(try await post(try Self.notification("DID_RENEW", transactionId: "4000")))["result"] as? String == "ignored")
+
+            let exchange = try await client.execute(
+                uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["grant": grant]))
+            #expect(exchange.status == .forbidden)
+            #expect(Harness.code(exchange) == "grantInvalid")
+
+            // Not a notification, or not signed by a trusted chain: refused, nothing recorded.
+            let transaction = try Harness.ca.mintTransaction(
+                TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "4000"), now: Date())
+            let wrongKind = try await post(try Harness.body(["signedPayload": transaction]))
+            #expect(wrongKind.status == .unprocessableContent)
+            #expect(Harness.code(wrongKind) == "unsupportedFormat")
+            let other = try SandboxCA.create(now: Date())
+            let forged = try other.mintNotification(
+                type: "REFUND", transaction: TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "4000"), now: Date()
+            )
+            let untrusted = try await post(try Harness.body(["signedPayload": forged]))
+            #expect(untrusted.status == .unprocessableContent)
+            #expect(try await post(ByteBuffer(string: "{}")).status == .badRequest)
+
+            let listed = try Harness.json(
+                try await client.execute(uri: "/v1/audit/revocations", method: .get, headers: h.bearer(h.auditorKey)))
+            let items = try #require(listed["items"] as? [[String: Any]])
+            #expect(items.count == 1)
+            #expect(items.first?["reason"] as? String == "REFUND")
+            #expect(items.first?["source"] as? String == "notification")
+            #expect(items.first?["redemptionId"] as? String == redeemed["redemptionId"] as? String)
+        }
+        let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
+        #expect(report.intact)
+        #expect(report.entries == 2, "the redemption and its revocation")
+    }
+
+    @Test func adminsRevokeWithAReasonAndItIsLogged() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            _ = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("4100")]))
+            func revoke(_ id: String, key: String? = nil) async throws -> TestResponse {
+                var headers = h.bearer(key ?? h.adminKey)
+                headers[.contentType] = "application/json"
+                return try await client.execute(
+                    uri: "/v1/admin/revocations", method: .post, headers: headers,
+                    body: try Harness.body(["transactionId": id, "reason": "chargeback"]))
+            }
+            let created = try await revoke("4100")
+            #expect(created.status == .created)
+            #expect(try Harness.json(created)["source"] as? String == "admin")
+            let again = try await revoke("4100")
+            #expect(again.status == .conflict)
+            #expect(Harness.code(again) == "alreadyRevoked")
+            let unknown = try await revoke("4101")
+            #expect(unknown.status == .notFound)
+            #expect(Harness.code(unknown) == "notRedeemed")
+            #expect(try await revoke("4100", key: h.auditorKey).status == .forbidden)
+        }
+        #expect(try await h.services.adminLog.actions(after: 0, limit: 10).map(\.action) == ["redemption.revoke"])
+        #expect(try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey).intact)
+    }
+}
