@@ -62,11 +62,29 @@ public enum Base64 {
 
     /// Encodes bytes as unpadded base64url.
     public static func encodeURL<B: Sequence>(_ bytes: B) -> String where B.Element == UInt8 {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        let input = Array(bytes)
+        var out: [UInt8] = []
+        out.reserveCapacity((input.count * 4 + 2) / 3)
+        var i = 0
+        while i + 3 <= input.count {
+            let n = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
+            out.append(urlAlphabet[Int(n >> 18)])
+            out.append(urlAlphabet[Int(n >> 12 & 63)])
+            out.append(urlAlphabet[Int(n >> 6 & 63)])
+            out.append(urlAlphabet[Int(n & 63)])
+            i += 3
+        }
+        let rest = input.count - i
+        if rest > 0 {
+            let n = UInt32(input[i]) << 16 | (rest == 2 ? UInt32(input[i + 1]) << 8 : 0)
+            out.append(urlAlphabet[Int(n >> 18)])
+            out.append(urlAlphabet[Int(n >> 12 & 63)])
+            if rest == 2 { out.append(urlAlphabet[Int(n >> 6 & 63)]) }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
+
+    private static let urlAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 }
 
 extension Sequence where Element == UInt8 {

@@ -55,7 +55,7 @@ public struct CofferConfiguration: Sendable {
 public struct CofferServices: Sendable {
     public let configuration: CofferConfiguration
     public let database: CofferDatabase
-    public let catalogue: SQLiteCatalogue
+    public let catalogue: CachedCatalogue
     public let ledger: SQLiteLedger
     public let ledgerSigner: LedgerSigner
     public let keys: SQLiteKeys
@@ -76,7 +76,7 @@ public struct CofferServices: Sendable {
         let cleaned = try content.cleanTemporaryFiles()
         if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
         let signer = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)
-        let catalogue = SQLiteCatalogue(database)
+        let catalogue = CachedCatalogue(SQLiteCatalogue(database))
         let ledgerSigner = try LedgerKeyFile.signer(dataDirectory: configuration.dataDirectory)
         let ledger = SQLiteLedger(database, checkpoints: CheckpointPolicy(signer: ledgerSigner, every: configuration.checkpointEvery))
         let chained = try await ledger.chainUnchainedRows(now: Date())

@@ -90,42 +90,27 @@ public struct SQLiteLedger: LedgerRepository {
 
     /// A ledger stored in `db`. Every row it writes is appended to the hash chain in the same
     /// transaction; `checkpoints` signs one every `every` entries.
+    private let committer: GroupCommitter
+
     public init(_ db: CofferDatabase, checkpoints: CheckpointPolicy? = nil) {
         self.db = db
         self.checkpoints = checkpoints
+        self.committer = GroupCommitter(db: db, checkpoints: checkpoints)
     }
 
-    /// Inserts a redemption (a plain INSERT). Returns `.alreadyRedeemed` when the UNIQUE constraint on
+    /// Inserts a redemption (a plain INSERT, group-committed with concurrent writes: see
+    /// ``GroupCommitter``). Returns `.alreadyRedeemed` when the UNIQUE constraint on
     /// `transaction_id` rejects it, otherwise the stored row with its assigned `sequence`. Returns once
     /// the transaction is committed (`synchronous = FULL`). Other errors, including a unique violation
     /// on `redemption_id` or `grant_hash` for a new transaction id, propagate.
-    public func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome {
-        try await db.pool.write { db in
-            do {
-                try RedemptionRecord(redemption).insert(db)
-            } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
-                // The statement was rolled back by SQLite. Tell a replay apart from a collision
-                // on another unique column; this read only classifies the error.
-                if try RedemptionRecord.filter(RedemptionRecord.Columns.transactionId == redemption.transactionId).fetchCount(db) > 0 {
-                    return .alreadyRedeemed
-                }
-                throw error
-            }
-            var row = redemption
-            row.sequence = db.lastInsertedRowID
-            try ChainStore.append(db, policy: checkpoints, now: redemption.redeemedAt) { .redemption(row, sequence: $0) }
-            return .inserted(row)
-        }
+    public func insert(_ redemption: Redemption, replay: RejectedAttempt?) async throws -> LedgerInsertOutcome {
+        try await committer.insert(redemption, replay: replay)
     }
 
-    /// Appends a rejected attempt (its `sequence` is assigned by SQLite).
+    /// Appends a rejected attempt (its `sequence` is assigned by SQLite), group-committed
+    /// like redemptions.
     public func record(_ attempt: RejectedAttempt) async throws {
-        try await db.pool.write { [checkpoints] db in
-            try AttemptRecord(attempt).insert(db)
-            var row = attempt
-            row.sequence = db.lastInsertedRowID
-            try ChainStore.append(db, policy: checkpoints, now: attempt.at) { .attempt(row, sequence: $0) }
-        }
+        try await committer.record(attempt)
     }
 
     /// Appends a revocation and its chain event in one transaction. `.notRedeemed` when the

@@ -11,6 +11,9 @@ import Testing
         #expect(Base64.decode(Data(bytes).base64EncodedString(options: .lineLength64Characters)) == bytes)
         let url = Base64.encodeURL(bytes)
         #expect(Base64.decodeURL(url) == bytes)
+        // RFC 4648 §5: the standard encoding with - _ for + / and no padding.
+        let expected = String(standard.map { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 }.filter { $0 != "=" })
+        #expect(url == expected)
     }
 
     @Test func base64RejectsWhatItShould() {

@@ -112,7 +112,8 @@ import Testing
             #expect(statuses == [.created, .created, .tooManyRequests])
             let limited = try #require(last)
             #expect(Harness.code(limited) == "rateLimited")
-            #expect(limited.headers[.retryAfter] == "10")
+            // Empty bucket at 6/min: the next token is at most 10 s away.
+            #expect((1...10).contains(Int(limited.headers[.retryAfter] ?? "") ?? 0))
             let grant = try await client.execute(
                 uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["grant": "x"]))
             #expect(grant.status == .tooManyRequests, "grant exchanges share the budget")

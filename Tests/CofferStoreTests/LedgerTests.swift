@@ -132,7 +132,7 @@ struct LedgerTests {
             let reference = InMemoryLedger()
             for redemption in Self.sample {
                 _ = try await ledger.insert(redemption)
-                _ = await reference.insert(redemption)
+                _ = try await reference.insert(redemption)
             }
             for filter in Self.filters {
                 let expected = await reference.redemptions(filter)

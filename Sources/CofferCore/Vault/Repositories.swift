@@ -18,8 +18,9 @@ public protocol CatalogueRepository: Sendable {
 /// The replay ledger: one row per redeemed transaction, plus the rejected attempts.
 public protocol LedgerRepository: Sendable {
     /// Inserts a redemption; `.alreadyRedeemed` when its transaction id is already in the
-    /// ledger. Returns only once the row is durable.
-    func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome
+    /// ledger, and then `replay` (if given) is recorded as a rejected attempt in the same
+    /// write. Returns only once the row is durable.
+    func insert(_ redemption: Redemption, replay: RejectedAttempt?) async throws -> LedgerInsertOutcome
     func record(_ attempt: RejectedAttempt) async throws
     func redemption(grantHash: String) async throws -> Redemption?
     func redemptions(_ filter: AuditFilter) async throws -> [Redemption]
@@ -30,6 +31,11 @@ public protocol LedgerRepository: Sendable {
     func revocation(transactionId: String) async throws -> Revocation?
     /// Revocations after `after`, oldest first.
     func revocations(after: Int64, limit: Int) async throws -> [Revocation]
+}
+
+extension LedgerRepository {
+    /// Inserts a redemption; `.alreadyRedeemed` when its transaction id is already in the ledger.
+    public func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome { try await insert(redemption, replay: nil) }
 }
 
 /// Admin and auditor keys, stored hashed.
@@ -71,8 +77,11 @@ public actor InMemoryLedger: LedgerRepository {
 
     public init() {}
 
-    public func insert(_ redemption: Redemption) -> LedgerInsertOutcome {
-        guard byTransaction[redemption.transactionId] == nil else { return .alreadyRedeemed }
+    public func insert(_ redemption: Redemption, replay: RejectedAttempt?) -> LedgerInsertOutcome {
+        guard byTransaction[redemption.transactionId] == nil else {
+            if let replay { record(replay) }
+            return .alreadyRedeemed
+        }
         var row = redemption
         row.sequence = Int64(rows.count + 1)
         byTransaction[row.transactionId] = rows.count

@@ -121,6 +121,7 @@ public struct Vault: Sendable {
         let proofHash = SHA256.hash(data: proofBytes).hexString
         var seenTransaction: String?
         var seenProduct: String?
+        var replayRecorded = false
         do throws(VaultFailure) {
             let purchase = try await verify(request, now: now, seen: &seenTransaction, product: &seenProduct)
             guard let product = try await storage({ try await catalogue.product(purchase.productId) }) else {
@@ -139,14 +140,19 @@ public struct Vault: Sendable {
                 environment: purchase.environment.rawValue, purchaseDate: purchase.purchaseDate, quantity: purchase.quantity,
                 receiptSHA256: proofHash, sourceFormat: purchase.format, redeemedAt: now, clientAddress: request.clientAddress,
                 appAccountToken: request.appAccountToken ?? purchase.appAccountToken, grantHash: Self.grantHash(grant))
-            switch try await storage({ try await ledger.insert(row) }) {
+            let replayDetail = "transaction \(purchase.transactionId) was already redeemed"
+            let replay = RejectedAttempt(
+                at: now, code: "alreadyRedeemed", detail: replayDetail, transactionId: purchase.transactionId, productId: purchase.productId,
+                receiptSHA256: proofHash, clientAddress: request.clientAddress)
+            switch try await storage({ try await ledger.insert(row, replay: replay) }) {
             case .alreadyRedeemed:
-                throw VaultFailure(.conflict, "alreadyRedeemed", "transaction \(purchase.transactionId) was already redeemed")
+                replayRecorded = true
+                throw VaultFailure(.conflict, "alreadyRedeemed", replayDetail)
             case .inserted(let stored):
                 return RedemptionOutcome(redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now))
             }
         } catch {
-            if error.kind != .unavailable {
+            if error.kind != .unavailable && !replayRecorded {
                 let attempt = RejectedAttempt(
                     at: now, code: error.code, detail: String(error.detail.prefix(500)), transactionId: seenTransaction, productId: seenProduct,
                     receiptSHA256: proofHash, clientAddress: request.clientAddress)
@@ -307,7 +313,10 @@ public struct Vault: Sendable {
     /// 32 random bytes, base64url.
     static func randomSecret() -> String {
         var rng = SystemRandomNumberGenerator()
-        return Base64.encodeURL((0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        for _ in 0..<4 { withUnsafeBytes(of: rng.next()) { bytes.append(contentsOf: $0) } }
+        return Base64.encodeURL(bytes)
     }
 
     /// The stored form of a grant secret.

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# End-to-end redemption load: the release `coffer serve` (durable ledger, synchronous=FULL)
+# against wrk posting unique sandbox receipts, then the same receipts again (all replays).
+#
+#   Benchmarks/load-redemptions.sh                 # 10 s per phase, 32 connections
+#   SECONDS_EACH=20 CONNECTIONS=64 Benchmarks/load-redemptions.sh
+#
+# Needs wrk (apt-get install wrk). Builds coffer in release into .build-release/.
+# Prints redemptions/s, latency percentiles and the status counts of each phase, and the
+# server's CPU seconds per 1,000 redemptions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S=${SECONDS_EACH:-10}
+C=${CONNECTIONS:-32}
+T=${THREADS:-1}
+N=${RECEIPTS:-40000}
+PORT=${PORT:-18480}
+OUT=.build-release/load
+command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
+
+echo "building coffer (release) …" >&2
+swift build -c release --product coffer --scratch-path .build-release >&2
+BIN=$PWD/.build-release/release/coffer
+rm -rf "$OUT" && mkdir -p "$OUT"
+"$BIN" serve --demo --data-dir "$OUT/data" --port "$PORT" --content content --rate-redemptions 0 --log-level warning >"$OUT/serve.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.1; done
+
+echo "minting $N sandbox receipts …" >&2
+"$BIN" sandbox receipt --dir "$OUT/data/sandbox" --bundle-id com.coffer.demo --purchase com.coffer.demo.levelpack1:1000000 \
+    --count "$N" --out-dir "$OUT/receipts" >/dev/null
+# One JSON body per line, for wrk's Lua.
+python3 - "$OUT" <<'PY'
+import base64, os, sys
+out = sys.argv[1]
+with open(os.path.join(out, "bodies.ndjson"), "w") as f:
+    for name in sorted(os.listdir(os.path.join(out, "receipts"))):
+        with open(os.path.join(out, "receipts", name), "rb") as r:
+            f.write('{"receipt":"%s"}\n' % base64.b64encode(r.read()).decode())
+PY
+
+cat >"$OUT/redeem.lua" <<'LUA'
+local bodies = {}
+for line in io.lines(os.getenv("BODIES")) do bodies[#bodies + 1] = line end
+local threads = {}
+local counter = 0
+function setup(thread)
+  counter = counter + 1
+  thread:set("id", counter)
+  table.insert(threads, thread)
+end
+function init(args)
+  stride = tonumber(os.getenv("THREADS"))
+  i = id - stride
+  statuses = {}
+end
+request = function()
+  i = i + stride
+  if i > #bodies then i = ((i - 1) % #bodies) + 1 end
+  return wrk.format("POST", "/v1/redemptions", {["Content-Type"] = "application/json"}, bodies[i])
+end
+response = function(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+function done(summary, latency, requests)
+  local total = {}
+  for _, t in ipairs(threads) do
+    for k, v in pairs(t:get("statuses")) do total[k] = (total[k] or 0) + v end
+  end
+  local parts = {}
+  for k, v in pairs(total) do parts[#parts + 1] = k .. "×" .. v end
+  table.sort(parts)
+  io.write(string.format("statuses: %s\n", table.concat(parts, " ")))
+  io.write(string.format("p50_ms: %.2f p90_ms: %.2f p99_ms: %.2f max_ms: %.2f\n",
+    latency:percentile(50) / 1000, latency:percentile(90) / 1000, latency:percentile(99) / 1000, latency.max / 1000))
+  io.write(string.format("rate: %.0f\n", summary.requests / (summary.duration / 1e6)))
+end
+LUA
+
+cpu() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
+tick=$(getconf CLK_TCK)
+phase() {
+    local name=$1
+    local before after
+    before=$(cpu)
+    BODIES="$OUT/bodies.ndjson" THREADS=$T wrk -t"$T" -c"$C" -d"${S}s" --timeout 5s -s "$OUT/redeem.lua" "http://127.0.0.1:$PORT" >"$OUT/$name.txt"
+    after=$(cpu)
+    local rate
+    rate=$(awk '/^rate:/{print $2}' "$OUT/$name.txt")
+    printf '%-8s %s/s  %s  %s  server CPU %.2f s per 1,000\n' "$name" "$rate" "$(grep '^p50' "$OUT/$name.txt")" \
+        "$(grep '^statuses' "$OUT/$name.txt")" "$(awk -v a="$before" -v b="$after" -v t="$tick" -v r="$rate" -v s="$S" 'BEGIN{print (b-a)/t/(r*s)*1000}')"
+}
+echo "phase    rate       latency                                            statuses" >&2
+phase redeem
+phase replay
+curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^coffer_redemptions_total' || true
+"$BIN" ledger verify --data-dir "$OUT/data" | head -2 || true

@@ -1,0 +1,143 @@
+import CofferCore
+import Foundation
+import GRDB
+import Synchronization
+
+/// Group commit for the ledger: the redemptions and attempts that arrive while a transaction
+/// is being written wait, then go together into the next transaction — one fsync for many
+/// rows instead of one each. Each caller is answered only after the transaction holding its
+/// row has committed (`synchronous = FULL`: on disk), and each row sits in its own savepoint,
+/// so a replay (UNIQUE violation) or a failing row does not affect the others in its batch.
+final class GroupCommitter: Sendable {
+    enum Job: Sendable {
+        /// A redemption, and the attempt to record instead if it is a replay.
+        case redemption(Redemption, RejectedAttempt?, CheckedContinuation<LedgerInsertOutcome, any Error>)
+        case attempt(RejectedAttempt, CheckedContinuation<Void, any Error>?)
+    }
+
+    struct Queue {
+        var jobs: [Job] = []
+        var draining = false
+    }
+
+    /// Rows per transaction at most (a bound on the latency one batch adds).
+    static let maxBatch = 512
+
+    private let db: CofferDatabase
+    private let checkpoints: CheckpointPolicy?
+    private let queue = Mutex(Queue())
+
+    init(db: CofferDatabase, checkpoints: CheckpointPolicy?) {
+        self.db = db
+        self.checkpoints = checkpoints
+    }
+
+    func insert(_ redemption: Redemption, replay: RejectedAttempt?) async throws -> LedgerInsertOutcome {
+        try await withCheckedThrowingContinuation { submit(.redemption(redemption, replay, $0)) }
+    }
+
+    func record(_ attempt: RejectedAttempt) async throws {
+        try await withCheckedThrowingContinuation { submit(.attempt(attempt, $0)) }
+    }
+
+    /// Queues a job; the first job into an idle queue starts the drainer.
+    private func submit(_ job: Job) {
+        let start = queue.withLock { q -> Bool in
+            q.jobs.append(job)
+            guard !q.draining else { return false }
+            q.draining = true
+            return true
+        }
+        if start { Task.detached { await self.drain() } }
+    }
+
+    /// Writes batches until the queue is empty. Only one drainer runs at a time.
+    private func drain() async {
+        while true {
+            let batch = queue.withLock { q -> [Job] in
+                let batch = Array(q.jobs.prefix(Self.maxBatch))
+                q.jobs.removeFirst(batch.count)
+                if batch.isEmpty { q.draining = false }
+                return batch
+            }
+            if batch.isEmpty { return }
+            await write(batch)
+        }
+    }
+
+    private enum Result: Sendable {
+        case inserted(Redemption)
+        case alreadyRedeemed
+        case recorded
+        case failed(any Error)
+    }
+
+    private func write(_ batch: [Job]) async {
+        let checkpoints = self.checkpoints
+        let results: [Result]
+        do {
+            results = try await db.pool.write { db -> [Result] in
+                var results: [Result] = []
+                results.reserveCapacity(batch.count)
+                for job in batch {
+                    var result = Result.recorded
+                    do {
+                        try db.inSavepoint {
+                            result = try Self.apply(job, db: db, checkpoints: checkpoints)
+                            return .commit
+                        }
+                    } catch {
+                        result = .failed(error)
+                    }
+                    results.append(result)
+                }
+                return results
+            }
+        } catch {
+            // The transaction did not commit: nobody's row is durable.
+            for job in batch {
+                switch job {
+                case .redemption(_, _, let c): c.resume(throwing: error)
+                case .attempt(_, let c): c?.resume(throwing: error)
+                }
+            }
+            return
+        }
+        for (job, result) in zip(batch, results) {
+            switch (job, result) {
+            case (.redemption(_, _, let c), .inserted(let row)): c.resume(returning: .inserted(row))
+            case (.redemption(_, _, let c), .alreadyRedeemed): c.resume(returning: .alreadyRedeemed)
+            case (.redemption(_, _, let c), .failed(let error)): c.resume(throwing: error)
+            case (.attempt(_, let c), .failed(let error)): c?.resume(throwing: error)
+            case (.attempt(_, let c), _): c?.resume()
+            case (.redemption(_, _, let c), .recorded): c.resume(throwing: StoreError.invalidValue(column: "ledger", value: "no outcome"))
+            }
+        }
+    }
+
+    /// One row and its chain event, inside the batch's transaction.
+    private static func apply(_ job: Job, db: Database, checkpoints: CheckpointPolicy?) throws -> Result {
+        switch job {
+        case .redemption(let redemption, let replay, _):
+            // A replay is the common refusal: found by an indexed read, not an exception. Writes
+            // are serialised and this runs inside the write transaction, so nothing can insert
+            // the same transaction id between the read and the INSERT; the UNIQUE constraint
+            // stays as the backstop.
+            if try RedemptionRecord.filter(RedemptionRecord.Columns.transactionId == redemption.transactionId).fetchCount(db) > 0 {
+                if let replay { _ = try apply(.attempt(replay, nil), db: db, checkpoints: checkpoints) }
+                return .alreadyRedeemed
+            }
+            try RedemptionRecord(redemption).insert(db)
+            var row = redemption
+            row.sequence = db.lastInsertedRowID
+            try ChainStore.append(db, policy: checkpoints, now: redemption.redeemedAt) { .redemption(row, sequence: $0) }
+            return .inserted(row)
+        case .attempt(let attempt, _):
+            try AttemptRecord(attempt).insert(db)
+            var row = attempt
+            row.sequence = db.lastInsertedRowID
+            try ChainStore.append(db, policy: checkpoints, now: attempt.at) { .attempt(row, sequence: $0) }
+            return .recorded
+        }
+    }
+}
