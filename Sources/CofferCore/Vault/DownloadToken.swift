@@ -90,7 +90,9 @@ public struct TokenSigner: Sendable {
             let length = Int(payload[index])
             index += 1
             guard payload.count - index >= length else { throw .invalid }
-            fields.append(String(decoding: payload[index..<(index + length)], as: UTF8.self))
+            // Strict UTF-8: a lossy decode would let two payloads name the same claims.
+            guard let field = String(validating: payload[index..<(index + length)], as: UTF8.self) else { throw .invalid }
+            fields.append(field)
             index += length
         }
         guard index == payload.count else { throw .invalid }

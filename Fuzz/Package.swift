@@ -1,0 +1,18 @@
+// swift-tools-version: 6.1
+// libFuzzer targets for Coffer's parsers. Build and run with Fuzz/run.sh (see Fuzz/README.md).
+import PackageDescription
+
+let fuzzer: [SwiftSetting] = [.unsafeFlags(["-parse-as-library"])]
+
+let package = Package(
+    name: "CofferFuzz",
+    platforms: [.macOS(.v14)],
+    dependencies: [.package(name: "Coffer", path: "..")],
+    targets: [
+        .executableTarget(name: "FuzzReceipt", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+        .executableTarget(name: "FuzzReceiptPayload", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+        .executableTarget(name: "FuzzJWS", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+        .executableTarget(name: "FuzzToken", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+    ],
+    swiftLanguageModes: [.v6]
+)

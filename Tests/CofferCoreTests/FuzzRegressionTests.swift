@@ -1,0 +1,53 @@
+import CofferCore
+import Crypto
+import Foundation
+import Testing
+
+/// Every input a fuzz target (Fuzz/) found, replayed: named `<target>-<what>` in
+/// Fixtures/fuzz-regressions, each fed to the parser its target drives.
+@Suite struct FuzzRegressionTests {
+    static var inputs: [(name: String, bytes: [UInt8])] {
+        get throws {
+            let dir = try Fixtures.root.appendingPathComponent("fuzz-regressions")
+            return try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted().map { name in
+                (name, Array(try Data(contentsOf: dir.appendingPathComponent(name))))
+            }
+        }
+    }
+
+    /// The key of Fuzz/Sources/FuzzToken, so its findings carry valid MACs here too.
+    static let fuzzSigner = TokenSigner(
+        active: TokenKey(id: "k1", key: SymmetricKey(data: Array("coffer-fuzz-token-key-0123456789".utf8))),
+        retired: [TokenKey(id: "old", key: SymmetricKey(data: Array("coffer-fuzz-retired-key-01234567".utf8)))])
+
+    @Test func everyFindingIsRefusedWithoutACrash() async throws {
+        let inputs = try Self.inputs
+        try #require(!inputs.isEmpty)
+        let verifier = AppStoreVerifier(configuration: VerifierConfiguration(anchors: try TrustAnchor.appleRoots(allowSandbox: true), bundleIds: nil))
+        for (name, bytes) in inputs {
+            switch name.split(separator: "-").first {
+            case "FuzzToken":
+                #expect(throws: TokenSigner.Failure.self, "\(name)") {
+                    try Self.fuzzSigner.verify(String(decoding: bytes, as: UTF8.self), now: Date(timeIntervalSince1970: 1_700_000_000))
+                }
+            case "FuzzReceipt":
+                #expect(!(await verifier.verify(bytes, now: Date())).isValid, "\(name)")
+            case "FuzzJWS":
+                #expect(!(await verifier.verifySignedData(String(decoding: bytes, as: UTF8.self), now: Date())).isValid, "\(name)")
+            case "FuzzReceiptPayload":
+                _ = try? AppReceipt.decode(bytes[...])
+            default:
+                Issue.record("\(name): unknown fuzz target prefix")
+            }
+        }
+    }
+
+    /// The property FuzzToken checks: a token that verifies is the one encoding of its claims.
+    @Test func tokensHaveOneEncoding() throws {
+        let claims = DownloadClaims(assetId: "level-1", sha256: String(repeating: "a", count: 64), redemptionId: "r-1", expiresAt: 1_800_000_000)
+        let token = Self.fuzzSigner.mint(claims)
+        let now = Date(timeIntervalSince1970: 1_700_000_000)
+        #expect(try Self.fuzzSigner.verify(token, now: now) == claims)
+        #expect(Self.fuzzSigner.mint(try Self.fuzzSigner.verify(token, now: now)) == token)
+    }
+}
