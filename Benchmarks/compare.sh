@@ -42,6 +42,18 @@ echo "jws …" >&2
 j02=$("$BIN" bench verify "$F/jws/J02_real_sandbox_transaction_consumable_goodheart_2025_mingos.jws" --seconds "$S" | rate)
 j10=$("$BIN" bench verify "$F/jws/J10_real_sandbox_notification_DID_RENEW_1759302518835_session.jws" --seconds "$S" | rate)
 
+echo "tokens …" >&2
+tokens=$("$BIN" bench tokens --seconds "$S")
+mint=$(awk -F': ' '/^token mint: /{sub("/s","",$2); print $2}' <<<"$tokens")
+tverify=$(awk -F': ' '/^token verify: /{sub("/s","",$2); print $2}' <<<"$tokens")
+echo "Apple's Python library (app-store-server-library) …" >&2
+PYENV=.build-release/asslib
+if [ ! -x "$PYENV/bin/python" ]; then
+    python3 -m venv "$PYENV" >&2 && "$PYENV/bin/pip" install -q app-store-server-library >&2 || true
+fi
+python_j02=$("$PYENV/bin/python" Benchmarks/python_jws_verify.py "$F/jws/J02_real_sandbox_transaction_consumable_goodheart_2025_mingos.jws" \
+    "$F/certs/AppleRootCA-G3.cer" "$S" 2>/dev/null | rate || echo 0)
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 printf '\nreference points: openssl rsa2048 verify %s/s, ecdsap256 verify %s/s\n\n' "$rsa" "$ecdsa"
 printf '| input | coffer /s | vs RSA-2048 verify | vs PKCS7_verify (same bytes) |\n|---|---|---|---|\n'
@@ -52,3 +64,5 @@ done
 printf '\n| input | coffer /s | vs P-256 verify |\n|---|---|---|\n'
 printf '| J02 transaction (1 signature) | %s | %s |\n' "$j02" "$(ratio "$j02" "$ecdsa")"
 printf '| J10 notification (3 signatures) | %s | %s (×3 = %s) |\n' "$j10" "$(ratio "$j10" "$ecdsa")" "$(ratio "$((j10 * 3))" "$ecdsa")"
+printf '| J02, Apple app-store-server-library (Python) | %s | %s (Coffer is %s×) |\n' "$python_j02" "$(ratio "$python_j02" "$ecdsa")" "$(ratio "$j02" "$python_j02")"
+printf '\n| tokens (HMAC-SHA256) | /s |\n|---|---|\n| mint | %s |\n| verify | %s |\n' "$mint" "$tverify"

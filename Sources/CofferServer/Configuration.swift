@@ -26,6 +26,10 @@ public struct CofferConfiguration: Sendable {
     /// JSON request bodies must arrive within this many seconds (else 408).
     public var bodyTimeoutSeconds: Int64 = 30
     public var bodyTimeout: Duration { .seconds(bodyTimeoutSeconds) }
+    /// X-Accel-Redirect mode: when set (e.g. `/_coffer/`), downloads answer with this prefix
+    /// plus the object's path under `DATA/content/` and an empty body, and nginx sends the
+    /// bytes (sendfile, ranges) from an `internal` location. Coffer still checks the token.
+    public var accelRedirectPrefix: String?
     /// Asset uploads in progress at once; more get 503 `uploadsBusy`.
     public var maxConcurrentUploads = 4
     /// Request header limits (bytes of one field, bytes of all fields, number of fields).

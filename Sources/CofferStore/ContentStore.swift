@@ -77,6 +77,13 @@ public struct ContentStore: Sendable {
         return FileManager.default.fileExists(atPath: path) ? path : nil
     }
 
+    /// The object's path relative to the store's root (`objects/ab/cdef…`), for a web server
+    /// that serves the store's directory itself (X-Accel-Redirect); nil for a malformed digest.
+    public func relativePath(sha256: String) -> String? {
+        guard Self.isValidDigest(sha256) else { return nil }
+        return "objects/" + sha256.prefix(2) + "/" + sha256.dropFirst(2)
+    }
+
     /// Deletes everything left in `root/tmp` (writes interrupted by a crash) and returns how many
     /// entries were removed. Call it at start-up, before any writer exists.
     @discardableResult

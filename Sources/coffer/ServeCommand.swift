@@ -36,6 +36,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("rate-redemption-burst"), help: "…of which this many at once. Default: 200.") var rateRedemptionBurst: Int?
     @Option(name: .customLong("rate-auth-failures"), help: "Failed authentications per address per minute before 429 (0: unlimited). Default: 20.")
     var rateAuthFailures: Int?
+    @Option(name: .customLong("accel-redirect"), help: "X-Accel-Redirect prefix: nginx sends the bytes (see deploy/). Default: off.")
+    var accelRedirect: String?
     @Option(name: .customLong("checkpoint-every"), help: "Sign a ledger checkpoint every N entries. Default: 1000.") var checkpointEvery: Int?
     @Option(name: .customLong("checkpoint-interval"), help: "…and every S seconds when the ledger grew. Default: 60.")
     var checkpointInterval: Int?
@@ -88,6 +90,12 @@ struct ServeCommand: AsyncParsableCommand {
         if let n = try rateAuthFailures ?? Setting.int(env["COFFER_RATE_AUTH_FAILURES"], "COFFER_RATE_AUTH_FAILURES") ?? file.rateAuthFailures {
             guard n >= 0 else { throw UsageError("rate-auth-failures must be ≥ 0") }
             configuration.authFailuresPerMinute = n
+        }
+        if let prefix = accelRedirect ?? env["COFFER_ACCEL_REDIRECT"] ?? file.accelRedirect {
+            guard prefix.hasPrefix("/"), prefix.hasSuffix("/"), !prefix.contains(".."), prefix.utf8.count <= 128 else {
+                throw UsageError("accel-redirect must be a path like /_coffer/ (starting and ending with /)")
+            }
+            configuration.accelRedirectPrefix = prefix
         }
         if let every = try checkpointEvery ?? Setting.int(env["COFFER_CHECKPOINT_EVERY"], "COFFER_CHECKPOINT_EVERY") ?? file.checkpointEvery {
             guard (1...1_000_000).contains(every) else { throw UsageError("checkpoint-every must be 1–1000000 entries") }
@@ -162,6 +170,7 @@ extension ServeCommand {
         var rateRedemptions: Int
         var rateRedemptionBurst: Int
         var rateAuthFailures: Int
+        var accelRedirect: String?
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -172,6 +181,7 @@ extension ServeCommand {
             environments: environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
             trustedProxies: c.trustedProxies.sorted(), checkpointEvery: c.checkpointEvery, checkpointInterval: c.checkpointIntervalSeconds,
             rateRedemptions: c.redemptionsPerMinute, rateRedemptionBurst: c.redemptionBurst, rateAuthFailures: c.authFailuresPerMinute,
+            accelRedirect: c.accelRedirectPrefix,
             tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
@@ -197,11 +207,13 @@ struct ConfigFile: Decodable {
     var rateRedemptions: Int?
     var rateRedemptionBurst: Int?
     var rateAuthFailures: Int?
+    var accelRedirect: String?
 
     static let knownKeys: Set<String> = [
         "host", "port", "dataDirectory", "bundleIds", "appAppleId", "roots", "environments", "tokenTTL", "uploadLimit", "logLevel", "trustedProxies",
         "checkpointEvery",
         "checkpointInterval", "rateRedemptions", "rateRedemptionBurst", "rateAuthFailures",
+        "accelRedirect",
     ]
 
     static func load(_ path: String?) throws -> ConfigFile {

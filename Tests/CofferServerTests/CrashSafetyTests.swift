@@ -21,16 +21,17 @@ import Testing
         let adminKey: String
         let log: URL
 
-        init(dataDirectory: URL) async throws {
+        init(dataDirectory: URL, arguments extra: [String] = []) async throws {
             log = dataDirectory.deletingLastPathComponent().appendingPathComponent("serve-\(UUID().uuidString).log")
             FileManager.default.createFile(atPath: log.path, contents: nil)
             let handle = try FileHandle(forWritingTo: log)
             process = Process()
             process.executableURL = try LedgerTamperTests.binary
-            process.arguments = [
-                "serve", "--demo", "--data-dir", dataDirectory.path, "--port", "0", "--content", Self.contentDirectory.path, "--rate-redemptions",
-                "0",
-            ]
+            process.arguments =
+                [
+                    "serve", "--demo", "--data-dir", dataDirectory.path, "--port", "0", "--content", Self.contentDirectory.path, "--rate-redemptions",
+                    "0",
+                ] + extra
             process.standardOutput = handle
             process.standardError = handle
             try process.run()
