@@ -31,16 +31,22 @@ public struct Problem: HTTPResponseError, Sendable {
         self.init(status, failure.code, failure.detail)
     }
 
+    /// The RFC 9457 body (keys in alphabetical order, like every Coffer JSON).
+    struct Body: Encodable {
+        var code: String
+        var detail: String
+        var instance: String
+        var status: Int
+        var title: String
+        var type: String
+    }
+
     public func response(from request: Request, context: some RequestContext) throws -> Response {
-        var body: [String: Any] = [
-            "type": "https://coffer.invalid/problems/\(code)",
-            "title": status.reasonPhrase,
-            "status": status.code,
-            "code": code,
-            "detail": detail,
-        ]
-        body["instance"] = request.uri.path.hasPrefix("/v1/downloads/") ? "/v1/downloads/<redacted>" : request.uri.path
-        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        let body = Body(
+            code: code, detail: detail,
+            instance: request.uri.path.hasPrefix("/v1/downloads/") ? "/v1/downloads/<redacted>" : request.uri.path, status: status.code,
+            title: status.reasonPhrase, type: "https://coffer.invalid/problems/\(code)")
+        let data = (try? JSON.encoder.encode(body)) ?? Data()
         var headers = self.headers
         headers[.contentType] = "application/problem+json"
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
