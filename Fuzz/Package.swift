@@ -9,10 +9,13 @@ let package = Package(
     platforms: [.macOS(.v14)],
     dependencies: [.package(name: "Coffer", path: "..")],
     targets: [
-        .executableTarget(name: "FuzzReceipt", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
-        .executableTarget(name: "FuzzReceiptPayload", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
-        .executableTarget(name: "FuzzJWS", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
-        .executableTarget(name: "FuzzToken", dependencies: [.product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+        .target(name: "FuzzSupport"),
+        .executableTarget(
+            name: "FuzzReceipt", dependencies: ["FuzzSupport", .product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+        .executableTarget(
+            name: "FuzzReceiptPayload", dependencies: ["FuzzSupport", .product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+        .executableTarget(name: "FuzzJWS", dependencies: ["FuzzSupport", .product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
+        .executableTarget(name: "FuzzToken", dependencies: ["FuzzSupport", .product(name: "CofferCore", package: "Coffer")], swiftSettings: fuzzer),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -46,6 +46,8 @@ public struct ReceiptSpec: Sendable {
 /// How to wrap a sandbox receipt. The non-default knobs build negative fixtures.
 public struct ReceiptEncoding: Sendable {
     public var ber = false
+    /// With `ber`: the payload OCTET STRING is split into chunks of this many bytes.
+    public var chunkSize = 1000
     public var digest: DigestAlgorithm = .sha256
     /// Sign over CMS signed attributes (contentType + messageDigest) instead of the content.
     public var signedAttributes = false
@@ -176,7 +178,7 @@ extension SandboxCA {
             .set([.sequence([.oid(digestOID), .null])]),
             .sequence([
                 .oid([1, 2, 840, 113549, 1, 7, 1]),
-                .constructed(tag: 0xA0, children: [.chunkedOctetString(payload, chunkSize: 1000)]),
+                .constructed(tag: 0xA0, children: [.chunkedOctetString(payload, chunkSize: max(1, encoding.chunkSize))]),
             ]),
             .constructed(tag: 0xA0, children: [.raw(try Self.der(receiptSigner)), .raw(try Self.der(intermediate)), .raw(try Self.der(root))]),
             .set([.sequence(signerFields)]),

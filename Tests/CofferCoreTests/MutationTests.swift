@@ -107,4 +107,39 @@ import Testing
             #expect(!(await verifier.verify(bytes + [0x30, 0x00], now: testNow).isValid), "\(name) + trailing element accepted")
         }
     }
+
+    /// BER lets the payload arrive in chunks of any size: every split verifies to the same
+    /// receipt; a chunk whose length is off by one (a split at the wrong place) never does.
+    @Test func chunkSplitsVerifyAndMisalignedChunksNever() async throws {
+        let verifier = try Self.permissiveVerifier()
+        var reference: AppReceipt?
+        for size in [1, 2, 3, 7, 64, 255, 256, 4096] {
+            var encoding = ReceiptEncoding()
+            encoding.ber = true
+            encoding.chunkSize = size
+            let bytes = try sharedCA.mintReceipt(demoReceipt(), now: testNow, encoding: encoding)
+            let result = await verifier.verify(bytes, now: testNow)
+            #expect(result.isValid, "chunks of \(size): \(result.error.map { "\($0)" } ?? "")")
+            if let receipt = result.evidence.receipt {
+                if let reference { #expect(receipt.bundleId == reference.bundleId && receipt.inApp == reference.inApp) } else { reference = receipt }
+            }
+            // Primitive OCTET STRING chunks (04 len) inside the constructed one: nudge each
+            // short-form length by ±1.
+            guard size >= 2, size < 128 else { continue }
+            var index = 0
+            var nudged = 0
+            while index + 1 < bytes.count, nudged < 6 {
+                if bytes[index] == 0x04, Int(bytes[index + 1]) == size {
+                    for delta in [-1, 1] {
+                        var mutated = bytes
+                        mutated[index + 1] = UInt8(size + delta)
+                        #expect(!(await verifier.verify(mutated, now: testNow).isValid), "chunk length \(size)\(delta > 0 ? "+" : "-")1 at \(index)")
+                    }
+                    nudged += 1
+                }
+                index += 1
+            }
+            #expect(nudged > 0, "chunks of \(size) found")
+        }
+    }
 }

@@ -1,6 +1,7 @@
 import CofferCore
 import Crypto
 import Foundation
+import FuzzSupport
 
 // Download tokens: "v1.<kid>.<base64url payload>.<base64url HMAC>". The key is fixed so the
 // seeds (minted by Fuzz/run.sh with the same key) are valid and the fuzzer reaches the
@@ -20,17 +21,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     return 0
 }
 
-// SwiftPM links an executable's entry point as `FuzzToken_main`; hand control to libFuzzer's driver.
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-    _ callback: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
-) -> CInt
-
 @_cdecl("FuzzToken_main")
 public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
-    var argc = argc
-    var argv = argv
     _ = signer  // initialised before the first input, not attributed to it
-    return LLVMFuzzerRunDriver(&argc, &argv, fuzz)
+    return runLibFuzzer(argc, argv, fuzz)
 }
