@@ -96,7 +96,9 @@ let package = Package(
             dependencies: [
                 "CofferCore",
                 "CofferSandbox",
+                "CofferStore",
                 .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Benchmarks/CofferBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]

@@ -1,6 +1,8 @@
 import Benchmark
 import CofferCore
 import CofferSandbox
+import CofferStore
+import Crypto
 import Foundation
 
 /// Real vectors live with the tests (see Tests/CofferCoreTests/Fixtures/PROVENANCE.md).
@@ -54,4 +56,47 @@ let benchmarks: @Sendable () -> Void = {
         fatalError("mint")
     }
     verifyLoop("jws: sandbox transaction", sandbox, Array(jws.utf8))
+
+    // Download tokens: minted per asset at redemption, verified on every download request.
+    let signer = TokenSigner(active: TokenKey(id: "k1", key: SymmetricKey(size: .bits256)))
+    let claims = DownloadClaims(
+        assetId: "levelpack1-levels", sha256: String(repeating: "ab", count: 32), redemptionId: "0f4c6a57-8f0e-4a39-9d53-2a4f6b1c9e11",
+        expiresAt: Int64(now.timeIntervalSince1970) + 600)
+    let token = signer.mint(claims)
+    Benchmark("token: mint") { benchmark in
+        for _ in benchmark.scaledIterations { blackHole(signer.mint(claims)) }
+    }
+    Benchmark("token: verify") { benchmark in
+        for _ in benchmark.scaledIterations { blackHole(try? signer.verify(token, now: now)) }
+    }
+
+    // Ledger appends on a real SQLite file (WAL, synchronous=FULL), one at a time and 64 at
+    // once (group commit: one transaction, one fsync for the batch). Throughput is rows/s.
+    func ledger() -> SQLiteLedger {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-bench-\(UUID().uuidString).sqlite").path
+        guard let db = try? CofferDatabase(path: path) else { fatalError("database") }
+        return SQLiteLedger(db)
+    }
+    func redemption() -> Redemption {
+        let id = UUID().uuidString.lowercased()
+        return Redemption(
+            redemptionId: id, transactionId: id, originalTransactionId: nil, productId: "p", bundleId: "b", environment: "Sandbox",
+            purchaseDate: now, quantity: 1, receiptSHA256: String(repeating: "cd", count: 32), sourceFormat: .appReceipt, redeemedAt: now,
+            clientAddress: "127.0.0.1", appAccountToken: nil, grantHash: id)
+    }
+    let sequential = ledger()
+    Benchmark("ledger: append, one at a time", configuration: .init(maxDuration: .seconds(3), maxIterations: 20_000)) { benchmark in
+        for _ in benchmark.scaledIterations { blackHole(try? await sequential.insert(redemption())) }
+    }
+    let grouped = ledger()
+    Benchmark(
+        "ledger: append, 64 concurrent (group commit)",
+        configuration: .init(metrics: [.throughput, .wallClock], maxDuration: .seconds(3), maxIterations: 2_000, thresholds: nil)
+    ) { benchmark in
+        for _ in benchmark.scaledIterations {
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<64 { group.addTask { blackHole(try? await grouped.insert(redemption())) } }
+            }
+        }
+    }
 }
