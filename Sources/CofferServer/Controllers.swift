@@ -141,7 +141,10 @@ struct DownloadController {
         services.metrics.downloads.increment()
         if head || length == 0 { return Response(status: status, headers: headers, body: .init()) }
         services.metrics.downloadBytes.increment(by: length)
-        let body = try await fileIO.loadFile(path: path, range: Int(range?.lowerBound ?? 0)...Int(range?.upperBound ?? 0), context: context)
+        // 512 KiB reads: a quarter of the per-chunk overhead of the 128 KiB default, and still
+        // a bounded amount of memory per connection.
+        let body = try await fileIO.loadFile(
+            path: path, range: Int(range?.lowerBound ?? 0)...Int(range?.upperBound ?? 0), context: context, chunkLength: 512 * 1024)
         return Response(status: status, headers: headers, body: body)
     }
 }
