@@ -85,7 +85,7 @@ sleep 0.5
 
 tick=$(getconf CLK_TCK)
 cpu() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
-nginx_pids() { pgrep -f "nginx: (master|worker) process.*$OUT" || pgrep -P "$(cat "$OUT/nginx/nginx.pid")"; echo "$(cat "$OUT/nginx/nginx.pid")"; }
+nginx_pids() { local master; master=$(cat "$OUT/nginx/nginx.pid"); echo "$master"; pgrep -P "$master"; }
 measure() { # name url pids…
     local name=$1 target=$2
     shift 2

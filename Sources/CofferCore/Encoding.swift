@@ -30,8 +30,9 @@ public enum Base64 {
         var accumulator: UInt32 = 0
         var bits = 0
         var padding = 0
+        let table = Self.table  // one lazy-global access, not one per character
         for c in bytes {
-            let v = table[Int(c)]
+            let v = table.withUnsafeBufferPointer { $0[Int(c)] }  // 256 entries: any UInt8 is in range
             if v == 0xFE {
                 guard !url else { return nil }
                 continue

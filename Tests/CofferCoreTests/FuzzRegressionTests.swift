@@ -50,4 +50,28 @@ import Testing
         #expect(try Self.fuzzSigner.verify(token, now: now) == claims)
         #expect(Self.fuzzSigner.mint(try Self.fuzzSigner.verify(token, now: now)) == token)
     }
+
+    /// Rotation: tokens of a retired key keep verifying; unknown key ids, other keys'
+    /// MACs and any edited character never do.
+    @Test func retiredKeysVerifyAndForgeriesDoNot() throws {
+        let old = TokenKey(id: "k1", key: SymmetricKey(size: .bits256))
+        let new = TokenKey(id: "k2", key: SymmetricKey(size: .bits256))
+        let claims = DownloadClaims(assetId: "a", sha256: String(repeating: "b", count: 64), redemptionId: "r", expiresAt: 1_800_000_000)
+        let now = Date(timeIntervalSince1970: 1_700_000_000)
+        let oldToken = TokenSigner(active: old).mint(claims)
+        let rotated = TokenSigner(active: new, retired: [old])
+        #expect(try rotated.verify(oldToken, now: now) == claims)
+        #expect(rotated.mint(claims).hasPrefix("v1.k2."))
+        #expect(throws: TokenSigner.Failure.invalid) { try TokenSigner(active: new).verify(oldToken, now: now) }
+        let otherKeySameId = TokenSigner(active: TokenKey(id: "k1", key: SymmetricKey(size: .bits256)))
+        #expect(throws: TokenSigner.Failure.invalid) { try otherKeySameId.verify(oldToken, now: now) }
+        var bytes = Array(oldToken.utf8)
+        for index in stride(from: 0, to: bytes.count, by: 7) {
+            let original = bytes[index]
+            bytes[index] = original == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            #expect(throws: TokenSigner.Failure.self) { try rotated.verify(String(decoding: bytes, as: UTF8.self), now: now) }
+            bytes[index] = original
+        }
+        #expect(throws: TokenSigner.Failure.expired) { try rotated.verify(oldToken, now: Date(timeIntervalSince1970: 1_900_000_000)) }
+    }
 }

@@ -45,14 +45,16 @@ public struct TokenSigner: Sendable {
     }
 
     public let active: TokenKey
-    private let keys: [String: SymmetricKey]
+    /// Each key's HMAC with the key already absorbed: a token costs a copy of it, not the
+    /// key schedule (which was half of a verification).
+    private let macs: [(id: [UInt8], hmac: HMAC<SHA256>)]
+    private let activeMAC: HMAC<SHA256>
 
     public init(active: TokenKey, retired: [TokenKey] = []) {
         self.active = active
-        var keys: [String: SymmetricKey] = [:]
-        for k in retired { keys[k.id] = k.key }
-        keys[active.id] = active.key
-        self.keys = keys
+        self.activeMAC = HMAC<SHA256>(key: active.key)
+        self.macs =
+            [(Array(active.id.utf8), activeMAC)] + retired.filter { $0.id != active.id }.map { (Array($0.id.utf8), HMAC<SHA256>(key: $0.key)) }
     }
 
     /// Largest accepted token, in characters.
@@ -67,8 +69,9 @@ public struct TokenSigner: Sendable {
             payload.append(contentsOf: bytes)
         }
         let signed = "v1." + active.id + "." + Base64.encodeURL(payload)
-        let mac = HMAC<SHA256>.authenticationCode(for: Array(signed.utf8), using: active.key)
-        return signed + "." + Base64.encodeURL(mac)
+        var hmac = activeMAC
+        Array(signed.utf8).withUnsafeBytes { hmac.update(data: $0) }
+        return signed + "." + Base64.encodeURL(hmac.finalize())
     }
 
     public func verify(_ token: String, now: Date) throws(Failure) -> DownloadClaims {
@@ -76,10 +79,12 @@ public struct TokenSigner: Sendable {
         guard bytes.count <= Self.maxTokenLength else { throw .invalid }
         let parts = bytes.split(separator: 0x2E, omittingEmptySubsequences: false)
         guard parts.count == 4, parts[0].elementsEqual("v1".utf8) else { throw .invalid }
-        guard let key = keys[String(decoding: parts[1], as: UTF8.self)],
-            let mac = Base64.decode(bytes: parts[3], url: true),
-            HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: bytes[0..<(parts[3].startIndex - 1)], using: key)
+        guard var hmac = macs.first(where: { $0.id.elementsEqual(parts[1]) })?.hmac,
+            let mac = Base64.decode(bytes: parts[3], url: true), mac.count == SHA256.byteCount
         else { throw .invalid }
+        bytes.withUnsafeBytes { hmac.update(data: UnsafeRawBufferPointer(rebasing: $0[0..<(parts[3].startIndex - 1)])) }
+        // HashedAuthenticationCode's == is a constant-time comparison.
+        guard hmac.finalize() == mac else { throw .invalid }
         guard let payload = Base64.decode(bytes: parts[2], url: true), payload.count >= 8 else { throw .invalid }
         var expires: Int64 = 0
         for byte in payload[0..<8] { expires = (expires << 8) | Int64(byte) }
