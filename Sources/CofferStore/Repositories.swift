@@ -81,8 +81,10 @@ extension AssetRecord {
 
 /// The replay ledger and rejected attempts in SQLite.
 ///
-/// The replay guarantee is the `UNIQUE` constraint on `redemptions.transaction_id`: an insert
-/// never reads first, so two concurrent redemptions of one transaction cannot both succeed.
+/// The replay guarantee: writes are serialised, and inside the write transaction (see
+/// ``GroupCommitter``) a transaction id already present is a replay; the `UNIQUE` constraint on
+/// `redemptions.transaction_id` backs that up, so two concurrent redemptions of one
+/// transaction can never both succeed.
 public struct SQLiteLedger: LedgerRepository {
     private let db: CofferDatabase
     /// Signs checkpoints; nil keeps the hash chain without signing (tools that only read).
