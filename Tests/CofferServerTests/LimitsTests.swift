@@ -97,6 +97,30 @@ final class RawConnection: @unchecked Sendable {
         }
     }
 
+    /// Slowloris: headers trickled a byte at a time never complete a request part, so the
+    /// idle timeout closes the connection.
+    @Test func trickledHeadersCannotPinAConnection() async throws {
+        let h = try await Harness.make(configure: { $0.idleTimeoutSeconds = 1 })
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            let slow = try RawConnection(port: port)
+            let started = ContinuousClock.now
+            slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            for _ in 0..<3 {
+                try await Task.sleep(for: .milliseconds(400))
+                slow.send("a")
+            }
+            let answer = await slow.receive(seconds: 10)
+            #expect(!answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(80))")
+            #expect(ContinuousClock.now - started < .seconds(6), "closed by the idle timeout, not pinned")
+            // A prompt client is served (the test client's own idle connection is closed too).
+            let prompt = try RawConnection(port: port)
+            prompt.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(await prompt.receive(seconds: 5).hasPrefix("HTTP/1.1 200"))
+        }
+    }
+
     @Test func tooManyConcurrentUploadsGet503() async throws {
         let h = try await Harness.make(configure: { $0.maxConcurrentUploads = 1 })
         defer { h.cleanUp() }
