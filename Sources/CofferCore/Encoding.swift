@@ -25,6 +25,17 @@ public enum Base64 {
     /// Decodes base64 (`url: false`: `+/`, optional `=` padding, whitespace ignored) or
     /// base64url (`url: true`: `-_`, no padding, no whitespace).
     static func decode(bytes: ArraySlice<UInt8>, url: Bool) -> [UInt8]? {
+        if url {
+            return bytes.withUnsafeBufferPointer { input in
+                var valid = true
+                let decoded = [UInt8](unsafeUninitializedCapacity: decodedCapacity(input.count)) { out, count in
+                    let written = decodeURL(input, into: out)
+                    valid = written != nil
+                    count = written ?? 0
+                }
+                return valid ? decoded : nil
+            }
+        }
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count * 3 / 4)
         var accumulator: UInt32 = 0
@@ -59,6 +70,56 @@ public enum Base64 {
             guard padding == 0 || padding == expected else { return nil }
         }
         return out
+    }
+
+    /// Room `decodeURL(_:into:)` needs for `count` input characters.
+    static func decodedCapacity(_ count: Int) -> Int { count / 4 * 3 + 2 }
+
+    /// base64url alphabet only: 0–63, 0xFF for everything else (padding and whitespace included).
+    private static let urlTable: [UInt8] = {
+        var t = [UInt8](repeating: 0xFF, count: 256)
+        for (i, c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8.enumerated() { t[Int(c)] = UInt8(i) }
+        return t
+    }()
+
+    /// Strict unpadded base64url into `out` (at least `decodedCapacity(input.count)` bytes), no
+    /// allocation: the token and JWS hot paths. Returns the number of bytes written, or nil on a
+    /// character outside the alphabet, an impossible length, or non-zero trailing bits.
+    static func decodeURL(_ input: UnsafeBufferPointer<UInt8>, into out: UnsafeMutableBufferPointer<UInt8>) -> Int? {
+        let remainder = input.count % 4
+        guard remainder != 1, out.count >= decodedCapacity(input.count) else { return nil }
+        return urlTable.withUnsafeBufferPointer { table -> Int? in
+            var i = 0
+            var o = 0
+            var bad: UInt8 = 0
+            let whole = input.count - remainder
+            while i < whole {
+                let a = table[Int(input[i])], b = table[Int(input[i + 1])], c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
+                bad |= (a | b | c | d) & 0xC0
+                let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                out[o] = UInt8(truncatingIfNeeded: n >> 16)
+                out[o + 1] = UInt8(truncatingIfNeeded: n >> 8)
+                out[o + 2] = UInt8(truncatingIfNeeded: n)
+                i += 4
+                o += 3
+            }
+            guard bad == 0 else { return nil }
+            if remainder > 0 {
+                let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+                let c = remainder == 3 ? table[Int(input[i + 2])] : 0
+                guard (a | b | c) & 0xC0 == 0 else { return nil }
+                let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+                // The bits past the last whole byte must be zero (one canonical encoding).
+                guard n & (remainder == 2 ? 0xFFFF : 0xFF) == 0 else { return nil }
+                out[o] = UInt8(truncatingIfNeeded: n >> 16)
+                o += 1
+                if remainder == 3 {
+                    out[o] = UInt8(truncatingIfNeeded: n >> 8)
+                    o += 1
+                }
+            }
+            return o
+        }
     }
 
     /// Encodes bytes as unpadded base64url.

@@ -12,12 +12,15 @@ public struct CofferRequestContext: RequestContext {
     /// The client as far as Coffer can tell: the peer, or — when the peer is a configured
     /// trusted proxy — the nearest untrusted address in `X-Forwarded-For`.
     public var clientAddress: String
+    /// The connection's event loop: downloads pace their writes on it (`FileStream`).
+    public let eventLoop: any EventLoop
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.identity = nil
         self.peerAddress = source.channel.remoteAddress?.ipAddress ?? "unknown"
         self.clientAddress = peerAddress
+        self.eventLoop = source.channel.eventLoop
     }
 
     /// Bodies are collected explicitly with per-route limits.

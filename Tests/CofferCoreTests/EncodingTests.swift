@@ -31,6 +31,32 @@ import Testing
         #expect(Base64.decode("") == [])
     }
 
+    /// The allocation-free base64url decoder against a reference: a string is accepted iff it
+    /// is the canonical unpadded base64url of the bytes Foundation decodes from it. Every
+    /// string of up to five characters over an alphabet mixing valid, foreign-alphabet,
+    /// padding, whitespace and trailing-bit cases.
+    @Test func base64URLMatchesAReferenceOnEveryShortString() {
+        let alphabet: [Character] = ["A", "Q", "w", "_", "-", "+", "=", " "]
+        var strings: [String] = [""]
+        var frontier: [String] = [""]
+        for _ in 0..<5 {
+            frontier = frontier.flatMap { prefix in alphabet.map { prefix + String($0) } }
+            strings += frontier
+        }
+        var checked = 0
+        for text in strings {
+            var reference: [UInt8]? = nil
+            if !text.contains(where: { "+/= ".contains($0) }) {
+                var standard = String(text.map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 })
+                standard += String(repeating: "=", count: (4 - standard.count % 4) % 4)
+                if let data = Data(base64Encoded: standard), Base64.encodeURL(Array(data)) == text { reference = Array(data) }
+            }
+            #expect(Base64.decodeURL(text) == reference, "\(text.debugDescription)")
+            checked += 1
+        }
+        #expect(checked == 37_449)
+    }
+
     @Test(arguments: [
         ("2024-02-23T17:27:16Z", 1_708_709_236.0),
         ("2020-10-16T14:29:30+0300", 1_602_847_770.0),

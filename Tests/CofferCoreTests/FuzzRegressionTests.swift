@@ -74,4 +74,27 @@ import Testing
         }
         #expect(throws: TokenSigner.Failure.expired) { try rotated.verify(oldToken, now: Date(timeIntervalSince1970: 1_900_000_000)) }
     }
+
+    /// The shapes the parser must refuse before any MAC is computed: wrong part counts,
+    /// versions, lengths, empty parts.
+    @Test func malformedTokensAreInvalid() throws {
+        let claims = DownloadClaims(assetId: "a", sha256: String(repeating: "b", count: 64), redemptionId: "r", expiresAt: 1_800_000_000)
+        let now = Date(timeIntervalSince1970: 1_700_000_000)
+        let token = Self.fuzzSigner.mint(claims)
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        try #require(parts.count == 4)
+        let malformed = [
+            "", ".", "...", "v1", "v1.k1", "v1.k1.\(parts[2])", token + ".", "." + token, token + "A", String(token.dropLast()),
+            "v2." + parts[1...].joined(separator: "."), "V1." + parts[1...].joined(separator: "."),
+            "v1..\(parts[2]).\(parts[3])", "v1.k1..\(parts[3])", "v1.k1.\(parts[2]).",
+            token + String(repeating: "A", count: TokenSigner.maxTokenLength),
+            "v1.k1.\(parts[2]).\(parts[3].dropLast())=",
+        ]
+        for text in malformed {
+            #expect(throws: TokenSigner.Failure.invalid, "\(text)") { try Self.fuzzSigner.verify(text, now: now) }
+        }
+        // A bridged (non-native) string verifies like a native one.
+        let bridged = NSString(string: token) as String
+        #expect(try Self.fuzzSigner.verify(bridged, now: now) == claims)
+    }
 }

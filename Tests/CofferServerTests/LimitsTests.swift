@@ -39,6 +39,20 @@ final class RawConnection: @unchecked Sendable {
         }
     }
 
+    /// Reads and discards until the peer closes or `seconds` pass without data; returns the
+    /// number of bytes read. As fast as loopback allows: the client a server must not buffer for.
+    func drainBlocking(seconds: Int) -> Int {
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var total = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { return total }
+            total += n
+        }
+    }
+
     /// Reads until the peer closes or `seconds` pass.
     func receiveBlocking(seconds: Int) -> String {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)

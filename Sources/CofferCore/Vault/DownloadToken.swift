@@ -75,33 +75,66 @@ public struct TokenSigner: Sendable {
     }
 
     public func verify(_ token: String, now: Date) throws(Failure) -> DownloadClaims {
-        let bytes = Array(token.utf8)
-        guard bytes.count <= Self.maxTokenLength else { throw .invalid }
-        let parts = bytes.split(separator: 0x2E, omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0].elementsEqual("v1".utf8) else { throw .invalid }
-        guard var hmac = macs.first(where: { $0.id.elementsEqual(parts[1]) })?.hmac,
-            let mac = Base64.decode(bytes: parts[3], url: true), mac.count == SHA256.byteCount
-        else { throw .invalid }
-        bytes.withUnsafeBytes { hmac.update(data: UnsafeRawBufferPointer(rebasing: $0[0..<(parts[3].startIndex - 1)])) }
-        // HashedAuthenticationCode's == is a constant-time comparison.
-        guard hmac.finalize() == mac else { throw .invalid }
-        guard let payload = Base64.decode(bytes: parts[2], url: true), payload.count >= 8 else { throw .invalid }
-        var expires: Int64 = 0
-        for byte in payload[0..<8] { expires = (expires << 8) | Int64(byte) }
-        var fields: [String] = []
-        var index = 8
-        for _ in 0..<3 {
-            guard index < payload.count else { throw .invalid }
-            let length = Int(payload[index])
-            index += 1
-            guard payload.count - index >= length else { throw .invalid }
-            // Strict UTF-8: a lossy decode would let two payloads name the same claims.
-            guard let field = String(validating: payload[index..<(index + length)], as: UTF8.self) else { throw .invalid }
-            fields.append(field)
-            index += length
+        var token = token
+        token.makeContiguousUTF8()  // a no-op for native strings, which all tokens from HTTP are
+        let outcome = token.utf8.withContiguousStorageIfAvailable { verify(bytes: $0, now: Int64(now.timeIntervalSince1970)) }
+        guard let outcome else { throw .invalid }
+        return try outcome.get()
+    }
+
+    /// The hot path of every download: no allocation but the three claim strings. Hashing is
+    /// ~0.4 µs of it; the rest is parsing.
+    private func verify(bytes: UnsafeBufferPointer<UInt8>, now: Int64) -> Result<DownloadClaims, Failure> {
+        guard bytes.count <= Self.maxTokenLength else { return .failure(.invalid) }
+        // Exactly three dots: v1 . keyId . payload . mac
+        var dots = (0, 0, 0)
+        var found = 0
+        for i in bytes.indices where bytes[i] == 0x2E {
+            switch found {
+            case 0: dots.0 = i
+            case 1: dots.1 = i
+            case 2: dots.2 = i
+            default: return .failure(.invalid)
+            }
+            found += 1
         }
-        guard index == payload.count else { throw .invalid }
-        guard Int64(now.timeIntervalSince1970) < expires else { throw .expired }
-        return DownloadClaims(assetId: fields[0], sha256: fields[1], redemptionId: fields[2], expiresAt: expires)
+        guard found == 3, dots.0 == 2, bytes[0] == UInt8(ascii: "v"), bytes[1] == UInt8(ascii: "1") else { return .failure(.invalid) }
+        let keyId = UnsafeBufferPointer(rebasing: bytes[(dots.0 + 1)..<dots.1])
+        guard var hmac = macs.first(where: { $0.id.elementsEqual(keyId) })?.hmac else { return .failure(.invalid) }
+        // The MAC: 43 base64url characters for 32 bytes.
+        let macText = UnsafeBufferPointer(rebasing: bytes[(dots.2 + 1)...])
+        let macValid = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Base64.decodedCapacity(43)) { mac -> Bool in
+            guard macText.count == 43, Base64.decodeURL(macText, into: mac) == SHA256.byteCount else { return false }
+            hmac.update(data: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[0..<dots.2])))
+            // HashedAuthenticationCode's == is a constant-time comparison.
+            return hmac.finalize() == UnsafeRawBufferPointer(start: mac.baseAddress, count: SHA256.byteCount)
+        }
+        guard macValid else { return .failure(.invalid) }
+        let payloadText = UnsafeBufferPointer(rebasing: bytes[(dots.1 + 1)..<dots.2])
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Base64.decodedCapacity(payloadText.count)) { buffer in
+            guard let count = Base64.decodeURL(payloadText, into: buffer), count >= 8 else { return .failure(.invalid) }
+            let payload = UnsafeBufferPointer(rebasing: buffer[0..<count])
+            var expires: Int64 = 0
+            for byte in payload[0..<8] { expires = (expires << 8) | Int64(byte) }
+            var fields = ("", "", "")
+            var index = 8
+            for n in 0..<3 {
+                guard index < payload.count else { return .failure(.invalid) }
+                let length = Int(payload[index])
+                index += 1
+                guard payload.count - index >= length else { return .failure(.invalid) }
+                // Strict UTF-8: a lossy decode would let two payloads name the same claims.
+                guard let field = String(validating: payload[index..<(index + length)], as: UTF8.self) else { return .failure(.invalid) }
+                switch n {
+                case 0: fields.0 = field
+                case 1: fields.1 = field
+                default: fields.2 = field
+                }
+                index += length
+            }
+            guard index == payload.count else { return .failure(.invalid) }
+            guard now < expires else { return .failure(.expired) }
+            return .success(DownloadClaims(assetId: fields.0, sha256: fields.1, redemptionId: fields.2, expiresAt: expires))
+        }
     }
 }

@@ -1,0 +1,51 @@
+import Hummingbird
+import NIOCore
+import NIOFileSystem
+
+/// Streams a byte range of a content-store file into a response with bounded memory: at most
+/// two chunks per download in Coffer (the one being written and the next being read) plus
+/// about one in the channel.
+///
+/// Why not Hummingbird's `FileIO`: NIO's async outbound writer accepts a write at once while
+/// the channel is writable and hands it to the event loop later. Under load the loop falls
+/// behind, and a fast producer queues chunk after chunk there before writability
+/// back-pressure arrives — measured: 290 MB of live chunks (malloc_stats) and RSS peaks of
+/// 220–840 MB under 16 concurrent 100 MB downloads. So after each chunk this waits for a
+/// no-op on the connection's event loop: the loop runs its tasks in order, so by then the
+/// chunk is in the channel and, if the socket is full, the writer knows it is not writable
+/// and the next write suspends. The next chunk is read (on NIO's thread pool) while the
+/// current one is written.
+enum FileStream {
+    /// 512 KiB: against 128 KiB it cuts the server's CPU per GB by ~25% (fewer thread hops);
+    /// 1 MiB saves ~15% more but doubles the memory a slow download holds.
+    static let chunkLength: Int64 = 512 * 1024
+
+    /// The file ended before the range did: the store's files are immutable, so it was
+    /// damaged underneath. The response is cut short (the client sees a truncated body).
+    struct ShortRead: Error {}
+
+    static func body(path: String, range: ClosedRange<Int64>, eventLoop: any EventLoop) -> ResponseBody {
+        ResponseBody(contentLength: Int(range.upperBound - range.lowerBound + 1)) { writer in
+            try await FileSystem.shared.withFileHandle(forReadingAt: FilePath(path)) { handle in
+                var chunk = try await read(handle, at: range.lowerBound, through: range.upperBound)
+                var offset = range.lowerBound + Int64(chunk.readableBytes)
+                while offset <= range.upperBound {
+                    let at = offset
+                    async let next = read(handle, at: at, through: range.upperBound)
+                    try await writer.write(chunk)
+                    try await eventLoop.submit {}.get()
+                    chunk = try await next
+                    offset += Int64(chunk.readableBytes)
+                }
+                try await writer.write(chunk)
+            }
+            try await writer.finish(nil)
+        }
+    }
+
+    private static func read(_ handle: ReadFileHandle, at offset: Int64, through last: Int64) async throws -> ByteBuffer {
+        let chunk = try await handle.readChunk(fromAbsoluteOffset: offset, length: .bytes(min(chunkLength, last - offset + 1)))
+        guard chunk.readableBytes > 0 else { throw ShortRead() }
+        return chunk
+    }
+}
