@@ -1,6 +1,7 @@
-import CofferCore
 import Foundation
 import Testing
+
+@testable import CofferCore
 
 @Suite struct EncodingTests {
     @Test(arguments: 0..<40)
@@ -82,5 +83,27 @@ import Testing
         #expect(RFC3339.format(Date(timeIntervalSince1970: 1_708_709_236)) == "2024-02-23T17:27:16Z")
         #expect(RFC3339.format(Date(timeIntervalSince1970: 64_092_211_200)) == "4001-01-01T00:00:00Z")
         #expect(RFC3339.format(Date(timeIntervalSince1970: -1)) == "1969-12-31T23:59:59Z")
+    }
+}
+
+/// The chain cache's key: sampled hash, exact equality.
+@Suite struct CacheKeyTests {
+    @Test func keysDifferingInAnyByteAreDifferentEvenWhenTheirHashesCollide() {
+        let base = (0..<4000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let key = CacheKey(base[...])
+        #expect(key == CacheKey(base[0..<1000], base[1000...]))
+        #expect(key.hashValue == CacheKey(base[0..<1000], base[1000...]).hashValue)
+        for index in [0, 100, 999, 2000, 3999] {
+            var edited = base
+            edited[index] ^= 1
+            #expect(key != CacheKey(edited[...]), "byte \(index)")
+        }
+        // Byte 100 lies outside every hashed window: same hash, still not equal.
+        var outside = base
+        outside[100] ^= 1
+        #expect(key.hashValue == CacheKey(outside[...]).hashValue)
+        #expect(key != CacheKey(outside[...]))
+        #expect(key != CacheKey(base.dropLast()))
+        #expect(CacheKey([][...]) == CacheKey([][...]))
     }
 }
