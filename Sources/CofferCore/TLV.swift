@@ -57,6 +57,7 @@ struct DERCursor {
     func encoded(_ tlv: TLV) -> ArraySlice<UInt8> { bytes[tlv.start..<tlv.end] }
 
     /// Reads the next element (single-byte tags only, as in receipts and CMS).
+    @inline(__always)
     mutating func next() throws(VerificationError) -> TLV {
         let tlv = try Self.element(in: bytes, at: position, limit: end, depth: 0)
         position = tlv.end
@@ -100,6 +101,8 @@ struct DERCursor {
     }
 
     /// Parses an identifier and length at `index`. `length` is nil for the indefinite form.
+    /// (Inlined: it is most of the per-element cost of decoding a receipt's payload.)
+    @inline(__always)
     static func header(_ bytes: ArraySlice<UInt8>, at index: Int, limit: Int) throws(VerificationError) -> (
         tag: UInt8, length: Int?, headerLength: Int
     ) {

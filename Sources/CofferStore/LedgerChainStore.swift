@@ -31,7 +31,8 @@ enum ChainStore {
     }
 
     static func head(_ db: Database) throws -> Head {
-        guard let row = try Row.fetchOne(db, sql: "SELECT sequence, entry_hash FROM ledger_events ORDER BY sequence DESC LIMIT 1") else {
+        let statement = try db.cachedStatement(sql: "SELECT sequence, entry_hash FROM ledger_events ORDER BY sequence DESC LIMIT 1")
+        guard let row = try Row.fetchOne(statement) else {
             return Head(sequence: 0, hash: LedgerChain.genesis)
         }
         let hex = try row.decode(String.self, forColumn: "entry_hash")
@@ -45,9 +46,8 @@ enum ChainStore {
         let head = try head(db)
         let event = entry(head.sequence + 1)
         let hash = LedgerChain.hash(previous: head.hash, entry: event).hexString
-        try db.execute(
-            sql: "INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash) VALUES (?, ?, ?, ?)",
-            arguments: [event.sequence, event.kind.rawValue, event.row, hash])
+        try db.cachedStatement(sql: "INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash) VALUES (?, ?, ?, ?)")
+            .execute(arguments: [event.sequence, event.kind.rawValue, event.row, hash])
         if let policy, event.sequence % policy.every == 0 {
             try insert(db, try policy.signer.checkpoint(sequence: event.sequence, entryHash: hash, time: Int64(now.timeIntervalSince1970)))
         }
