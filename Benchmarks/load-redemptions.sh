@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 S=${SECONDS_EACH:-10}
 C=${CONNECTIONS:-32}
 T=${THREADS:-1}
-N=${RECEIPTS:-80000}
+# Enough fresh receipts for the paced and the saturated phase (~3,000/s here) at 10 s each.
+N=${RECEIPTS:-$((S * 8000))}
 RATE=${RATE:-2000}
 PORT=${PORT:-18480}
 OUT=.build-release/load
@@ -64,6 +65,7 @@ function init(args)
   stride = tonumber(os.getenv("THREADS"))
   first = tonumber(os.getenv("START") or "1")
   count = tonumber(os.getenv("COUNT") or "0")
+  if first > #bodies then first = 1 end -- out of fresh receipts: what follows are replays
   if count <= 0 or first + count - 1 > #bodies then count = #bodies - first + 1 end
   i = id - stride
   statuses = {}
