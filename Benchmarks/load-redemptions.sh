@@ -54,6 +54,7 @@ cat >"$OUT/redeem.lua" <<'LUA'
 -- latency excludes the wait).
 local bodies = {}
 for line in io.lines(os.getenv("BODIES")) do bodies[#bodies + 1] = line end
+local rate = tonumber(os.getenv("RATE") or "0") or 0
 local threads = {}
 local counter = 0
 function setup(thread)
@@ -69,7 +70,6 @@ function init(args)
   if count <= 0 or first + count - 1 > #bodies then count = #bodies - first + 1 end
   i = id - stride
   statuses = {}
-  local rate = tonumber(os.getenv("RATE") or "0")
   if rate > 0 then
     target = rate / stride
     -- Start a little short of the interval: each request's own latency adds to the wait.
@@ -93,7 +93,7 @@ response = function(status, headers, body)
     end
   end
 end
-if os.getenv("RATE") and tonumber(os.getenv("RATE")) > 0 then
+if rate > 0 then
   -- wrk takes whole milliseconds: round up or down at random to the wait's fraction.
   delay = function()
     local whole = math.floor(wait)
