@@ -51,6 +51,10 @@ public struct CofferConfiguration: Sendable {
     public var checkpointEvery: Int64 = 1000
     /// …and every this many seconds when the ledger has grown since the last one.
     public var checkpointIntervalSeconds: Int64 = 60
+    /// The ledger checkpoint signing key, outside the data directory (`--ledger-key`), so
+    /// that whoever copies the database cannot re-sign a rewritten history. Nil: systemd's
+    /// `$CREDENTIALS_DIRECTORY/ledger-signing.key` when present, else `DATA/keys/ledger-signing.key`.
+    public var ledgerKeyFile: String?
 
     public init() {}
 }
@@ -81,19 +85,47 @@ public struct CofferServices: Sendable {
         if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
         let signer = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)
         let catalogue = CachedCatalogue(SQLiteCatalogue(database))
-        let ledgerSigner = try LedgerKeyFile.signer(dataDirectory: configuration.dataDirectory)
-        let ledger = SQLiteLedger(database, checkpoints: CheckpointPolicy(signer: ledgerSigner, every: configuration.checkpointEvery))
-        let chained = try await ledger.chainUnchainedRows(now: Date())
-        if chained > 0 { logger.notice("chained \(chained) ledger row(s) written before the hash chain existed") }
+        let ledgerKey = try LedgerKeyFile.resolve(dataDirectory: configuration.dataDirectory, configured: configuration.ledgerKeyFile)
+        if ledgerKey.insideDataDirectory {
+            logger.notice(
+                "the ledger signing key is in the data directory: whoever copies it can re-sign a rewritten ledger; keep it apart with --ledger-key",
+                metadata: ["path": "\(ledgerKey.path)"])
+        }
+        let ledgerSigner = ledgerKey.signer
+        let policy = CheckpointPolicy(signer: ledgerSigner, every: configuration.checkpointEvery)
+        let ledger = SQLiteLedger(database, checkpoints: policy)
+        // Start-up never chains a row it did not write: a row outside the chain is either from
+        // an older Coffer (adopt it on purpose) or was inserted behind the server's back.
+        let unchained = try await ledger.unchainedRows(limit: 10)
+        if !unchained.isEmpty { throw LedgerStartupError.unchainedRows(unchained) }
         let verifier = AppStoreVerifier(
             configuration: VerifierConfiguration(
                 anchors: configuration.anchors, bundleIds: configuration.bundleIds, appAppleId: configuration.appAppleId))
         return CofferServices(
             configuration: configuration, database: database, catalogue: catalogue, ledger: ledger, ledgerSigner: ledgerSigner,
-            keys: SQLiteKeys(database), adminLog: SQLiteAdminLog(database),
+            keys: SQLiteKeys(database), adminLog: SQLiteAdminLog(database, checkpoints: policy),
             content: content,
             vault: Vault(verifier: verifier, catalogue: catalogue, ledger: ledger, tokens: signer, tokenTTL: configuration.tokenTTL),
             metrics: CofferMetrics(), uploads: Gate(capacity: configuration.maxConcurrentUploads))
+    }
+}
+
+/// Why the server refused to open a data directory's ledger.
+public enum LedgerStartupError: Error, CustomStringConvertible {
+    /// Rows no ledger event chains (first few named).
+    case unchainedRows([(kind: LedgerEventKind, row: Int64)])
+
+    public var description: String {
+        switch self {
+        case .unchainedRows(let rows):
+            let named = rows.map { "\($0.kind.rawValue) row \($0.row)" }.joined(separator: ", ")
+            return """
+                the ledger holds rows outside its hash chain (\(named)\(rows.count >= 10 ? ", …" : "")): they were inserted behind the \
+                server's back, or come from a Coffer older than the chain (or, for adminAction rows, older than migration 0003). \
+                The server will not chain rows it did not write. Check with `coffer ledger verify`; if you vouch for them, \
+                chain them on purpose with `coffer ledger adopt --data-dir DIR` (recorded as a chained admin action).
+                """
+        }
     }
 }
 
@@ -159,24 +191,63 @@ public enum LedgerKeyFile {
         ((dataDirectory as NSString).appendingPathComponent("keys") as NSString).appendingPathComponent("ledger-signing.key")
     }
 
-    /// Loads the key, creating it when `create` and it does not exist.
-    public static func signer(dataDirectory: String, create: Bool = true) throws -> LedgerSigner {
-        let path = path(dataDirectory: dataDirectory)
-        let fm = FileManager.default
-        if !fm.fileExists(atPath: path) {
-            guard create else { throw TokenKeyFile.KeyError(description: "\(path) does not exist") }
-            try fm.createDirectory(
-                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let key = Curve25519.Signing.PrivateKey()
-            guard
-                fm.createFile(
-                    atPath: path, contents: Data((key.rawRepresentation.base64EncodedString() + "\n").utf8), attributes: [.posixPermissions: 0o600])
-            else { throw TokenKeyFile.KeyError(description: "cannot create \(path)") }
+    /// Where the signing key was found.
+    public struct Resolved: Sendable {
+        public var signer: LedgerSigner
+        public var path: String
+        public var insideDataDirectory: Bool
+    }
+
+    /// The signing key the server uses: `configured` (`--ledger-key FILE`, which must exist),
+    /// else systemd's `$CREDENTIALS_DIRECTORY/ledger-signing.key` when present, else the data
+    /// directory's key (created on first start).
+    public static func resolve(
+        dataDirectory: String, configured: String?, environment: [String: String] = ProcessInfo.processInfo.environment, create: Bool = true
+    ) throws -> Resolved {
+        if let configured {
+            return Resolved(signer: try load(configured), path: configured, insideDataDirectory: false)
         }
-        guard let data = fm.contents(atPath: path),
-            let raw = Base64.decode(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+        if let credentials = environment["CREDENTIALS_DIRECTORY"] {
+            let path = (credentials as NSString).appendingPathComponent("ledger-signing.key")
+            if FileManager.default.fileExists(atPath: path) {
+                return Resolved(signer: try load(path), path: path, insideDataDirectory: false)
+            }
+        }
+        return Resolved(
+            signer: try signer(dataDirectory: dataDirectory, create: create), path: path(dataDirectory: dataDirectory), insideDataDirectory: true)
+    }
+
+    /// Reads a key file (base64 of a raw Ed25519 private key).
+    public static func load(_ path: String) throws -> LedgerSigner {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TokenKeyFile.KeyError(description: "cannot read the ledger signing key \(path)")
+        }
+        guard let raw = Base64.decode(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
             let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw)
         else { throw TokenKeyFile.KeyError(description: "\(path) is not an Ed25519 key file (base64 of 32 bytes)") }
         return LedgerSigner(privateKey: key)
+    }
+
+    /// Writes a new key file (0600); refuses to overwrite one.
+    public static func create(at path: String) throws -> LedgerSigner {
+        let key = Curve25519.Signing.PrivateKey()
+        guard !FileManager.default.fileExists(atPath: path) else { throw TokenKeyFile.KeyError(description: "\(path) exists: not overwritten") }
+        guard
+            FileManager.default.createFile(
+                atPath: path, contents: Data((key.rawRepresentation.base64EncodedString() + "\n").utf8), attributes: [.posixPermissions: 0o600])
+        else { throw TokenKeyFile.KeyError(description: "cannot create \(path)") }
+        return LedgerSigner(privateKey: key)
+    }
+
+    /// Loads the key, creating it when `create` and it does not exist.
+    public static func signer(dataDirectory: String, create: Bool = true) throws -> LedgerSigner {
+        let path = path(dataDirectory: dataDirectory)
+        if !FileManager.default.fileExists(atPath: path) {
+            guard create else { throw TokenKeyFile.KeyError(description: "\(path) does not exist") }
+            try FileManager.default.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            return try self.create(at: path)
+        }
+        return try load(path)
     }
 }

@@ -7,6 +7,18 @@ public enum StoreError: Error, Sendable, Hashable {
     case unknownMigrations([String])
     /// A stored value could not be mapped back to the model (e.g. an unknown enum raw value).
     case invalidValue(column: String, value: String)
+    /// Opened read-only, the database lacks migrations this binary expects (run `coffer migrate`).
+    case schemaOutdated(missing: [String])
+}
+
+extension StoreError: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .unknownMigrations(let names): "the database was migrated by a newer Coffer (\(names.joined(separator: ", ")))"
+        case .invalidValue(let column, let value): "unexpected value in \(column): \(value.prefix(80))"
+        case .schemaOutdated(let missing): "the database lacks migration(s) \(missing.joined(separator: ", ")): run coffer migrate first"
+        }
+    }
 }
 
 /// The SQLite database file: a GRDB `DatabasePool` in WAL mode, migrated with ``EmbeddedMigrations``.
@@ -47,6 +59,25 @@ public final class CofferDatabase: Sendable {
         }
         try migrator.migrate(pool)
         appliedNow = try pool.read { db in try migrator.appliedMigrations(db).filter { !before.contains($0) } }
+        self.pool = pool
+    }
+
+    /// Opens an existing database for reading only: no migration runs, no write is possible
+    /// (`SQLITE_OPEN_READONLY`), so auditing a database never changes it. Works while the
+    /// server runs. Throws when the schema is not exactly the one this binary knows.
+    public init(readOnlyPath path: String) throws {
+        var config = Configuration()
+        config.readonly = true
+        config.busyMode = .timeout(5)
+        let pool = try DatabasePool(path: path, configuration: config)
+        try pool.read { db in
+            let known = EmbeddedMigrations.all.map(\.name)
+            let applied = try Self.migrator().appliedIdentifiers(db)
+            let unknown = applied.subtracting(known)
+            guard unknown.isEmpty else { throw StoreError.unknownMigrations(unknown.sorted()) }
+            let missing = known.filter { !applied.contains($0) }
+            guard missing.isEmpty else { throw StoreError.schemaOutdated(missing: missing) }
+        }
         self.pool = pool
     }
 

@@ -11,7 +11,7 @@ import Synchronization
 final class GroupCommitter: Sendable {
     enum Job: Sendable {
         /// A redemption, and the attempt to record instead if it is a replay.
-        case redemption(Redemption, RejectedAttempt?, CheckedContinuation<LedgerInsertOutcome, any Error>)
+        case redemption(Redemption, InsertRefusals?, CheckedContinuation<LedgerInsertOutcome, any Error>)
         case attempt(RejectedAttempt, CheckedContinuation<Void, any Error>?)
     }
 
@@ -32,8 +32,8 @@ final class GroupCommitter: Sendable {
         self.checkpoints = checkpoints
     }
 
-    func insert(_ redemption: Redemption, replay: RejectedAttempt?) async throws -> LedgerInsertOutcome {
-        try await withCheckedThrowingContinuation { submit(.redemption(redemption, replay, $0)) }
+    func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome {
+        try await withCheckedThrowingContinuation { submit(.redemption(redemption, refusals, $0)) }
     }
 
     func record(_ attempt: RejectedAttempt) async throws {
@@ -68,6 +68,7 @@ final class GroupCommitter: Sendable {
     private enum Result: Sendable {
         case inserted(Redemption)
         case alreadyRedeemed
+        case revoked(Revocation)
         case recorded
         case failed(any Error)
     }
@@ -107,6 +108,7 @@ final class GroupCommitter: Sendable {
             switch (job, result) {
             case (.redemption(_, _, let c), .inserted(let row)): c.resume(returning: .inserted(row))
             case (.redemption(_, _, let c), .alreadyRedeemed): c.resume(returning: .alreadyRedeemed)
+            case (.redemption(_, _, let c), .revoked(let revocation)): c.resume(returning: .revoked(revocation))
             case (.redemption(_, _, let c), .failed(let error)): c.resume(throwing: error)
             case (.attempt(_, let c), .failed(let error)): c?.resume(throwing: error)
             case (.attempt(_, let c), _): c?.resume()
@@ -118,17 +120,26 @@ final class GroupCommitter: Sendable {
     /// One row and its chain event, inside the batch's transaction.
     private static func apply(_ job: Job, db: Database, checkpoints: CheckpointPolicy?) throws -> Result {
         switch job {
-        case .redemption(let redemption, let replay, _):
+        case .redemption(let redemption, let refusals, _):
             // A replay is the common refusal: found by an indexed read, not an exception. Writes
             // are serialised and this runs inside the write transaction, so nothing can insert
-            // the same transaction id between the read and the INSERT; the UNIQUE constraint
-            // stays as the backstop.
+            // the same environment and replay key between the read and the INSERT; the UNIQUE
+            // index `redemptions_replay` stays as the backstop.
             // A cached statement, as in ChainStore's head and append: generating and preparing
             // the SQL on every row was ~5% of the server's CPU under load.
-            let seen = try db.cachedStatement(sql: "SELECT 1 FROM redemptions WHERE transaction_id = ? LIMIT 1")
-            if try Bool.fetchOne(seen, arguments: [redemption.transactionId]) == true {
-                if let replay { _ = try apply(.attempt(replay, nil), db: db, checkpoints: checkpoints) }
+            let key = redemption.effectiveReplayKey
+            let seen = try db.cachedStatement(
+                sql: "SELECT 1 FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
+            if try Bool.fetchOne(seen, arguments: [redemption.environment, key]) == true {
+                if let refusals { _ = try apply(.attempt(refusals.replay, nil), db: db, checkpoints: checkpoints) }
                 return .alreadyRedeemed
+            }
+            // A refund or revocation that arrived before the redemption is kept: the purchase
+            // can no longer be redeemed. Checked in the same transaction as the INSERT, so a
+            // notification and a redemption racing each other cannot both win.
+            if let revocation = try ChainStore.revocation(db, environment: redemption.environment, replayKey: key) {
+                if let refusals { _ = try apply(.attempt(refusals.revoked, nil), db: db, checkpoints: checkpoints) }
+                return .revoked(revocation)
             }
             try RedemptionRecord(redemption).insert(db)
             var row = redemption

@@ -45,6 +45,14 @@ enum ChainStore {
     static func append(_ db: Database, policy: CheckpointPolicy?, now: Date, entry: (Int64) -> LedgerEntry) throws {
         let head = try head(db)
         let event = entry(head.sequence + 1)
+        // SQLite's C string readers stop at U+0000: a value holding one would be hashed whole
+        // and read back cut, and the chain could never verify again. The vault never lets one
+        // through (LedgerText); this is the last line.
+        for value in event.values {
+            if let value, value.utf8.contains(0) {
+                throw StoreError.invalidValue(column: event.kind.rawValue, value: "a value holding U+0000")
+            }
+        }
         let hash = LedgerChain.hash(previous: head.hash, entry: event).hexString
         try db.cachedStatement(sql: "INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash) VALUES (?, ?, ?, ?)")
             .execute(arguments: [event.sequence, event.kind.rawValue, event.row, hash])
@@ -105,6 +113,7 @@ enum ChainStore {
         var redemptionRows: [Int64] = []
         var attemptRows: [Int64] = []
         var revocationRows: [Int64] = []
+        var adminRows: [Int64] = []
         for row in rows {
             let kindName = try row.decode(String.self, forColumn: "kind")
             guard let kind = LedgerEventKind(rawValue: kindName) else { throw StoreError.invalidValue(column: "kind", value: kindName) }
@@ -116,6 +125,7 @@ enum ChainStore {
             case .redemption: redemptionRows.append(event.row)
             case .attempt: attemptRows.append(event.row)
             case .revocation: revocationRows.append(event.row)
+            case .adminAction: adminRows.append(event.row)
             }
         }
         let redemptions = Dictionary(
@@ -134,15 +144,48 @@ enum ChainStore {
                 let r = try revocation(row); return (r.sequence, r)
             },
             uniquingKeysWith: { a, _ in a })
+        let adminActions = Dictionary(
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM admin_actions WHERE sequence IN (SELECT value FROM json_each(?))",
+                arguments: [String(decoding: try JSONEncoder().encode(adminRows), as: UTF8.self)]
+            ).map { row in
+                let a = try adminAction(row); return (a.sequence, a)
+            },
+            uniquingKeysWith: { a, _ in a })
         for i in events.indices {
             let e = events[i]
             switch e.kind {
             case .redemption: events[i].entry = redemptions[e.row].map { LedgerEntry.redemption($0, sequence: e.sequence) }
             case .attempt: events[i].entry = attempts[e.row].map { LedgerEntry.attempt($0, sequence: e.sequence) }
             case .revocation: events[i].entry = revocations[e.row].map { LedgerEntry.revocation($0, sequence: e.sequence) }
+            case .adminAction: events[i].entry = adminActions[e.row].map { LedgerEntry.adminAction($0, sequence: e.sequence) }
             }
         }
         return events
+    }
+
+    static func adminAction(_ row: Row) throws -> AdminAction {
+        AdminAction(
+            sequence: try row.decode(forColumn: "sequence"), at: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "at")),
+            keyId: try row.decode(forColumn: "key_id"), keyName: try row.decode(forColumn: "key_name"), action: try row.decode(forColumn: "action"),
+            target: try row.decode(forColumn: "target"), detail: try row.decode(forColumn: "detail"),
+            clientAddress: try row.decode(forColumn: "client_address"))
+    }
+
+    /// Appends an admin action and its chain event, in the caller's transaction.
+    @discardableResult
+    static func insert(_ db: Database, _ a: AdminAction, policy: CheckpointPolicy?) throws -> AdminAction {
+        try db.execute(
+            sql: """
+                INSERT INTO admin_actions (at, key_id, key_name, action, target, detail, client_address)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [a.at.timeIntervalSince1970, a.keyId, a.keyName, a.action, a.target, a.detail, a.clientAddress])
+        var row = a
+        row.sequence = db.lastInsertedRowID
+        let stored = row
+        try append(db, policy: policy, now: a.at) { .adminAction(stored, sequence: $0) }
+        return stored
     }
 
     static func revocation(_ row: Row) throws -> Revocation {
@@ -153,25 +196,26 @@ enum ChainStore {
             revokedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "revoked_at")), reason: try row.decode(forColumn: "reason"),
             source: try Revocation.Source(rawValue: source).orThrow(StoreError.invalidValue(column: "source", value: source)),
             reference: try row.decode(forColumn: "reference"),
-            recordedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "recorded_at")))
+            recordedAt: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "recorded_at")),
+            environment: try row.decode(forColumn: "environment"), replayKey: try row.decode(forColumn: "replay_key"))
     }
 
     static func insert(_ db: Database, _ r: Revocation) throws -> Revocation {
         try db.execute(
             sql: """
-                INSERT INTO revocations (redemption_id, transaction_id, revoked_at, reason, source, reference, recorded_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO revocations (redemption_id, transaction_id, revoked_at, reason, source, reference, recorded_at, environment, replay_key)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 r.redemptionId, r.transactionId, r.revokedAt.timeIntervalSince1970, r.reason, r.source.rawValue, r.reference,
-                r.recordedAt.timeIntervalSince1970,
+                r.recordedAt.timeIntervalSince1970, r.environment, r.replayKey,
             ])
         var row = r
         row.sequence = db.lastInsertedRowID
         return row
     }
 
-    /// Rows of `redemptions` and `attempts` that no event chains, oldest first (at most `limit`).
+    /// Rows of the chained tables that no event chains, oldest first (at most `limit`).
     static func unchainedRows(_ db: Database, limit: Int) throws -> [(kind: LedgerEventKind, row: Int64, at: Double)] {
         let rows = try Row.fetchAll(
             db,
@@ -184,6 +228,9 @@ enum ChainStore {
                 UNION ALL
                 SELECT 'revocation', sequence, recorded_at FROM revocations v
                   WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'revocation' AND e.row_sequence = v.sequence)
+                UNION ALL
+                SELECT 'adminAction', sequence, at FROM admin_actions m
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'adminAction' AND e.row_sequence = m.sequence)
                 ORDER BY at, kind, sequence LIMIT ?
                 """, arguments: [limit])
         return try rows.compactMap { row in
@@ -198,5 +245,14 @@ extension Optional {
     func orThrow(_ error: @autoclosure () -> any Error) throws -> Wrapped {
         guard let value = self else { throw error() }
         return value
+    }
+}
+
+extension ChainStore {
+    /// The stored revocation of a purchase (environment and replay key), if any.
+    static func revocation(_ db: Database, environment: String?, replayKey: String) throws -> Revocation? {
+        let statement = try db.cachedStatement(
+            sql: "SELECT * FROM revocations WHERE coalesce(environment, '') = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
+        return try Row.fetchOne(statement, arguments: [environment ?? "", replayKey]).map(revocation)
     }
 }

@@ -132,6 +132,7 @@ struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
         static let appAccountToken = Column("app_account_token")
         static let status = Column("status")
         static let grantHash = Column("grant_hash")
+        static let replayKey = Column("replay_key")
     }
 
     var redemption: Redemption
@@ -149,7 +150,7 @@ struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
             sourceFormat: try row.enumValue(SourceFormat.self, Columns.sourceFormat), redeemedAt: try row.date(Columns.redeemedAt),
             clientAddress: try row.decode(forColumn: Columns.clientAddress),
             appAccountToken: try row.decode(forColumn: Columns.appAccountToken), status: try row.decode(forColumn: Columns.status),
-            grantHash: try row.decode(forColumn: Columns.grantHash))
+            grantHash: try row.decode(forColumn: Columns.grantHash), replayKey: try row.decode(forColumn: Columns.replayKey))
     }
 
     /// Encodes every column but `sequence`, which SQLite assigns (AUTOINCREMENT).
@@ -169,6 +170,7 @@ struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
         container[Columns.appAccountToken] = redemption.appAccountToken
         container[Columns.status] = redemption.status
         container[Columns.grantHash] = redemption.grantHash
+        container[Columns.replayKey] = redemption.replayKey
     }
 }
 
@@ -186,6 +188,7 @@ struct AttemptRecord: FetchableRecord, PersistableRecord, Sendable {
         static let productId = Column("product_id")
         static let receiptSHA256 = Column("receipt_sha256")
         static let clientAddress = Column("client_address")
+        static let claimed = Column("claimed")
     }
 
     var attempt: RejectedAttempt
@@ -197,11 +200,12 @@ struct AttemptRecord: FetchableRecord, PersistableRecord, Sendable {
             sequence: try row.decode(forColumn: Columns.sequence), at: try row.date(Columns.at), code: try row.decode(forColumn: Columns.code),
             detail: try row.decode(forColumn: Columns.detail), transactionId: try row.decode(forColumn: Columns.transactionId),
             productId: try row.decode(forColumn: Columns.productId), receiptSHA256: try row.decode(forColumn: Columns.receiptSHA256),
-            clientAddress: try row.decode(forColumn: Columns.clientAddress))
+            clientAddress: try row.decode(forColumn: Columns.clientAddress), claimed: try row.decode(forColumn: Columns.claimed))
     }
 
     /// Encodes every column but `sequence`, which SQLite assigns (AUTOINCREMENT).
     func encode(to container: inout PersistenceContainer) throws {
+        container[Columns.claimed] = attempt.claimed
         container[Columns.at] = attempt.at.unixSeconds
         container[Columns.code] = attempt.code
         container[Columns.detail] = attempt.detail

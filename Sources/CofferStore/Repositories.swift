@@ -105,8 +105,8 @@ public struct SQLiteLedger: LedgerRepository {
     /// `transaction_id` rejects it, otherwise the stored row with its assigned `sequence`. Returns once
     /// the transaction is committed (`synchronous = FULL`). Other errors, including a unique violation
     /// on `redemption_id` or `grant_hash` for a new transaction id, propagate.
-    public func insert(_ redemption: Redemption, replay: RejectedAttempt?) async throws -> LedgerInsertOutcome {
-        try await committer.insert(redemption, replay: replay)
+    public func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome {
+        try await committer.insert(redemption, refusals: refusals)
     }
 
     /// Appends a rejected attempt (its `sequence` is assigned by SQLite), group-committed
@@ -115,29 +115,32 @@ public struct SQLiteLedger: LedgerRepository {
         try await committer.record(attempt)
     }
 
-    /// Appends a revocation and its chain event in one transaction. `.notRedeemed` when the
-    /// transaction was never redeemed here, `.alreadyRevoked` for a second revocation.
-    public func revoke(_ revocation: Revocation) async throws -> RevocationOutcome {
-        try await db.pool.write { [checkpoints] db in
-            guard
-                let redemptionId = try String.fetchOne(
-                    db, sql: "SELECT redemption_id FROM redemptions WHERE transaction_id = ?", arguments: [revocation.transactionId])
-            else { return .notRedeemed }
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM revocations WHERE transaction_id = ?", arguments: [revocation.transactionId]) == true {
-                return .alreadyRevoked
-            }
+    /// Appends a revocation and its chain event in one transaction (see
+    /// ``LedgerRepository/revoke(_:keepUnredeemed:)``).
+    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome {
+        let key = revocation.replayKey ?? revocation.transactionId
+        return try await db.pool.write { [checkpoints] db in
+            if try ChainStore.revocation(db, environment: revocation.environment, replayKey: key) != nil { return .alreadyRevoked }
+            let redemptionId = try String.fetchOne(
+                db, sql: "SELECT redemption_id FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ?",
+                arguments: [revocation.environment ?? "", key])
+            if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
             var row = revocation
-            row.redemptionId = redemptionId
+            row.redemptionId = redemptionId ?? ""
             row = try ChainStore.insert(db, row)
             let stored = row
             try ChainStore.append(db, policy: checkpoints, now: revocation.recordedAt) { .revocation(stored, sequence: $0) }
-            return .revoked(stored)
+            return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
         }
     }
 
-    public func revocation(transactionId: String) async throws -> Revocation? {
+    public func revocation(of redemption: Redemption) async throws -> Revocation? {
         try await db.pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM revocations WHERE transaction_id = ?", arguments: [transactionId]).map(ChainStore.revocation)
+            if let byId = try Row.fetchOne(db, sql: "SELECT * FROM revocations WHERE redemption_id = ? LIMIT 1", arguments: [redemption.redemptionId])
+            {
+                return try ChainStore.revocation(byId)
+            }
+            return try ChainStore.revocation(db, environment: redemption.environment, replayKey: redemption.effectiveReplayKey)
         }
     }
 
@@ -187,15 +190,32 @@ extension SQLiteLedger {
         }
     }
 
-    /// Chains rows written before the chain existed (databases from before migration
-    /// 0002), oldest first. Returns how many were chained.
-    @discardableResult
-    public func chainUnchainedRows(now: Date) async throws -> Int {
+    /// Rows of the chained tables that no ledger event chains (at most `limit`), oldest first:
+    /// rows written before the chain existed, or inserted behind the server's back. The server
+    /// refuses to start while there are any; ``adopt(by:now:)`` chains them on purpose.
+    public func unchainedRows(limit: Int = 10) async throws -> [(kind: LedgerEventKind, row: Int64)] {
+        try await db.pool.read { db in try ChainStore.unchainedRows(db, limit: limit).map { (kind: $0.kind, row: $0.row) } }
+    }
+
+    /// What ``adopt(by:now:)`` did.
+    public struct Adoption: Sendable, Hashable {
+        /// Rows chained, by kind.
+        public var chained: [LedgerEventKind: Int]
+        /// The admin action that records the adoption (itself chained, last).
+        public var action: AdminAction
+    }
+
+    /// Chains every unchained row, oldest first, then appends an admin action `ledger.adopt`
+    /// saying how many of each kind were chained and by whom — in one transaction, so the
+    /// adoption is itself a chained event that an auditor sees. Only for a database whose rows
+    /// the operator vouches for (one from before the chain, or the admin log from before
+    /// migration 0003): rows an attacker inserted would be chained too.
+    public func adopt(by actor: AdminAction, now: Date) async throws -> Adoption {
         try await db.pool.write { [checkpoints] db in
-            var count = 0
+            var chained: [LedgerEventKind: Int] = [:]
             while true {
                 let pending = try ChainStore.unchainedRows(db, limit: 500)
-                if pending.isEmpty { return count }
+                if pending.isEmpty { break }
                 for item in pending {
                     switch item.kind {
                     case .redemption:
@@ -212,10 +232,25 @@ extension SQLiteLedger {
                         }
                         let r = try ChainStore.revocation(row)
                         try ChainStore.append(db, policy: checkpoints, now: now) { .revocation(r, sequence: $0) }
+                    case .adminAction:
+                        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM admin_actions WHERE sequence = ?", arguments: [item.row]) else {
+                            continue
+                        }
+                        let a = try ChainStore.adminAction(row)
+                        try ChainStore.append(db, policy: checkpoints, now: now) { .adminAction(a, sequence: $0) }
                     }
-                    count += 1
+                    chained[item.kind, default: 0] += 1
                 }
             }
+            var action = actor
+            action.action = "ledger.adopt"
+            action.target = "ledger"
+            action.detail =
+                chained.isEmpty
+                ? "nothing to chain"
+                : "chained " + chained.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", ")
+            let stored = try ChainStore.insert(db, action, policy: checkpoints)
+            return Adoption(chained: chained, action: stored)
         }
     }
 
@@ -262,14 +297,14 @@ extension SQLiteLedger {
 
     /// Verifies the stored ledger against `publicKey` (nil: the chain only), streaming the
     /// events page by page: works while the server appends.
-    public func audit(publicKey: Curve25519.Signing.PublicKey?) async throws -> LedgerAuditReport {
+    public func audit(publicKey: Curve25519.Signing.PublicKey?, pinned: [LedgerCheckpoint] = []) async throws -> LedgerAuditReport {
         var all: [LedgerCheckpoint] = []
         while true {
             let page = try await checkpoints(after: all.last?.sequence ?? 0, limit: 1000)
             all += page
             if page.count < 1000 { break }
         }
-        var audit = LedgerAudit(checkpoints: all, publicKey: publicKey)
+        var audit = LedgerAudit(checkpoints: all, publicKey: publicKey, pinned: pinned)
         var after: Int64 = 0
         while true {
             let page = try await events(after: after, limit: 1000)
@@ -353,34 +388,33 @@ public struct SQLiteKeys: KeyRepository {
 
 // MARK: - Admin log
 
-/// The admin audit log in SQLite (`admin_actions`, append-only by trigger).
+/// The admin audit log in SQLite (`admin_actions`, append-only by trigger), chained in the
+/// ledger's hash chain like redemptions and attempts.
 public struct SQLiteAdminLog: AdminLogRepository {
     private let db: CofferDatabase
+    private let checkpoints: CheckpointPolicy?
 
-    public init(_ db: CofferDatabase) { self.db = db }
+    /// `checkpoints` signs a checkpoint when an action lands on the policy's interval (the
+    /// CLI, which may not hold the key, passes nil: the server's checkpoint service signs later).
+    public init(_ db: CofferDatabase, checkpoints: CheckpointPolicy? = nil) {
+        self.db = db
+        self.checkpoints = checkpoints
+    }
 
     public func record(_ a: AdminAction) async throws {
-        try await db.pool.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO admin_actions (at, key_id, key_name, action, target, detail, client_address)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [a.at.timeIntervalSince1970, a.keyId, a.keyName, a.action, a.target, a.detail, a.clientAddress])
-        }
+        var action = a
+        action.keyName = LedgerText.escaped(a.keyName, maxBytes: 128)
+        action.target = LedgerText.escaped(a.target, maxBytes: 512)
+        action.detail = LedgerText.escaped(a.detail, maxBytes: 1024)
+        action.action = LedgerText.escaped(a.action, maxBytes: 64)
+        let stored = action
+        try await db.pool.write { [checkpoints] db in try ChainStore.insert(db, stored, policy: checkpoints) }
     }
 
     public func actions(after: Int64, limit: Int) async throws -> [AdminAction] {
         try await db.pool.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM admin_actions WHERE sequence > ? ORDER BY sequence LIMIT ?", arguments: [after, max(0, limit)])
-                .map { row in
-                    AdminAction(
-                        sequence: try row.decode(forColumn: "sequence"),
-                        at: Date(timeIntervalSince1970: try row.decode(Double.self, forColumn: "at")), keyId: try row.decode(forColumn: "key_id"),
-                        keyName: try row.decode(forColumn: "key_name"), action: try row.decode(forColumn: "action"),
-                        target: try row.decode(forColumn: "target"), detail: try row.decode(forColumn: "detail"),
-                        clientAddress: try row.decode(forColumn: "client_address"))
-                }
+                .map(ChainStore.adminAction)
         }
     }
 }

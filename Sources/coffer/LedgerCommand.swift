@@ -7,36 +7,55 @@ import Foundation
 
 struct LedgerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "ledger", abstract: "Prove the redemption ledger untampered.", subcommands: [Verify.self, Export.self, PublicKey.self])
+        commandName: "ledger", abstract: "Prove the redemption ledger untampered.",
+        subcommands: [Verify.self, Export.self, PublicKey.self, Adopt.self, Keygen.self])
 
     struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Check the hash chain and the signed checkpoints of a database or an export.",
             discussion: """
                 Exit 0 when intact, 1 when not (the first bad sequence number is named), 2 on usage errors.
-                With --data-dir the database is read while the server runs or not. Pass --public-key with
-                the key you obtained earlier (GET /v1/audit/public-key, kept apart from the server):
-                without it the key in the data directory or in the export is used, which shows only
-                that the ledger is consistent with itself.
+                With --data-dir the database is opened read-only (nothing is migrated or written), while
+                the server runs or not. Pass --public-key with the key you obtained earlier
+                (GET /v1/audit/public-key, kept apart from the server): without it the key in the data
+                directory (or --ledger-key) or in the export is used, which shows only that the ledger is
+                consistent with itself. Pass --checkpoint with checkpoints you saved earlier
+                (GET /v1/audit/checkpoints or /latest): the ledger must still extend each of them, so a
+                rewritten, truncated or re-signed history fails even if its new checkpoints verify.
                 """)
         @Option(name: .customLong("data-dir"), help: "Data directory to check.") var dataDir: String?
         @Option(help: "An export (GET /v1/audit/export?kind=ledger or coffer ledger export) to check offline.") var export: String?
         @Option(
             name: .customLong("public-key"), help: "The checkpoint public key: a file (PEM, base64 or the JSON of /v1/audit/public-key) or base64.")
         var publicKey: String?
+        @Option(
+            name: .customLong("checkpoint"),
+            help: "A file of checkpoints saved earlier (one checkpoint, a /v1/audit/checkpoints page, an array or NDJSON). Repeatable.")
+        var checkpoints: [String] = []
+        @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory (its public half is used).")
+        var ledgerKey: String?
         @Flag(help: "Print the report as JSON.") var json = false
 
         func run() async throws {
             let key = try publicKey.map(Self.loadKey)
+            var pinned: [LedgerCheckpoint] = []
+            for file in checkpoints {
+                guard let saved = LedgerCheckpoint.saved(Data(try IO.read(file))) else {
+                    throw UsageError("--checkpoint \(file): no checkpoint in it (expected the JSON of /v1/audit/checkpoints or /latest)")
+                }
+                pinned += saved
+            }
             let report: LedgerAuditReport
             switch (dataDir, export) {
             case (let dir?, nil):
                 let path = (dir as NSString).appendingPathComponent("coffer.sqlite")
                 guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
-                let trusted = try key ?? LedgerKeyFile.signer(dataDirectory: dir, create: false).publicKey
-                report = try await SQLiteLedger(CofferDatabase(path: path)).audit(publicKey: trusted)
+                let trusted = try key ?? LedgerKeyFile.resolve(dataDirectory: dir, configured: ledgerKey, create: false).signer.publicKey
+                let database: CofferDatabase
+                do { database = try CofferDatabase(readOnlyPath: path) } catch { throw UsageError("cannot open \(path) read-only: \(error)") }
+                report = try await SQLiteLedger(database).audit(publicKey: trusted, pinned: pinned)
             case (nil, let file?):
-                report = LedgerExport.verify(Data(try IO.read(file)), publicKey: key)
+                report = LedgerExport.verify(Data(try IO.read(file)), publicKey: key, pinned: pinned)
             default:
                 throw UsageError("pass exactly one of --data-dir or --export")
             }
@@ -56,6 +75,7 @@ struct LedgerCommand: AsyncParsableCommand {
                 "entries: \(r.entries), last sequence \(r.lastSequence), head \(r.headHash)",
                 "checkpoints verified: \(r.checkpointsVerified)\(r.lastCheckpoint.map { ", latest at \($0)" } ?? "")",
             ]
+            if r.pinnedVerified > 0 { lines.append("pinned checkpoints still extended: \(r.pinnedVerified)") }
             if let p = r.problem {
                 lines.append("problem: \(p.kind.rawValue)")
                 if let s = p.sequence { lines.append("first bad sequence: \(s)") }
@@ -67,7 +87,7 @@ struct LedgerCommand: AsyncParsableCommand {
         static func json(_ r: LedgerAuditReport) throws -> String {
             var object: [String: Any] = [
                 "intact": r.intact, "entries": r.entries, "lastSequence": r.lastSequence, "headHash": r.headHash,
-                "checkpointsVerified": r.checkpointsVerified,
+                "checkpointsVerified": r.checkpointsVerified, "pinnedVerified": r.pinnedVerified,
             ]
             object["lastCheckpoint"] = r.lastCheckpoint
             if let p = r.problem {
@@ -83,13 +103,16 @@ struct LedgerCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Write the chained ledger export (NDJSON) of a data directory.")
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
         @Option(help: "Output file (default: standard output).") var out: String?
+        @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
 
         func run() async throws {
             let path = (dataDir as NSString).appendingPathComponent("coffer.sqlite")
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
-            let key = try LedgerKeyFile.signer(dataDirectory: dataDir, create: false).publicKey
+            let key = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer.publicKey
+            let database: CofferDatabase
+            do { database = try CofferDatabase(readOnlyPath: path) } catch { throw UsageError("cannot open \(path) read-only: \(error)") }
             var text = ""
-            try await SQLiteLedger(CofferDatabase(path: path)).export(publicKey: key, now: Date()) { text += $0 }
+            try await SQLiteLedger(database).export(publicKey: key, now: Date()) { text += $0 }
             try IO.output(Array(text.utf8), to: out)
         }
     }
@@ -98,9 +121,46 @@ struct LedgerCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "public-key", abstract: "Print the checkpoint signing public key (PEM) of a data directory.")
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
 
         func run() async throws {
-            let signer = try LedgerKeyFile.signer(dataDirectory: dataDir, create: false)
+            let signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer
+            print(try LedgerKeys.pem(signer.publicKey), terminator: "")
+        }
+    }
+
+    struct Adopt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Chain the rows no ledger event chains, as a recorded admin action (upgrades from older Coffer databases).",
+            discussion: """
+                The server refuses to start while the database holds rows outside the hash chain: rows from a
+                Coffer older than the chain (or admin-log rows from before migration 0003) — or rows inserted
+                behind its back. Run `coffer ledger verify` first and read what it names. Adopting chains every
+                such row, oldest first, and appends a `ledger.adopt` admin action naming how many of each kind
+                and who ran it: auditors see the adoption in the chain. Stop the server first.
+                """)
+        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
+
+        func run() async throws {
+            let path = (dataDir as NSString).appendingPathComponent("coffer.sqlite")
+            guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
+            let signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey).signer
+            let ledger = SQLiteLedger(try CofferDatabase(path: path), checkpoints: CheckpointPolicy(signer: signer))
+            let adoption = try await ledger.adopt(by: KeysCommand.localAction("ledger.adopt", target: "ledger", detail: ""), now: Date())
+            try await ledger.checkpointHead(now: Date())
+            print("\(adoption.action.detail); recorded as admin action \(adoption.action.sequence)")
+        }
+    }
+
+    struct Keygen: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a ledger signing key file to keep outside the data directory (serve --ledger-key FILE).")
+        @Option(help: "Where to write the key (0600; never overwritten).") var out: String
+
+        func run() async throws {
+            let signer: LedgerSigner
+            do { signer = try LedgerKeyFile.create(at: out) } catch { throw UsageError("\(error)") }
             print(try LedgerKeys.pem(signer.publicKey), terminator: "")
         }
     }

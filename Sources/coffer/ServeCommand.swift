@@ -41,6 +41,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("checkpoint-every"), help: "Sign a ledger checkpoint every N entries. Default: 1000.") var checkpointEvery: Int?
     @Option(name: .customLong("checkpoint-interval"), help: "…and every S seconds when the ledger grew. Default: 60.")
     var checkpointInterval: Int?
+    @Option(
+        name: .customLong("ledger-key"),
+        help:
+            "Ledger checkpoint signing key file kept outside the data directory (coffer ledger keygen). Default: $CREDENTIALS_DIRECTORY/ledger-signing.key when present, else DATA/keys/ledger-signing.key."
+    )
+    var ledgerKey: String?
     @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
     @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
     var printConfig = false
@@ -107,6 +113,7 @@ struct ServeCommand: AsyncParsableCommand {
             guard (1...86400).contains(interval) else { throw UsageError("checkpoint-interval must be 1–86400 seconds") }
             configuration.checkpointIntervalSeconds = Int64(interval)
         }
+        configuration.ledgerKeyFile = ledgerKey ?? env["COFFER_LEDGER_KEY"] ?? file.ledgerKey
         let roots = !trust.roots.isEmpty ? trust.roots : Setting.list(env["COFFER_ROOTS"]) ?? file.roots ?? []
         let environments = !trust.environments.isEmpty ? trust.environments : Setting.list(env["COFFER_ENVIRONMENTS"]) ?? file.environments ?? []
 
@@ -171,6 +178,7 @@ extension ServeCommand {
         var rateRedemptionBurst: Int
         var rateAuthFailures: Int
         var accelRedirect: String?
+        var ledgerKey: String?
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -181,7 +189,7 @@ extension ServeCommand {
             environments: environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
             trustedProxies: c.trustedProxies.sorted(), checkpointEvery: c.checkpointEvery, checkpointInterval: c.checkpointIntervalSeconds,
             rateRedemptions: c.redemptionsPerMinute, rateRedemptionBurst: c.redemptionBurst, rateAuthFailures: c.authFailuresPerMinute,
-            accelRedirect: c.accelRedirectPrefix,
+            accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile,
             tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
@@ -208,12 +216,13 @@ struct ConfigFile: Decodable {
     var rateRedemptionBurst: Int?
     var rateAuthFailures: Int?
     var accelRedirect: String?
+    var ledgerKey: String?
 
     static let knownKeys: Set<String> = [
         "host", "port", "dataDirectory", "bundleIds", "appAppleId", "roots", "environments", "tokenTTL", "uploadLimit", "logLevel", "trustedProxies",
         "checkpointEvery",
         "checkpointInterval", "rateRedemptions", "rateRedemptionBurst", "rateAuthFailures",
-        "accelRedirect",
+        "accelRedirect", "ledgerKey",
     ]
 
     static func load(_ path: String?) throws -> ConfigFile {

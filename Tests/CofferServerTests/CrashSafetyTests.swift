@@ -219,7 +219,7 @@ import Testing
                 try Int64.fetchOne($0, sql: "SELECT MAX(sequence) FROM ledger_checkpoints")
             )
         }
-        #expect(head == 1)
+        #expect(head == 2, "the redemption and the upload's admin action")
         #expect(checkpoint == head)
         #expect(try await db.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM assets WHERE asset_id = 'late'") } == 1)
     }

@@ -251,9 +251,10 @@ import Testing
         #expect(try Self.coffer(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)
     }
 
-    /// Rows written before the chain existed (a database from before migration 0002) are
-    /// chained, oldest first, when the server opens the data directory.
-    @Test func rowsFromBeforeTheChainAreChainedAtStart() async throws {
+    /// Rows no event chains (a database from before the chain, or rows inserted behind the
+    /// server's back) are never chained at start: the server refuses to open the data
+    /// directory and names them; `coffer ledger adopt` chains them as a logged, chained event.
+    @Test func unchainedRowsStopTheServerUntilAdopted() async throws {
         let h = try await Self.populated()
         defer { h.cleanUp() }
         let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
@@ -264,11 +265,24 @@ import Testing
         #expect(try await h.services.ledger.audit(publicKey: nil).problem?.kind == .rowMismatch)
         var configuration = h.services.configuration
         configuration.checkpointEvery = 1000
+        do {
+            _ = try await CofferServices.open(configuration, logger: .init(label: "test"))
+            Issue.record("the server opened a ledger with unchained rows")
+        } catch let error as LedgerStartupError {
+            let text = error.description
+            #expect(text.contains("redemption row 1") && text.contains("coffer ledger adopt"), "\(text)")
+        }
+        let adopted = try Self.coffer(["ledger", "adopt", "--data-dir", h.directory.path])
+        #expect(adopted.status == 0)
+        #expect(adopted.stdout.contains("3 redemption") && adopted.stdout.contains("2 attempt"), "\(adopted.stdout)")
         let reopened = try await CofferServices.open(configuration, logger: .init(label: "test"))
         let report = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
         #expect(report.intact, "\(String(describing: report.problem))")
-        #expect(report.entries == 5)
-        #expect(try await reopened.ledger.chainUnchainedRows(now: Date()) == 0)
+        // The five rows, then the adoption itself.
+        #expect(report.entries == 6)
+        let log = try await reopened.adminLog.actions(after: 0, limit: 10)
+        #expect(log.map(\.action) == ["ledger.adopt"])
+        #expect(try await reopened.ledger.unchainedRows().isEmpty)
     }
 
     /// `coffer keys create` / `revoke` against a running server's data directory: the key

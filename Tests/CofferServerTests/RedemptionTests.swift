@@ -63,8 +63,9 @@ import Testing
     @Test func signedTransactionSharesTheKeySpaceWithReceipts() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }
-        let jws = try Harness.ca.mintTransaction(
-            TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "2000"), now: Date())
+        var spec = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "2000")
+        spec.appAccountToken = "7d2f8d32-0000-4000-8000-000000000001"
+        let jws = try Harness.ca.mintTransaction(spec, now: Date())
         try await h.app.test(.router) { client in
             let first = try await client.execute(
                 uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders,

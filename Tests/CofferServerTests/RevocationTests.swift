@@ -55,14 +55,15 @@ import Testing
             let listed = try Harness.json(
                 try await client.execute(uri: "/v1/audit/revocations", method: .get, headers: h.bearer(h.auditorKey)))
             let items = try #require(listed["items"] as? [[String: Any]])
-            #expect(items.count == 1)
+            #expect(items.count == 2, "the refund of 4000 and the revocation of 4999, kept though never redeemed")
             #expect(items.first?["reason"] as? String == "REFUND")
             #expect(items.first?["source"] as? String == "notification")
             #expect(items.first?["redemptionId"] as? String == redeemed["redemptionId"] as? String)
+            #expect(items.last?["redemptionId"] as? String == "")
         }
         let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
         #expect(report.intact)
-        #expect(report.entries == 2, "the redemption and its revocation")
+        #expect(report.entries == 3, "the redemption, its revocation and the kept revocation of 4999")
     }
 
     @Test func adminsRevokeWithAReasonAndItIsLogged() async throws {

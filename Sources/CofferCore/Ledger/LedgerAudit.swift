@@ -44,6 +44,8 @@ public struct LedgerAuditReport: Sendable, Hashable {
     public var checkpointsVerified: Int
     /// The highest checkpoint that verified, if any.
     public var lastCheckpoint: Int64?
+    /// How many of the auditor's pinned checkpoints (saved earlier) the ledger still extends.
+    public var pinnedVerified = 0
     /// The first problem found, nil when the ledger is intact.
     public var problem: LedgerProblem?
 
@@ -64,11 +66,31 @@ public struct LedgerAudit: Sendable {
     private var previous = LedgerChain.genesis
     private var expected: Int64 = 1
     private var lastVerifiedCheckpoint: Int64 = 0
+    private var pinned: [Int64: LedgerCheckpoint] = [:]
+    private var maxPinned: Int64 = 0
     private var report = LedgerAuditReport(
         entries: 0, lastSequence: 0, headHash: LedgerChain.genesis.hexString, checkpointsVerified: 0, lastCheckpoint: nil, problem: nil)
 
-    /// `publicKey` nil checks the chain only (checkpoints are then ignored, and said so).
-    public init(checkpoints: [LedgerCheckpoint], publicKey: Curve25519.Signing.PublicKey?) {
+    /// `publicKey` nil checks the chain only (the ledger's own checkpoints are then ignored).
+    ///
+    /// `pinned` are checkpoints the auditor saved earlier (from `/v1/audit/checkpoints`): the
+    /// ledger must still extend each one — the same hash at the same sequence — or it was
+    /// rewritten, truncated or re-signed since. They are checked with or without `publicKey`
+    /// (with it, each must also carry its signature).
+    public init(checkpoints: [LedgerCheckpoint], publicKey: Curve25519.Signing.PublicKey?, pinned: [LedgerCheckpoint] = []) {
+        for checkpoint in pinned {
+            if let publicKey, !checkpoint.isSigned(by: publicKey) {
+                fail(
+                    .checkpointSignatureInvalid, checkpoint.sequence,
+                    "the pinned checkpoint at \(checkpoint.sequence) is not signed by key \(LedgerSigner.keyId(publicKey))")
+                continue
+            }
+            if let other = self.pinned[checkpoint.sequence], other.entryHash != checkpoint.entryHash {
+                fail(.checkpointMismatch, checkpoint.sequence, "two pinned checkpoints at \(checkpoint.sequence) disagree: history was rewritten")
+            }
+            self.pinned[checkpoint.sequence] = checkpoint
+            maxPinned = max(maxPinned, checkpoint.sequence)
+        }
         guard let publicKey else { return }
         for checkpoint in checkpoints.sorted(by: { $0.sequence < $1.sequence }) {
             guard checkpoint.isSigned(by: publicKey) else {
@@ -114,6 +136,16 @@ public struct LedgerAudit: Sendable {
             }
             lastVerifiedCheckpoint = entry.sequence
         }
+        if let pin = pinned[entry.sequence] {
+            if pin.entryHash == hex {
+                report.pinnedVerified += 1
+            } else {
+                fail(
+                    .checkpointMismatch, entry.sequence,
+                    "the ledger no longer extends the pinned checkpoint at \(entry.sequence) (signed \(pin.time)): history was rewritten or re-signed"
+                )
+            }
+        }
         // Continue from the recomputed hash: every later entry is judged by the chain, not
         // by what was stored beside it.
         previous = hash
@@ -122,6 +154,11 @@ public struct LedgerAudit: Sendable {
     }
 
     public mutating func finish() -> LedgerAuditReport {
+        if maxPinned > report.lastSequence {
+            fail(
+                .truncated, report.lastSequence + 1,
+                "the ledger ends at \(report.lastSequence) but a pinned checkpoint covers \(maxPinned): entries were removed")
+        }
         if maxCheckpoint > report.lastSequence {
             fail(
                 .truncated, report.lastSequence + 1,

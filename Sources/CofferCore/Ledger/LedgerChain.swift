@@ -8,8 +8,10 @@ public enum LedgerEventKind: String, Codable, Sendable, Hashable, CaseIterable {
     case redemption
     /// A refused attempt (a row of `attempts`).
     case attempt
-    /// A redeemed transaction refunded or revoked later (a row of `revocations`).
+    /// A purchase refunded or revoked (a row of `revocations`).
     case revocation
+    /// An admin action: upload, product change, key change, ledger adoption (a row of `admin_actions`).
+    case adminAction
 }
 
 /// One entry of the tamper-evident ledger: its position, its kind, the row it chains and
@@ -32,16 +34,30 @@ public struct LedgerEntry: Sendable, Hashable {
         self.values = values
     }
 
-    /// The fields each kind carries, in canonical order.
+    /// The fields each kind carries, in canonical order: the fields of
+    /// ``coreFieldCount(for:)`` first, then fields added later (migration 0003), which are
+    /// left out of the canonical bytes when absent so entries written before them keep
+    /// their hashes.
     public static func fieldNames(for kind: LedgerEventKind) -> [String] {
         switch kind {
         case .redemption:
             [
                 "redemptionId", "transactionId", "originalTransactionId", "productId", "bundleId", "environment", "purchaseDate", "quantity",
-                "receiptSHA256", "sourceFormat", "redeemedAt", "clientAddress", "appAccountToken", "status", "grantHash",
+                "receiptSHA256", "sourceFormat", "redeemedAt", "clientAddress", "appAccountToken", "status", "grantHash", "replayKey",
             ]
-        case .attempt: ["at", "code", "detail", "transactionId", "productId", "receiptSHA256", "clientAddress"]
-        case .revocation: ["redemptionId", "transactionId", "revokedAt", "reason", "source", "reference", "recordedAt"]
+        case .attempt: ["at", "code", "detail", "transactionId", "productId", "receiptSHA256", "clientAddress", "claimed"]
+        case .revocation: ["redemptionId", "transactionId", "revokedAt", "reason", "source", "reference", "recordedAt", "environment", "replayKey"]
+        case .adminAction: ["at", "keyId", "keyName", "action", "target", "detail", "clientAddress"]
+        }
+    }
+
+    /// How many of ``fieldNames(for:)`` every entry of `kind` has (absent ones are written `name~`).
+    public static func coreFieldCount(for kind: LedgerEventKind) -> Int {
+        switch kind {
+        case .redemption: 15
+        case .attempt: 7
+        case .revocation: 7
+        case .adminAction: 7
         }
     }
 
@@ -52,7 +68,7 @@ public struct LedgerEntry: Sendable, Hashable {
             values: [
                 r.redemptionId, r.transactionId, r.originalTransactionId, r.productId, r.bundleId, r.environment, r.purchaseDate.map(micros),
                 String(r.quantity), r.receiptSHA256, r.sourceFormat.rawValue, micros(r.redeemedAt), r.clientAddress, r.appAccountToken, r.status,
-                r.grantHash,
+                r.grantHash, r.replayKey,
             ])
     }
 
@@ -60,14 +76,27 @@ public struct LedgerEntry: Sendable, Hashable {
     public static func attempt(_ a: RejectedAttempt, sequence: Int64) -> LedgerEntry {
         LedgerEntry(
             sequence: sequence, kind: .attempt, row: a.sequence,
-            values: [micros(a.at), a.code, a.detail, a.transactionId, a.productId, a.receiptSHA256, a.clientAddress])
+            values: [
+                micros(a.at), a.code, a.detail, a.transactionId, a.productId, a.receiptSHA256, a.clientAddress,
+                a.claimed.map { $0 ? "true" : "false" },
+            ])
     }
 
     /// The entry for a stored revocation (its `sequence` is the row).
     public static func revocation(_ r: Revocation, sequence: Int64) -> LedgerEntry {
         LedgerEntry(
             sequence: sequence, kind: .revocation, row: r.sequence,
-            values: [r.redemptionId, r.transactionId, micros(r.revokedAt), r.reason, r.source.rawValue, r.reference, micros(r.recordedAt)])
+            values: [
+                r.redemptionId, r.transactionId, micros(r.revokedAt), r.reason, r.source.rawValue, r.reference, micros(r.recordedAt), r.environment,
+                r.replayKey,
+            ])
+    }
+
+    /// The entry for a stored admin action (its `sequence` is the row).
+    public static func adminAction(_ a: AdminAction, sequence: Int64) -> LedgerEntry {
+        LedgerEntry(
+            sequence: sequence, kind: .adminAction, row: a.sequence,
+            values: [micros(a.at), a.keyId, a.keyName, a.action, a.target, a.detail, a.clientAddress])
     }
 
     /// A date as whole microseconds since 1970-01-01T00:00:00Z, in decimal.
@@ -78,6 +107,7 @@ public struct LedgerEntry: Sendable, Hashable {
     ///     coffer-ledger-v1\n
     ///     sequence=<len>:<decimal>\n  kind=<len>:<kind>\n  row=<len>:<decimal>\n
     ///     then, for each field of the kind in order: name=<len>:<value>\n, or name~\n when absent
+    ///     (a field added after the kind's first version is left out entirely when absent)
     ///
     /// where `<len>` is the UTF-8 byte length of the value in decimal. Length prefixes make the
     /// encoding unambiguous whatever the values contain.
@@ -98,7 +128,10 @@ public struct LedgerEntry: Sendable, Hashable {
         field("sequence", String(sequence))
         field("kind", kind.rawValue)
         field("row", String(row))
-        for (name, value) in zip(Self.fieldNames(for: kind), values) { field(name, value) }
+        let core = Self.coreFieldCount(for: kind)
+        for (index, (name, value)) in zip(Self.fieldNames(for: kind), values).enumerated() where index < core || value != nil {
+            field(name, value)
+        }
         return out
     }
 
@@ -209,5 +242,37 @@ public enum LedgerKeys {
         }
         guard let raw = Base64.decode(trimmed), raw.count == 32 else { return nil }
         return try? Curve25519.Signing.PublicKey(rawRepresentation: raw)
+    }
+}
+
+extension LedgerCheckpoint {
+    /// Checkpoints an auditor saved: one checkpoint object (`/v1/audit/checkpoints/latest`), a
+    /// page (`{"items":[…]}` from `/v1/audit/checkpoints`), an array, or NDJSON lines of either
+    /// (including the export's `{"checkpoint":{…}}` lines). Nil when nothing in `data` is a checkpoint
+    /// or a line is not one of these.
+    public static func saved(_ data: Data) -> [LedgerCheckpoint]? {
+        struct Page: Decodable { var items: [LedgerCheckpoint] }
+        struct Wrapped: Decodable { var checkpoint: LedgerCheckpoint }
+        let decoder = JSONDecoder()
+        func parse(_ chunk: Data) -> [LedgerCheckpoint]? {
+            if let one = try? decoder.decode(LedgerCheckpoint.self, from: chunk) { return [one] }
+            if let page = try? decoder.decode(Page.self, from: chunk) { return page.items }
+            if let array = try? decoder.decode([LedgerCheckpoint].self, from: chunk) { return array }
+            if let wrapped = try? decoder.decode(Wrapped.self, from: chunk) { return [wrapped.checkpoint] }
+            return nil
+        }
+        if let whole = parse(data) { return whole.isEmpty ? nil : whole }
+        var out: [LedgerCheckpoint] = []
+        for line in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
+            let trimmed = line.drop(while: { $0 == 0x20 || $0 == 0x09 || $0 == 0x0D })
+            if trimmed.isEmpty { continue }
+            guard let parsed = parse(Data(trimmed)) else {
+                // An export's header and entry lines carry no checkpoint: skip them.
+                if (try? JSONSerialization.jsonObject(with: Data(trimmed))) is [String: Any] { continue }
+                return nil
+            }
+            out += parsed
+        }
+        return out.isEmpty ? nil : out
     }
 }

@@ -53,7 +53,7 @@ public enum LedgerExport {
     /// Verifies an export. `publicKey` is the key the auditor trusts (from
     /// `GET /v1/audit/public-key` or `coffer ledger public-key`, kept apart from the data);
     /// nil falls back to the key written in the file, which proves only self-consistency.
-    public static func verify(_ data: Data, publicKey: Curve25519.Signing.PublicKey?) -> LedgerAuditReport {
+    public static func verify(_ data: Data, publicKey: Curve25519.Signing.PublicKey?, pinned: [LedgerCheckpoint] = []) -> LedgerAuditReport {
         var lines: [(Int, Line)] = []
         var unreadable: LedgerProblem?
         var number = 0
@@ -72,7 +72,7 @@ public enum LedgerExport {
             }
             if key == nil, let raw = header.publicKey.flatMap(Base64.decode) { key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) }
         }
-        var audit = LedgerAudit(checkpoints: lines.compactMap(\.1.checkpoint), publicKey: key)
+        var audit = LedgerAudit(checkpoints: lines.compactMap(\.1.checkpoint), publicKey: key, pinned: pinned)
         if let unreadable { audit.fail(unreadable.kind, unreadable.sequence, unreadable.detail) }
         for (number, line) in lines where line.checkpoint == nil && line.format == nil {
             guard let sequence = line.sequence, let kindName = line.kind, let kind = LedgerEventKind(rawValue: kindName), let row = line.row,
@@ -82,7 +82,8 @@ public enum LedgerExport {
                 continue
             }
             let names = LedgerEntry.fieldNames(for: kind)
-            if Set(fields.keys) != Set(names) {
+            let required = Set(names.prefix(LedgerEntry.coreFieldCount(for: kind)))
+            if !required.isSubset(of: fields.keys) || !Set(fields.keys).isSubset(of: names) {
                 audit.fail(.unreadable, sequence, "line \(number): the fields of a \(kind.rawValue) are \(names.joined(separator: ", "))")
             }
             let values = names.map { fields[$0] ?? nil }

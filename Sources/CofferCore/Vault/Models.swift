@@ -3,6 +3,16 @@ import Foundation
 /// How a product is consumed.
 public enum ProductType: String, Codable, Sendable, Hashable {
     case consumable, nonConsumable
+
+    /// The catalogue type of a StoreKit 2 transaction `type`; nil for subscriptions and
+    /// unknown types (Coffer sells no subscriptions yet).
+    public init?(storeKitType: String) {
+        switch storeKitType {
+        case "Consumable": self = .consumable
+        case "Non-Consumable": self = .nonConsumable
+        default: return nil
+        }
+    }
 }
 
 /// An App Store product and the assets it unlocks.
@@ -72,11 +82,17 @@ public struct Redemption: Codable, Sendable, Hashable {
     public var status: String
     /// SHA-256 (hex) of the grant secret handed to the client; the secret itself is never stored.
     public var grantHash: String
+    /// What makes a second redemption a replay, within `environment`: the transaction id of a
+    /// consumable, the original transaction id of a non-consumable (a restore on another device
+    /// carries a new transaction id for the same purchase). Nil on rows written before
+    /// migration 0003, which are keyed by `transactionId`.
+    public var replayKey: String?
 
     public init(
         sequence: Int64 = 0, redemptionId: String, transactionId: String, originalTransactionId: String?, productId: String,
         bundleId: String, environment: String, purchaseDate: Date?, quantity: Int, receiptSHA256: String, sourceFormat: SourceFormat,
-        redeemedAt: Date, clientAddress: String, appAccountToken: String?, status: String = "redeemed", grantHash: String
+        redeemedAt: Date, clientAddress: String, appAccountToken: String?, status: String = "redeemed", grantHash: String,
+        replayKey: String? = nil
     ) {
         self.sequence = sequence
         self.redemptionId = redemptionId
@@ -94,7 +110,11 @@ public struct Redemption: Codable, Sendable, Hashable {
         self.appAccountToken = appAccountToken
         self.status = status
         self.grantHash = grantHash
+        self.replayKey = replayKey
     }
+
+    /// The key the replay check uses: ``replayKey``, or the transaction id on older rows.
+    public var effectiveReplayKey: String { replayKey ?? transactionId }
 }
 
 /// A refused redemption attempt: the fraud signal auditors look at.
@@ -107,10 +127,14 @@ public struct RejectedAttempt: Codable, Sendable, Hashable {
     public var productId: String?
     public var receiptSHA256: String
     public var clientAddress: String
+    /// True when `transactionId` / `productId` were read from a proof that did not verify (or
+    /// sent by the client): claims, escaped and capped, not facts. False when they come from a
+    /// verified proof. Nil on rows written before migration 0003.
+    public var claimed: Bool?
 
     public init(
         sequence: Int64 = 0, at: Date, code: String, detail: String, transactionId: String?, productId: String?, receiptSHA256: String,
-        clientAddress: String
+        clientAddress: String, claimed: Bool? = nil
     ) {
         self.sequence = sequence
         self.at = at
@@ -120,6 +144,7 @@ public struct RejectedAttempt: Codable, Sendable, Hashable {
         self.productId = productId
         self.receiptSHA256 = receiptSHA256
         self.clientAddress = clientAddress
+        self.claimed = claimed
     }
 }
 
@@ -165,7 +190,10 @@ public struct AuditFilter: Sendable, Hashable {
 /// The outcome of a ledger insert.
 public enum LedgerInsertOutcome: Sendable, Hashable {
     case inserted(Redemption)
+    /// A redemption with the same replay key exists in the same environment.
     case alreadyRedeemed
+    /// The purchase was refunded or revoked before it was redeemed (a kept revocation).
+    case revoked(Revocation)
 }
 
 /// One admin action (upload, product change, key change): who, what, from where.
@@ -215,10 +243,15 @@ public struct Revocation: Codable, Sendable, Hashable {
     /// The notification UUID, or the admin key's name.
     public var reference: String
     public var recordedAt: Date
+    /// The environment of the revoked purchase. Nil on rows written before migration 0003.
+    public var environment: String?
+    /// The replay key of the revoked purchase (see ``Redemption/replayKey``): a later
+    /// redemption with this key in this environment is refused. Nil on older rows.
+    public var replayKey: String?
 
     public init(
         sequence: Int64 = 0, redemptionId: String, transactionId: String, revokedAt: Date, reason: String, source: Source, reference: String,
-        recordedAt: Date
+        recordedAt: Date, environment: String? = nil, replayKey: String? = nil
     ) {
         self.sequence = sequence
         self.redemptionId = redemptionId
@@ -228,13 +261,19 @@ public struct Revocation: Codable, Sendable, Hashable {
         self.source = source
         self.reference = reference
         self.recordedAt = recordedAt
+        self.environment = environment
+        self.replayKey = replayKey
     }
 }
 
 /// The outcome of recording a revocation.
 public enum RevocationOutcome: Sendable, Hashable {
+    /// A redemption was revoked: its grant stops working.
     case revoked(Revocation)
-    /// No redemption of that transaction: nothing to revoke (Coffer never released it).
+    /// No redemption of that purchase yet: the revocation is kept (`redemptionId` empty) and a
+    /// later redemption of it is refused (410 `revoked`).
+    case recordedUnredeemed(Revocation)
+    /// No redemption of that purchase, and the caller asked not to keep one (`keepUnredeemed` false).
     case notRedeemed
     case alreadyRevoked
 }

@@ -15,27 +15,46 @@ public protocol CatalogueRepository: Sendable {
     func assets() async throws -> [Asset]
 }
 
-/// The replay ledger: one row per redeemed transaction, plus the rejected attempts.
+/// The attempts a ledger records in the same write as a refused insert.
+public struct InsertRefusals: Sendable, Hashable {
+    /// Recorded when the insert is a replay (`.alreadyRedeemed`).
+    public var replay: RejectedAttempt
+    /// Recorded when a kept revocation refuses it (`.revoked`).
+    public var revoked: RejectedAttempt
+
+    public init(replay: RejectedAttempt, revoked: RejectedAttempt) {
+        self.replay = replay
+        self.revoked = revoked
+    }
+}
+
+/// The replay ledger: one row per redeemed purchase, the rejected attempts and the revocations.
+///
+/// The replay rule: within one environment, at most one redemption per replay key
+/// (``Redemption/effectiveReplayKey``); and none for a purchase revoked before it was redeemed.
 public protocol LedgerRepository: Sendable {
-    /// Inserts a redemption; `.alreadyRedeemed` when its transaction id is already in the
-    /// ledger, and then `replay` (if given) is recorded as a rejected attempt in the same
-    /// write. Returns only once the row is durable.
-    func insert(_ redemption: Redemption, replay: RejectedAttempt?) async throws -> LedgerInsertOutcome
+    /// Inserts a redemption; `.alreadyRedeemed` when its environment and replay key are already
+    /// in the ledger, `.revoked` when a kept revocation matches them; the matching attempt of
+    /// `refusals` (if given) is then recorded in the same write. Returns only once durable.
+    func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome
     func record(_ attempt: RejectedAttempt) async throws
     func redemption(grantHash: String) async throws -> Redemption?
     func redemptions(_ filter: AuditFilter) async throws -> [Redemption]
     func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt]
-    /// Appends a revocation of a redeemed transaction (`redemptionId` is filled in from the
-    /// ledger); at most one per transaction.
-    func revoke(_ revocation: Revocation) async throws -> RevocationOutcome
-    func revocation(transactionId: String) async throws -> Revocation?
+    /// Appends a revocation of the purchase `revocation.environment` / `revocation.replayKey`
+    /// (both required). When it was redeemed, `redemptionId` is filled in from the ledger;
+    /// when not, it is kept (`recordedUnredeemed`) if `keepUnredeemed`, else `notRedeemed`.
+    /// At most one revocation per environment and replay key.
+    func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome
+    /// The revocation of a redemption (by its id, or by its environment and replay key), if any.
+    func revocation(of redemption: Redemption) async throws -> Revocation?
     /// Revocations after `after`, oldest first.
     func revocations(after: Int64, limit: Int) async throws -> [Revocation]
 }
 
 extension LedgerRepository {
-    /// Inserts a redemption; `.alreadyRedeemed` when its transaction id is already in the ledger.
-    public func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome { try await insert(redemption, replay: nil) }
+    /// Inserts a redemption, recording nothing when it is refused.
+    public func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome { try await insert(redemption, refusals: nil) }
 }
 
 /// Admin and auditor keys, stored hashed.
@@ -72,19 +91,27 @@ public actor InMemoryCatalogue: CatalogueRepository {
 /// In-memory ledger with the same uniqueness rule as the SQLite schema.
 public actor InMemoryLedger: LedgerRepository {
     private var rows: [Redemption] = []
-    private var byTransaction: [String: Int] = [:]
+    /// Row index by "environment / replay key".
+    private var byKey: [String: Int] = [:]
     private var attemptRows: [RejectedAttempt] = []
 
     public init() {}
 
-    public func insert(_ redemption: Redemption, replay: RejectedAttempt?) -> LedgerInsertOutcome {
-        guard byTransaction[redemption.transactionId] == nil else {
-            if let replay { record(replay) }
+    static func key(_ environment: String?, _ replayKey: String) -> String { "\(environment ?? "")\u{0}\(replayKey)" }
+
+    public func insert(_ redemption: Redemption, refusals: InsertRefusals?) -> LedgerInsertOutcome {
+        let key = Self.key(redemption.environment, redemption.effectiveReplayKey)
+        if let revoked = revocationRows.first(where: { Self.key($0.environment, $0.replayKey ?? $0.transactionId) == key }) {
+            if let refusals { record(refusals.revoked) }
+            return .revoked(revoked)
+        }
+        guard byKey[key] == nil else {
+            if let refusals { record(refusals.replay) }
             return .alreadyRedeemed
         }
         var row = redemption
         row.sequence = Int64(rows.count + 1)
-        byTransaction[row.transactionId] = rows.count
+        byKey[key] = rows.count
         rows.append(row)
         return .inserted(row)
     }
@@ -99,17 +126,28 @@ public actor InMemoryLedger: LedgerRepository {
 
     private var revocationRows: [Revocation] = []
 
-    public func revoke(_ revocation: Revocation) -> RevocationOutcome {
-        guard let index = byTransaction[revocation.transactionId] else { return .notRedeemed }
-        guard !revocationRows.contains(where: { $0.transactionId == revocation.transactionId }) else { return .alreadyRevoked }
+    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) -> RevocationOutcome {
+        let key = Self.key(revocation.environment, revocation.replayKey ?? revocation.transactionId)
+        guard !revocationRows.contains(where: { Self.key($0.environment, $0.replayKey ?? $0.transactionId) == key }) else { return .alreadyRevoked }
         var row = revocation
         row.sequence = Int64(revocationRows.count + 1)
+        guard let index = byKey[key] else {
+            guard keepUnredeemed else { return .notRedeemed }
+            row.redemptionId = ""
+            revocationRows.append(row)
+            return .recordedUnredeemed(row)
+        }
         row.redemptionId = rows[index].redemptionId
         revocationRows.append(row)
         return .revoked(row)
     }
 
-    public func revocation(transactionId: String) -> Revocation? { revocationRows.first { $0.transactionId == transactionId } }
+    public func revocation(of redemption: Redemption) -> Revocation? {
+        let key = Self.key(redemption.environment, redemption.effectiveReplayKey)
+        return revocationRows.first {
+            $0.redemptionId == redemption.redemptionId || Self.key($0.environment, $0.replayKey ?? $0.transactionId) == key
+        }
+    }
 
     public func revocations(after: Int64, limit: Int) -> [Revocation] {
         Array(revocationRows.lazy.filter { $0.sequence > after }.prefix(max(0, limit)))

@@ -109,56 +109,135 @@ public struct Vault: Sendable {
         var revokedAt: Date?
         var format: SourceFormat
         var appAccountToken: String?
+        /// The StoreKit 2 `type` ("Consumable", "Auto-Renewable Subscription", …); nil for legacy receipts.
+        var storeKitType: String?
+        /// A subscription's end (legacy field 1708, JWS `expiresDate`); nil for other purchases.
+        var expiresDate: Date?
     }
 
-    /// Redeems a purchase exactly once. Every refusal is recorded in the ledger's attempts.
+    /// What the ledger records of a proof that was refused, and whether its identifiers are
+    /// facts (from a verified proof) or claims.
+    struct Seen {
+        var transactionId: String?
+        var productId: String?
+        var claimed = true
+    }
+
+    /// Redeems a purchase exactly once. Every refusal is recorded in the ledger's attempts,
+    /// except requests whose own fields are malformed (refused before anything is written).
     public func redeem(_ request: RedemptionRequest, now: Date) async throws(VaultFailure) -> RedemptionOutcome {
+        if let id = request.transactionId, !LedgerText.isIdentifier(id) {
+            throw .malformedRequest("transactionId must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
+        }
+        if let token = request.appAccountToken, UUID(uuidString: token) == nil {
+            throw .malformedRequest("appAccountToken must be a UUID")
+        }
         let proofBytes: [UInt8]
         switch request.proof {
         case .receipt(let bytes): proofBytes = bytes
         case .signedTransaction(let jws): proofBytes = Array(jws.utf8)
         }
         let proofHash = SHA256.hash(data: proofBytes).hexString
-        var seenTransaction: String?
-        var seenProduct: String?
-        var replayRecorded = false
+        var seen = Seen()
+        var refusalRecorded = false
         do throws(VaultFailure) {
-            let purchase = try await verify(request, now: now, seen: &seenTransaction, product: &seenProduct)
+            let purchase = try await verify(request, now: now, seen: &seen)
             guard let product = try await storage({ try await catalogue.product(purchase.productId) }) else {
                 throw VaultFailure(.notFound, "unknownProduct", "product \(purchase.productId) is not in the catalogue")
             }
             guard product.bundleId == purchase.bundleId else {
                 throw VaultFailure(.unprocessable, "bundleMismatch", "product \(product.productId) belongs to \(product.bundleId)")
             }
+            try Self.checkType(purchase, against: product, now: now)
             if let revokedAt = purchase.revokedAt {
                 throw VaultFailure(.gone, "revoked", "transaction \(purchase.transactionId) was refunded or revoked at \(RFC3339.format(revokedAt))")
             }
+            let appAccountToken = try Self.appAccountToken(signed: purchase.appAccountToken, sent: request.appAccountToken)
+            let replayKey = Self.replayKey(type: product.type, transactionId: purchase.transactionId, original: purchase.originalTransactionId)
             let grant = Self.randomSecret()
             let row = Redemption(
                 redemptionId: UUID().uuidString.lowercased(), transactionId: purchase.transactionId,
                 originalTransactionId: purchase.originalTransactionId, productId: purchase.productId, bundleId: purchase.bundleId,
                 environment: purchase.environment.rawValue, purchaseDate: purchase.purchaseDate, quantity: purchase.quantity,
                 receiptSHA256: proofHash, sourceFormat: purchase.format, redeemedAt: now, clientAddress: request.clientAddress,
-                appAccountToken: request.appAccountToken ?? purchase.appAccountToken, grantHash: Self.grantHash(grant))
-            let replayDetail = "transaction \(purchase.transactionId) was already redeemed"
-            let replay = RejectedAttempt(
-                at: now, code: "alreadyRedeemed", detail: replayDetail, transactionId: purchase.transactionId, productId: purchase.productId,
-                receiptSHA256: proofHash, clientAddress: request.clientAddress)
-            switch try await storage({ try await ledger.insert(row, replay: replay) }) {
+                appAccountToken: appAccountToken, grantHash: Self.grantHash(grant), replayKey: replayKey)
+            let replayDetail =
+                replayKey == purchase.transactionId
+                ? "transaction \(purchase.transactionId) was already redeemed"
+                : "purchase \(replayKey) (transaction \(purchase.transactionId)) was already redeemed"
+            let revokedDetail = "purchase \(replayKey) was refunded or revoked before it was redeemed"
+            func attempt(_ code: String, _ detail: String) -> RejectedAttempt {
+                RejectedAttempt(
+                    at: now, code: code, detail: detail, transactionId: purchase.transactionId, productId: purchase.productId,
+                    receiptSHA256: proofHash, clientAddress: request.clientAddress, claimed: false)
+            }
+            let refusals = InsertRefusals(replay: attempt("alreadyRedeemed", replayDetail), revoked: attempt("revoked", revokedDetail))
+            switch try await storage({ try await ledger.insert(row, refusals: refusals) }) {
             case .alreadyRedeemed:
-                replayRecorded = true
+                refusalRecorded = true
                 throw VaultFailure(.conflict, "alreadyRedeemed", replayDetail)
+            case .revoked:
+                refusalRecorded = true
+                throw VaultFailure(.gone, "revoked", revokedDetail)
             case .inserted(let stored):
                 return RedemptionOutcome(redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now))
             }
         } catch {
-            if error.kind != .unavailable && !replayRecorded {
+            if error.kind != .unavailable && !refusalRecorded {
                 let attempt = RejectedAttempt(
-                    at: now, code: error.code, detail: String(error.detail.prefix(500)), transactionId: seenTransaction, productId: seenProduct,
-                    receiptSHA256: proofHash, clientAddress: request.clientAddress)
+                    at: now, code: error.code, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
+                    transactionId: seen.claimed ? LedgerText.claimed(seen.transactionId) : seen.transactionId,
+                    productId: seen.claimed ? LedgerText.claimed(seen.productId) : seen.productId, receiptSHA256: proofHash,
+                    clientAddress: request.clientAddress, claimed: seen.claimed)
                 _ = try? await ledger.record(attempt)
             }
             throw error
+        }
+    }
+
+    /// The replay key of a purchase: a non-consumable is one purchase however many times it is
+    /// restored (each restore has a new transaction id, the same original transaction id).
+    public static func replayKey(type: ProductType, transactionId: String, original: String?) -> String {
+        switch type {
+        case .nonConsumable: original ?? transactionId
+        case .consumable: transactionId
+        }
+    }
+
+    /// The app account token to record: the signed one. A client may send one to have it
+    /// checked, never to supply or override it.
+    static func appAccountToken(signed: String?, sent: String?) throws(VaultFailure) -> String? {
+        guard let sent else { return signed }
+        guard let signed else {
+            throw VaultFailure(.unprocessable, "appAccountTokenMismatch", "the purchase carries no signed appAccountToken to match \(sent)")
+        }
+        guard signed.lowercased() == sent.lowercased() else {
+            throw VaultFailure(.unprocessable, "appAccountTokenMismatch", "the signed appAccountToken is not the one sent")
+        }
+        return signed
+    }
+
+    /// The purchase must be of the catalogue product's type. Coffer sells no subscriptions yet:
+    /// an expired subscription is `expired`, any other subscription a type mismatch.
+    static func checkType(_ purchase: Purchase, against product: Product, now: Date) throws(VaultFailure) {
+        let subscription =
+            purchase.expiresDate != nil || purchase.storeKitType == "Auto-Renewable Subscription"
+            || purchase.storeKitType == "Non-Renewing Subscription"
+        if subscription, let expires = purchase.expiresDate, expires <= now {
+            throw VaultFailure(
+                .unprocessable, "expired", "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expires))")
+        }
+        let type: ProductType?
+        switch purchase.format {
+        case .signedTransaction: type = purchase.storeKitType.flatMap(ProductType.init(storeKitType:))
+        // A legacy receipt does not say whether a purchase is consumable: only subscriptions are told apart.
+        case .appReceipt: type = subscription ? nil : product.type
+        }
+        guard type == product.type else {
+            throw VaultFailure(
+                .unprocessable, "productTypeMismatch",
+                "product \(product.productId) is \(product.type.rawValue) but the transaction is \(purchase.storeKitType ?? (subscription ? "a subscription" : "of no known type"))"
+            )
         }
     }
 
@@ -168,7 +247,7 @@ public struct Vault: Sendable {
             let redemption = try await storage({ try await ledger.redemption(grantHash: Self.grantHash(grant)) }),
             redemption.status == "redeemed"
         else { throw VaultFailure(.forbidden, "grantInvalid", "the grant is unknown or revoked") }
-        guard try await storage({ try await ledger.revocation(transactionId: redemption.transactionId) }) == nil else {
+        guard try await storage({ try await ledger.revocation(of: redemption) }) == nil else {
             throw VaultFailure(.forbidden, "grantInvalid", "the grant is unknown or revoked")
         }
         guard let product = try await storage({ try await catalogue.product(redemption.productId) }) else {
@@ -179,9 +258,10 @@ public struct Vault: Sendable {
 
     /// What a notification did.
     public enum NotificationOutcome: String, Sendable {
-        /// A redeemed transaction is now revoked.
+        /// A redeemed purchase is now revoked.
         case revoked
-        /// A refund or revocation of a transaction this vault never redeemed.
+        /// A refund or revocation of a purchase not redeemed here (yet): kept, so a later
+        /// redemption of it is refused (410 `revoked`).
         case notRedeemed
         /// Already revoked (Apple retries notifications).
         case alreadyRevoked
@@ -193,10 +273,11 @@ public struct Vault: Sendable {
     static let revokingTypes: Set<String> = ["REFUND", "REVOKE"]
 
     /// Handles a verified App Store Server Notification V2 (`signedPayload`): REFUND and
-    /// REVOKE of a redeemed transaction append a revocation event; its grant stops working.
+    /// REVOKE append a revocation event for the purchase in the notification's own environment;
+    /// a redeemed purchase's grant stops working, an unredeemed one can no longer be redeemed.
     public func handleNotification(_ signedPayload: String, now: Date) async throws(VaultFailure) -> NotificationOutcome {
         let result = await verifier.verifySignedData(signedPayload, now: now)
-        guard case .valid(let evidence) = result else {
+        guard case .valid(let evidence) = result, let environment = evidence.environment else {
             throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a notification"))
         }
         guard case .notification(let notification) = evidence.signed else {
@@ -206,23 +287,56 @@ public struct Vault: Sendable {
         guard let transaction = notification.transaction, let transactionId = transaction.transactionId else {
             throw VaultFailure(.unprocessable, "malformed", "a \(type) notification without a signed transaction")
         }
-        let reason = [type, notification.subtype].compactMap { $0 }.joined(separator: "/")
+        let original = transaction.originalTransactionId
+        for value in [transactionId, original, transaction.productId, notification.notificationUUID].compactMap({ $0 })
+        where !LedgerText.isIdentifier(value) {
+            throw VaultFailure(.unprocessable, "malformed", "an identifier of the notification is empty, too long or holds control characters")
+        }
+        // The replay key depends on the product's type; a product no longer in the catalogue is
+        // keyed by its transaction id (what a consumable would be).
+        let productType = try await transaction.productId.asyncFlatMap { id throws(VaultFailure) in
+            try await storage({ try await catalogue.product(id) })?.type
+        }
+        let reason = LedgerText.escaped([type, notification.subtype].compactMap { $0 }.joined(separator: "/"), maxBytes: 128)
         let revocation = Revocation(
-            redemptionId: "", transactionId: transactionId, revokedAt: transaction.revocationDate?.date ?? now, reason: reason, source: .notification,
-            reference: notification.notificationUUID ?? "", recordedAt: now)
-        switch try await storage({ try await ledger.revoke(revocation) }) {
+            redemptionId: "", transactionId: transactionId, revokedAt: transaction.revocationDate?.date ?? now, reason: reason,
+            source: .notification, reference: notification.notificationUUID ?? "", recordedAt: now, environment: environment.rawValue,
+            replayKey: Self.replayKey(type: productType ?? .consumable, transactionId: transactionId, original: original))
+        switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: true) }) {
         case .revoked: return .revoked
-        case .notRedeemed: return .notRedeemed
+        case .recordedUnredeemed, .notRedeemed: return .notRedeemed
         case .alreadyRevoked: return .alreadyRevoked
         }
     }
 
-    /// An admin takes a redemption back (chargeback handled outside Apple, abuse).
-    public func revoke(transactionId: String, reason: String, by admin: String, now: Date) async throws(VaultFailure) -> Revocation {
+    /// An admin takes a redemption back (chargeback handled outside Apple, abuse). The
+    /// transaction id is looked up in every environment unless `environment` is given.
+    public func revoke(
+        transactionId: String, environment: Environment? = nil, reason: String, by admin: String, now: Date
+    ) async throws(VaultFailure) -> Revocation {
+        guard LedgerText.isIdentifier(transactionId) else {
+            throw .malformedRequest("transactionId must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
+        }
+        var filter = AuditFilter()
+        filter.transactionId = transactionId
+        filter.limit = 10
+        let found = try await storage({ try await ledger.redemptions(filter) }).filter {
+            environment == nil || $0.environment == environment?.rawValue
+        }
+        guard let redemption = found.first else {
+            throw VaultFailure(.notFound, "notRedeemed", "transaction \(transactionId) was never redeemed here")
+        }
+        guard found.count == 1 else {
+            throw VaultFailure(
+                .conflict, "ambiguousTransaction",
+                "transaction \(transactionId) was redeemed in \(found.map(\.environment).joined(separator: " and ")): name the environment")
+        }
         let revocation = Revocation(
-            redemptionId: "", transactionId: transactionId, revokedAt: now, reason: reason, source: .admin, reference: admin, recordedAt: now)
-        switch try await storage({ try await ledger.revoke(revocation) }) {
-        case .revoked(let stored): return stored
+            redemptionId: "", transactionId: transactionId, revokedAt: now, reason: LedgerText.escaped(reason, maxBytes: 512), source: .admin,
+            reference: LedgerText.escaped(admin, maxBytes: 128), recordedAt: now, environment: redemption.environment,
+            replayKey: redemption.effectiveReplayKey)
+        switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: false) }) {
+        case .revoked(let stored), .recordedUnredeemed(let stored): return stored
         case .notRedeemed: throw VaultFailure(.notFound, "notRedeemed", "transaction \(transactionId) was never redeemed here")
         case .alreadyRevoked: throw VaultFailure(.conflict, "alreadyRevoked", "transaction \(transactionId) is already revoked")
         }
@@ -241,13 +355,12 @@ public struct Vault: Sendable {
         return issued
     }
 
-    private func verify(
-        _ request: RedemptionRequest, now: Date, seen: inout String?, product: inout String?
-    ) async throws(VaultFailure) -> Purchase {
+    private func verify(_ request: RedemptionRequest, now: Date, seen: inout Seen) async throws(VaultFailure) -> Purchase {
+        let purchase: Purchase
         switch request.proof {
         case .receipt(let bytes):
             let result = await verifier.verifyReceipt(bytes, now: now)
-            if let transactionId = request.transactionId { seen = transactionId }
+            if let transactionId = request.transactionId { seen.transactionId = transactionId }
             guard case .valid(let evidence) = result, let receipt = evidence.receipt, let environment = evidence.environment else {
                 throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a receipt"))
             }
@@ -271,21 +384,21 @@ public struct Vault: Sendable {
                 }
                 record = only
             }
+            seen.transactionId = record.transactionId
+            seen.productId = record.productId
             guard let transactionId = record.transactionId, let productId = record.productId, let bundleId = receipt.bundleId else {
                 throw VaultFailure(.unprocessable, "malformed", "the purchase record lacks a transaction id, product id or bundle id")
             }
-            seen = transactionId
-            product = productId
-            return Purchase(
+            purchase = Purchase(
                 transactionId: transactionId, originalTransactionId: record.originalTransactionId, productId: productId, bundleId: bundleId,
                 environment: environment, purchaseDate: record.purchaseDate, quantity: Int(record.quantity ?? 1), revokedAt: record.cancellationDate,
-                format: .appReceipt, appAccountToken: nil)
+                format: .appReceipt, appAccountToken: nil, storeKitType: nil, expiresDate: record.expiresDate)
         case .signedTransaction(let jws):
             let result = await verifier.verifySignedData(jws, now: now)
             guard case .valid(let evidence) = result, let environment = evidence.environment else {
                 if case .transaction(let t) = result.evidence.signed {
-                    seen = t.transactionId
-                    product = t.productId
+                    seen.transactionId = t.transactionId
+                    seen.productId = t.productId
                 }
                 throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a signed transaction"))
             }
@@ -293,16 +406,28 @@ public struct Vault: Sendable {
                 throw VaultFailure(
                     .unprocessable, "unsupportedFormat", "only signed transactions can be redeemed, not \(evidence.kind?.rawValue ?? "this")")
             }
-            seen = t.transactionId
-            product = t.productId
+            seen.transactionId = t.transactionId
+            seen.productId = t.productId
             guard let transactionId = t.transactionId, let productId = t.productId, let bundleId = t.bundleId else {
                 throw VaultFailure(.unprocessable, "malformed", "the transaction lacks a transaction id, product id or bundle id")
             }
-            return Purchase(
+            purchase = Purchase(
                 transactionId: transactionId, originalTransactionId: t.originalTransactionId, productId: productId, bundleId: bundleId,
                 environment: environment, purchaseDate: t.purchaseDate?.date, quantity: t.quantity ?? 1, revokedAt: t.revocationDate?.date,
-                format: .signedTransaction, appAccountToken: t.appAccountToken)
+                format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.type, expiresDate: t.expiresDate?.date)
         }
+        // Signed is not the same as safe to store: a trusted test root can sign anything.
+        for value in [purchase.transactionId, purchase.productId, purchase.bundleId] + [purchase.originalTransactionId].compactMap({ $0 })
+        where !LedgerText.isIdentifier(value) {
+            throw VaultFailure(
+                .unprocessable, "malformed",
+                "an identifier of the purchase is longer than \(LedgerText.maxIdentifierBytes) bytes or holds control characters")
+        }
+        if let token = purchase.appAccountToken, UUID(uuidString: token) == nil {
+            throw VaultFailure(.unprocessable, "malformed", "the signed appAccountToken is not a UUID")
+        }
+        seen.claimed = false
+        return purchase
     }
 
     /// Runs a storage call, turning its failure into a 503-class ``VaultFailure``.
@@ -321,4 +446,12 @@ public struct Vault: Sendable {
 
     /// The stored form of a grant secret.
     public static func grantHash(_ grant: String) -> String { SHA256.hash(data: Array(grant.utf8)).hexString }
+}
+
+extension Optional {
+    /// `map` for an async throwing transform.
+    func asyncFlatMap<U, E: Error>(_ transform: (Wrapped) async throws(E) -> U?) async throws(E) -> U? {
+        guard let value = self else { return nil }
+        return try await transform(value)
+    }
 }

@@ -1,0 +1,69 @@
+/// What may be written into the ledger, and how text that comes from outside is made safe
+/// to store.
+///
+/// SQLite and most tools that read its files treat U+0000 as the end of a string, so a value
+/// with a NUL would be hashed whole but read back cut short — one request could make the
+/// chain unverifiable. Two rules keep what is hashed identical to what is stored and read:
+/// - **Identifiers** (transaction, product and bundle ids, app account tokens) are checked
+///   with ``isIdentifier(_:)``: a value that fails is refused before anything is written.
+/// - **Free text and claimed values** (a refusal's detail, identifiers taken from a proof that
+///   did not verify, an admin's reason) go through ``escaped(_:maxBytes:)``: every control
+///   character becomes a visible `\u{…}` escape and the value is cut to a byte budget, so it
+///   is stored escaped and hashed as stored.
+public enum LedgerText {
+    /// The longest identifier Coffer stores, in UTF-8 bytes. Apple's transaction ids are
+    /// decimal strings of ≤ 20 digits; product and bundle ids are reverse-DNS strings.
+    public static let maxIdentifierBytes = 128
+
+    /// True for a control character (C0, DEL, C1), a line or paragraph separator, or the
+    /// replacement character (what a decoder makes of bytes that were not UTF-8).
+    static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029, 0xFFFD: true
+        default: false
+        }
+    }
+
+    /// Whether `value` may be stored as an identifier: 1–``maxIdentifierBytes`` UTF-8 bytes,
+    /// no control characters, no line separators and no U+FFFD.
+    public static func isIdentifier(_ value: String) -> Bool {
+        let count = value.utf8.count
+        guard count >= 1, count <= maxIdentifierBytes else { return false }
+        return !value.unicodeScalars.contains(where: isUnsafe)
+    }
+
+    /// `value` with every unsafe scalar replaced by `\u{XXXX}` and cut (on a scalar boundary)
+    /// to at most `maxBytes` UTF-8 bytes, a cut marked with a trailing `…`. Idempotent.
+    public static func escaped(_ value: String, maxBytes: Int) -> String {
+        if value.utf8.count <= maxBytes && !value.unicodeScalars.contains(where: isUnsafe) { return value }
+        var full = String.UnicodeScalarView()
+        for scalar in value.unicodeScalars {
+            if isUnsafe(scalar) {
+                full.append(contentsOf: "\\u{\(String(scalar.value, radix: 16, uppercase: true))}".unicodeScalars)
+            } else {
+                full.append(scalar)
+            }
+        }
+        if String(full).utf8.count <= maxBytes { return String(full) }
+        let ellipsis: Unicode.Scalar = "…"
+        let budget = max(0, maxBytes - ellipsis.utf8.count)
+        var out = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in full {
+            let size = scalar.utf8.count
+            if bytes + size > budget { break }
+            out.append(scalar)
+            bytes += size
+        }
+        out.append(ellipsis)
+        return String(out)
+    }
+
+    /// ``escaped(_:maxBytes:)`` for an optional claimed identifier.
+    public static func claimed(_ value: String?) -> String? {
+        value.map { escaped($0, maxBytes: maxIdentifierBytes) }
+    }
+
+    /// The byte budget of a refusal's `detail`.
+    public static let maxDetailBytes = 512
+}

@@ -1,0 +1,449 @@
+import CofferCore
+import CofferSandbox
+import CofferStore
+import Foundation
+import GRDB
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+@testable import CofferServer
+
+/// The hardening issue's attacks on the ledger and the vault's rules, each replayed.
+@Suite struct LedgerHardeningTests {
+    static func post(_ client: some TestClientProtocol, _ object: [String: Any]) async throws -> TestResponse {
+        try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(object))
+    }
+
+    /// An unsigned JWS (`alg: none`, no x5c) carrying `payload`.
+    static func unsignedJWS(_ payload: String) -> String {
+        Base64.encodeURL(Array(#"{"alg":"none"}"#.utf8)) + "." + Base64.encodeURL(Array(payload.utf8)) + "."
+    }
+
+    /// A transaction payload minted by the sandbox CA, edited, and signed again by it.
+    static func signedTransaction(_ spec: TransactionSpec, edit: (inout [String: Any]) -> Void) throws -> String {
+        let minted = try Harness.ca.mintTransaction(spec, now: Date())
+        let parts = minted.split(separator: ".")
+        let payload = try #require(Base64.decode(String(parts[1])))
+        var object = try #require(try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])
+        edit(&object)
+        return try Harness.ca.signJWS(payload: Array(try JSONSerialization.data(withJSONObject: object)))
+    }
+
+    static func spec(
+        _ transactionId: String, original: String? = nil, environment: CofferCore.Environment = .localTesting, appAccountToken: String? = nil
+    ) -> TransactionSpec {
+        var spec = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: transactionId)
+        spec.originalTransactionId = original
+        spec.environment = environment
+        spec.appAccountToken = appAccountToken
+        return spec
+    }
+
+    static func audit(_ h: Harness) async throws -> LedgerAuditReport {
+        try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
+    }
+
+    // MARK: 1. A NUL never reaches the chain
+
+    @Test func controlCharactersInIdentifiersNeverPoisonTheChain() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            // The client's own identifier: refused before anything is written.
+            let nul = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders,
+                body: ByteBuffer(string: #"{"receipt":"MAA=","transactionId":"a\u0000b"}"#))
+            #expect(nul.status == .badRequest)
+            #expect(Harness.code(nul) == "malformedRequest")
+            #expect(try await h.services.ledger.attempts(AuditFilter()).isEmpty, "nothing written")
+
+            // Unverified ids in an unsigned JWS: refused, recorded escaped and marked claimed.
+            let unsigned = try await Self.post(
+                client, ["signedTransaction": Self.unsignedJWS(#"{"transactionId":"a\u0000b\u001b[2J","productId":"p\u0000","bundleId":"b"}"#)])
+            #expect(unsigned.status.code / 100 == 4)
+            // Signed by a trusted (test) root, which can sign anything: still never stored raw.
+            let signed = try await Self.post(
+                client,
+                [
+                    "signedTransaction": try Harness.ca.mintTransaction(
+                        TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "9\u{0}1"), now: Date())
+                ])
+            #expect(signed.status == .unprocessableContent)
+            #expect(Harness.code(signed) == "malformed")
+            // Later entries still verify.
+            #expect(try await Self.post(client, ["receipt": try Harness.receipt("9002")]).status == .created)
+        }
+        let attempts = try await h.services.ledger.attempts(AuditFilter())
+        #expect(attempts.count == 2)
+        #expect(attempts.allSatisfy { $0.claimed == true })
+        #expect(attempts.first?.transactionId == #"a\u{0}b\u{1B}[2J"#)
+        #expect(attempts.last?.transactionId == #"9\u{0}1"#)
+        let report = try await Self.audit(h)
+        #expect(report.intact, "\(String(describing: report.problem))")
+        #expect(report.entries == 3)
+        var export = ""
+        try await h.services.ledger.export(publicKey: h.services.ledgerSigner.publicKey, now: Date()) { export += $0 }
+        #expect(LedgerExport.verify(Data(export.utf8), publicKey: h.services.ledgerSigner.publicKey).intact)
+    }
+
+    // MARK: 3. Unauthenticated disk fill
+
+    /// 1,000 refused JWS with 2 MB transaction ids grow the database by < 2 MB: claims are
+    /// capped at 128 bytes.
+    @Test func junkIdentifiersCannotFillTheDisk() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let path = h.directory.appendingPathComponent("coffer.sqlite").path
+        func bytesUsed() throws -> Int {
+            let queue = try DatabaseQueue(path: path)
+            return try queue.read { db in
+                let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+                let free = try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0
+                let size = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0
+                return (pages - free) * size
+            }
+        }
+        let before = try bytesUsed()
+        let huge = String(repeating: "9", count: 2 * 1024 * 1024)
+        let jws = Self.unsignedJWS(#"{"transactionId":"\#(huge)","productId":"\#(huge)","bundleId":"b"}"#)
+        for _ in 0..<1000 {
+            do {
+                _ = try await h.services.vault.redeem(RedemptionRequest(proof: .signedTransaction(jws), clientAddress: "198.51.100.7"), now: Date())
+                Issue.record("an unsigned JWS redeemed")
+            } catch {
+                #expect(error.kind == .unprocessable || error.kind == .badRequest)
+            }
+        }
+        let grown = try bytesUsed() - before
+        #expect(grown < 2 * 1024 * 1024, "the database grew by \(grown) bytes")
+        let attempts = try await h.services.ledger.attempts(AuditFilter())
+        #expect(attempts.count == 100)  // one page of the default limit
+        #expect(attempts.allSatisfy { ($0.transactionId?.utf8.count ?? 0) <= LedgerText.maxIdentifierBytes && $0.claimed == true })
+    }
+
+    // MARK: 2. A restart never launders tampering
+
+    /// The issue's reproduction: with the server stopped, triggers dropped, a redemption deleted,
+    /// another edited, every chain event and checkpoint deleted and a forged redemption inserted,
+    /// the server refuses to start (it used to chain everything and sign fresh checkpoints).
+    @Test func aRestartDoesNotChainTamperedRows() async throws {
+        let h = try await LedgerTamperTests.populated()
+        defer { h.cleanUp() }
+        let publicKey = h.services.ledgerSigner.publicKey
+        try h.services.database.close()
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in
+            for trigger in [
+                "redemptions_no_delete", "redemptions_no_update", "ledger_events_no_delete", "ledger_checkpoints_no_delete",
+            ] {
+                try db.execute(sql: "DROP TRIGGER \(trigger)")
+            }
+            try db.execute(sql: "DELETE FROM redemptions WHERE transaction_id = '302'")
+            try db.execute(sql: "UPDATE redemptions SET product_id = 'com.coffer.demo.levelpack2' WHERE transaction_id = '303'")
+            try db.execute(sql: "DELETE FROM ledger_events; DELETE FROM ledger_checkpoints")
+            try db.execute(
+                sql: """
+                    INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
+                      source_format, redeemed_at, client_address, status, grant_hash)
+                    VALUES ('forged', '999', 'com.coffer.demo.levelpack1', 'com.coffer.demo', 'LocalTesting', 1, '00', 'appReceipt', 0, 'x',
+                      'redeemed', 'known')
+                    """)
+        }
+        try queue.close()
+        await #expect(throws: LedgerStartupError.self) { _ = try await CofferServices.open(h.services.configuration, logger: .init(label: "t")) }
+        // Nothing was chained or signed by the refused start, and verify says so.
+        let db = try CofferDatabase(readOnlyPath: h.directory.appendingPathComponent("coffer.sqlite").path)
+        let report = try await SQLiteLedger(db).audit(publicKey: publicKey)
+        #expect(!report.intact)
+        #expect(report.entries == 0)
+        #expect(report.problem?.kind == .rowMismatch)
+    }
+
+    // MARK: Pinned checkpoints, read-only verify, an external key
+
+    /// Checkpoints an auditor saved keep catching history that was rewritten and re-signed
+    /// with the (stolen) key, or truncated — where the ledger's own checkpoints cannot.
+    @Test func pinnedCheckpointsCatchRewrittenAndTruncatedHistory() async throws {
+        let h = try await LedgerTamperTests.populated()
+        defer { h.cleanUp() }
+        let saved = h.directory.deletingLastPathComponent().appendingPathComponent("pinned-\(UUID().uuidString).json")
+        defer { try? FileManager.default.removeItem(at: saved) }
+        try await h.app.test(.router) { client in
+            let page = try await client.execute(uri: "/v1/audit/checkpoints", method: .get, headers: h.bearer(h.auditorKey))
+            try Data(page.body.readableBytesView).write(to: saved)
+        }
+        let database = h.directory.appendingPathComponent("coffer.sqlite").path
+        func checksum() throws -> [String] {
+            try ["", "-wal"].map { suffix in
+                let data = FileManager.default.contents(atPath: database + suffix) ?? Data()
+                return Array(data).sha256Hex
+            }
+        }
+        let before = try checksum()
+        let intact = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path])
+        #expect(intact.status == 0)
+        #expect(intact.stdout.contains("pinned checkpoints still extended: 3"), "\(intact.stdout)")
+        #expect(try checksum() == before, "verify wrote to the database it audits")
+
+        // A thief with the database and the key rewrites history: a new ledger, new checkpoints, same key.
+        let forged = try await Harness.make(checkpointEvery: 2) { configuration in
+            configuration.ledgerKeyFile = LedgerKeyFile.path(dataDirectory: h.directory.path)
+        }
+        defer { forged.cleanUp() }
+        try await forged.app.test(.router) { client in
+            for id in ["301", "302", "303", "304", "305"] { _ = try await Self.post(client, ["receipt": try Harness.receipt(id)]) }
+        }
+        let forgedRun = [
+            "ledger", "verify", "--data-dir", forged.directory.path, "--ledger-key", LedgerKeyFile.path(dataDirectory: h.directory.path),
+        ]
+        #expect(try LedgerTamperTests.coffer(forgedRun).status == 0, "without pins the re-signed history looks intact")
+        let caught = try LedgerTamperTests.coffer(forgedRun + ["--checkpoint", saved.path])
+        #expect(caught.status == 1)
+        #expect(caught.stdout.contains("checkpointMismatch"), "\(caught.stdout)")
+
+        // Truncated: the tail cut off, its checkpoints with it.
+        let queue = try DatabaseQueue(path: database)
+        try await queue.write { db in
+            try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
+            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 3; DELETE FROM ledger_checkpoints WHERE sequence > 3")
+            try db.execute(sql: "DROP TRIGGER attempts_no_delete; DROP TRIGGER redemptions_no_delete")
+            try db.execute(sql: "DELETE FROM attempts WHERE sequence > 1; DELETE FROM redemptions WHERE sequence > 2")
+        }
+        try queue.close()
+        let unpinned = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(unpinned.status == 0, "a cut tail with its checkpoints is invisible without pins: \(unpinned.stdout)")
+        let truncated = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
+        #expect(truncated.status == 1)
+        #expect(truncated.stdout.contains("\"truncated\""), "\(truncated.stdout)")
+        // Not a checkpoint file: a usage error.
+        #expect(try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", database]).status == 2)
+    }
+
+    /// `ledger verify` never migrates: a database from an older schema is refused as such and left unchanged.
+    @Test func verifyNeverMigratesTheDatabaseItAudits() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-old-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let path = dir.appendingPathComponent("coffer.sqlite").path
+        var migrator = DatabaseMigrator()
+        for migration in EmbeddedMigrations.all.prefix(2) {
+            let sql = migration.sql
+            migrator.registerMigration(migration.name) { db in try db.execute(sql: sql) }
+        }
+        let queue = try DatabaseQueue(path: path)
+        try migrator.migrate(queue)
+        try queue.close()
+        _ = try LedgerKeyFile.signer(dataDirectory: dir.path)
+        let run = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", dir.path])
+        #expect(run.status == 2)
+        let reopened = try DatabaseQueue(path: path)
+        let applied = try await reopened.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY identifier") }
+        #expect(applied == ["0001_initial", "0002_ledger_chain"])
+    }
+
+    /// With `--ledger-key` the signing key never touches the data directory.
+    @Test func theLedgerKeyCanLiveOutsideTheDataDirectory() async throws {
+        let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-\(UUID().uuidString).key").path
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        let keygen = try LedgerTamperTests.coffer(["ledger", "keygen", "--out", keyPath])
+        #expect(keygen.status == 0 && keygen.stdout.hasPrefix("-----BEGIN PUBLIC KEY-----"))
+        #expect(try LedgerTamperTests.coffer(["ledger", "keygen", "--out", keyPath]).status == 2, "never overwritten")
+        let external = try LedgerKeyFile.load(keyPath)
+        let h = try await Harness.make(checkpointEvery: 1) { $0.ledgerKeyFile = keyPath }
+        defer { h.cleanUp() }
+        #expect(h.services.ledgerSigner.keyId == external.keyId)
+        try await h.app.test(.router) { client async throws -> Void in
+            #expect(try await Self.post(client, ["receipt": try Harness.receipt("9100")]).status == .created)
+        }
+        #expect(!FileManager.default.fileExists(atPath: LedgerKeyFile.path(dataDirectory: h.directory.path)))
+        let report = try await h.services.ledger.audit(publicKey: external.publicKey)
+        #expect(report.intact && report.checkpointsVerified == 1)
+        // systemd credentials: picked up without a flag.
+        let credentials = FileManager.default.temporaryDirectory.appendingPathComponent("creds-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: credentials) }
+        try FileManager.default.createDirectory(at: credentials, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: keyPath, toPath: credentials.appendingPathComponent("ledger-signing.key").path)
+        let resolved = try LedgerKeyFile.resolve(
+            dataDirectory: h.directory.path, configured: nil, environment: ["CREDENTIALS_DIRECTORY": credentials.path], create: false)
+        // Without the variable, the data directory's key (none here: it was never created).
+        #expect(throws: (any Error).self) {
+            _ = try LedgerKeyFile.resolve(dataDirectory: h.directory.path, configured: nil, environment: [:], create: false)
+        }
+        #expect(resolved.signer.keyId == external.keyId && !resolved.insideDataDirectory)
+    }
+
+    // MARK: The admin log is chained
+
+    @Test func theAdminLogIsChainedAndVerified() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            let put = try await client.execute(
+                uri: "/v1/admin/products/com.coffer.demo.extra", method: .put, headers: h.bearer(h.adminKey),
+                body: try Harness.body(["bundleId": Harness.bundle, "type": "consumable", "assetIds": ["tiles"], "title": "Extra"]))
+            #expect(put.status == .ok)
+        }
+        let events = try await h.services.ledger.events(after: 0, limit: 10)
+        #expect(events.map(\.kind) == [.adminAction])
+        #expect(try await Self.audit(h).intact)
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in
+            try db.execute(sql: "DROP TRIGGER admin_actions_no_update")
+            try db.execute(sql: "UPDATE admin_actions SET key_name = 'someone else'")
+        }
+        let report = try await Self.audit(h)
+        #expect(report.problem?.kind == .hashMismatch)
+        #expect(report.problem?.sequence == 1)
+    }
+
+    // MARK: 4. Refunds before redemptions
+
+    @Test func aRefundBeforeTheRedemptionIsKept() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let spec = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "5000")
+        try await h.app.test(.router) { client in
+            let refund = try await client.execute(
+                uri: "/v1/notifications", method: .post, headers: Harness.jsonHeaders,
+                body: try Harness.body(["signedPayload": try Harness.ca.mintNotification(type: "REFUND", transaction: spec, now: Date())]))
+            #expect(try Harness.json(refund)["result"] as? String == "notRedeemed")
+            // The captured transaction (signed before the refund, so it carries no revocationDate).
+            let late = try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(spec, now: Date())])
+            #expect(late.status == .gone)
+            #expect(Harness.code(late) == "revoked")
+            let again = try await client.execute(
+                uri: "/v1/notifications", method: .post, headers: Harness.jsonHeaders,
+                body: try Harness.body(["signedPayload": try Harness.ca.mintNotification(type: "REFUND", transaction: spec, now: Date())]))
+            #expect(try Harness.json(again)["result"] as? String == "alreadyRevoked")
+        }
+        #expect(try await h.services.ledger.redemptions(AuditFilter()).isEmpty)
+        #expect(try await h.services.ledger.attempts(AuditFilter()).map(\.code) == ["revoked"])
+        let revocations = try await h.services.ledger.revocations(after: 0, limit: 10)
+        #expect(revocations.count == 1 && revocations.first?.redemptionId == "" && revocations.first?.environment == "LocalTesting")
+        #expect(try await Self.audit(h).intact)
+    }
+
+    // MARK: 5. Environments are separate key spaces
+
+    @Test func environmentsDoNotShareReplayKeysOrRevocations() async throws {
+        let anchor = try TrustAnchor.custom(Harness.ca.rootDER, environments: [.sandbox, .localTesting], requireAppleExtensions: true)
+        let h = try await Harness.make { $0.anchors = [anchor] }
+        defer { h.cleanUp() }
+        let sandbox = Self.spec("6000", environment: .sandbox)
+        let local = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "6000")
+        try await h.app.test(.router) { client in
+            let localRedeemed = try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(local, now: Date())])
+            #expect(localRedeemed.status == .created)
+            let grant = try #require(try Harness.json(localRedeemed)["grant"] as? String)
+            // A Sandbox refund of the same id does not touch the LocalTesting redemption.
+            let refund = try await client.execute(
+                uri: "/v1/notifications", method: .post, headers: Harness.jsonHeaders,
+                body: try Harness.body(["signedPayload": try Harness.ca.mintNotification(type: "REFUND", transaction: sandbox, now: Date())]))
+            #expect(try Harness.json(refund)["result"] as? String == "notRedeemed")
+            let exchange = try await client.execute(
+                uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["grant": grant]))
+            #expect(exchange.status == .ok)
+            // The Sandbox purchase of that id is the refunded one; the LocalTesting one replays.
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(sandbox, now: Date())]).status == .gone)
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(local, now: Date())]).status == .conflict)
+            // A fresh id redeems once in each environment.
+            let sandbox2 = Self.spec("6001", environment: .sandbox)
+            let local2 = Self.spec("6001")
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(sandbox2, now: Date())]).status == .created)
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(local2, now: Date())]).status == .created)
+        }
+        #expect(try await Self.audit(h).intact)
+    }
+
+    // MARK: 7. The signed appAccountToken wins
+
+    @Test func theSignedAppAccountTokenWins() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let token = "7D2F8D32-0000-4000-8000-000000000001"
+        let spec = Self.spec("7100", appAccountToken: token)
+        try await h.app.test(.router) { client in
+            let jws = try Harness.ca.mintTransaction(spec, now: Date())
+            let other = try await Self.post(client, ["signedTransaction": jws, "appAccountToken": "00000000-0000-4000-8000-000000000002"])
+            #expect(other.status == .unprocessableContent)
+            #expect(Harness.code(other) == "appAccountTokenMismatch")
+            let legacy = try await Self.post(client, ["receipt": try Harness.receipt("7101"), "appAccountToken": token])
+            #expect(Harness.code(legacy) == "appAccountTokenMismatch", "a legacy receipt carries no token to match")
+            let notUUID = try await Self.post(client, ["signedTransaction": jws, "appAccountToken": "player-1"])
+            #expect(notUUID.status == .badRequest)
+            #expect(try await Self.post(client, ["signedTransaction": jws, "appAccountToken": token.lowercased()]).status == .created)
+        }
+        let rows = try await h.services.ledger.redemptions(AuditFilter())
+        #expect(rows.map(\.appAccountToken) == [token])
+    }
+
+    // MARK: Product types, expired subscriptions, non-consumable restores
+
+    @Test func productTypesMustMatchAndSubscriptionsAreNotSoldYet() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.services.catalogue.putProduct(
+            Product(
+                productId: "com.coffer.demo.coins", bundleId: Harness.bundle, type: .consumable, assetIds: ["tiles"], title: "Coins",
+                updatedAt: Date()))
+        try await h.app.test(.router) { client in
+            var consumable = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "7200")
+            consumable.type = "Consumable"
+            let mismatch = try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(consumable, now: Date())])
+            #expect(mismatch.status == .unprocessableContent)
+            #expect(Harness.code(mismatch) == "productTypeMismatch")
+
+            let expired = try Self.signedTransaction(TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "7201")) {
+                $0["type"] = "Auto-Renewable Subscription"
+                $0["expiresDate"] = (Date().timeIntervalSince1970 - 3600) * 1000
+            }
+            let refusedExpired = try await Self.post(client, ["signedTransaction": expired])
+            #expect(Harness.code(refusedExpired) == "expired")
+            let live = try Self.signedTransaction(TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "7202")) {
+                $0["type"] = "Auto-Renewable Subscription"
+                $0["expiresDate"] = (Date().timeIntervalSince1970 + 3600) * 1000
+            }
+            #expect(Harness.code(try await Self.post(client, ["signedTransaction": live])) == "productTypeMismatch")
+
+            // Legacy receipts: subscription fields tell a subscription apart.
+            var purchase = PurchaseSpec(productId: Harness.product, transactionId: "7203")
+            purchase.expiresDate = Date().addingTimeInterval(-3600)
+            let receipt = Data(try Harness.ca.mintReceipt(ReceiptSpec(bundleId: Harness.bundle, purchases: [purchase]), now: Date()))
+            #expect(Harness.code(try await Self.post(client, ["receipt": receipt.base64EncodedString()])) == "expired")
+
+            // Consumables: every transaction is a purchase, whatever its original transaction.
+            var coins = TransactionSpec(bundleId: Harness.bundle, productId: "com.coffer.demo.coins", transactionId: "7301")
+            coins.type = "Consumable"
+            coins.originalTransactionId = "7300"
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(coins, now: Date())]).status == .created)
+            coins.transactionId = "7302"
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(coins, now: Date())]).status == .created)
+        }
+        #expect(
+            try await h.services.ledger.attempts(AuditFilter()).map(\.code) == ["productTypeMismatch", "expired", "productTypeMismatch", "expired"])
+    }
+
+    /// A non-consumable restored on another device carries a new transaction id and the same
+    /// original transaction id: the same purchase, redeemed once.
+    @Test func nonConsumablesAreKeyedByTheirOriginalTransaction() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let first = Self.spec("7400", original: "7400")
+        let restored = Self.spec("7411", original: "7400")
+        try await h.app.test(.router) { client in
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(first, now: Date())]).status == .created)
+            let replay = try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(restored, now: Date())])
+            #expect(replay.status == .conflict)
+            #expect(Harness.code(replay) == "alreadyRedeemed")
+            // A legacy receipt of the restore (original 7400) is the same purchase too.
+            var purchase = PurchaseSpec(productId: Harness.product, transactionId: "7412")
+            purchase.originalTransactionId = "7400"
+            let receipt = Data(try Harness.ca.mintReceipt(ReceiptSpec(bundleId: Harness.bundle, purchases: [purchase]), now: Date()))
+            #expect(try await Self.post(client, ["receipt": receipt.base64EncodedString()]).status == .conflict)
+        }
+        let rows = try await h.services.ledger.redemptions(AuditFilter())
+        #expect(rows.map(\.replayKey) == ["7400"])
+        #expect(try await Self.audit(h).intact)
+    }
+}
