@@ -36,13 +36,24 @@ struct AdminController {
             struct Body: Decodable {
                 var transactionId: String
                 var reason: String
+                /// Needed only when the transaction id was redeemed in more than one environment.
+                var environment: String?
             }
             let body = try await JSON.decode(Body.self, from: request, limit: 4096, timeout: services.configuration.bodyTimeout)
             guard (1...64).contains(body.transactionId.utf8.count), (1...500).contains(body.reason.utf8.count) else {
                 throw Problem(.badRequest, "malformedRequest", "transactionId must be 1–64 characters and reason 1–500")
             }
-            let revocation = try await services.vault.revoke(
-                transactionId: body.transactionId, reason: body.reason, by: context.identity?.name ?? "?", now: Date())
+            let environment = try body.environment.map { name in
+                guard let environment = Environment(rawValue: name) else {
+                    throw Problem(.badRequest, "malformedRequest", "environment must be Production, Sandbox, Xcode or LocalTesting")
+                }
+                return environment
+            }
+            let revocation: Revocation
+            do throws(VaultFailure) {
+                revocation = try await services.vault.revoke(
+                    transactionId: body.transactionId, environment: environment, reason: body.reason, by: context.identity?.name ?? "?", now: Date())
+            } catch { throw Problem(error) }
             try await audit(context, "redemption.revoke", target: body.transactionId, detail: body.reason)
             return try JSON.response(revocation, status: .created)
         }

@@ -352,6 +352,19 @@ import Testing
             let local2 = Self.spec("6001")
             #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(sandbox2, now: Date())]).status == .created)
             #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(local2, now: Date())]).status == .created)
+            // An admin revoking 6001 must say which one.
+            func revoke(_ body: [String: Any]) async throws -> TestResponse {
+                var headers = h.bearer(h.adminKey)
+                headers[.contentType] = "application/json"
+                return try await client.execute(uri: "/v1/admin/revocations", method: .post, headers: headers, body: try Harness.body(body))
+            }
+            let ambiguous = try await revoke(["transactionId": "6001", "reason": "chargeback"])
+            #expect(ambiguous.status == .conflict)
+            #expect(Harness.code(ambiguous) == "ambiguousTransaction")
+            #expect(try await revoke(["transactionId": "6001", "reason": "chargeback", "environment": "Moon"]).status == .badRequest)
+            let scoped = try await revoke(["transactionId": "6001", "reason": "chargeback", "environment": "Sandbox"])
+            #expect(scoped.status == .created)
+            #expect(try Harness.json(scoped)["environment"] as? String == "Sandbox")
         }
         #expect(try await Self.audit(h).intact)
     }
