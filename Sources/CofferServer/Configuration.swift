@@ -98,6 +98,7 @@ public struct CofferServices: Sendable {
         // an older Coffer (adopt it on purpose) or was inserted behind the server's back.
         let unchained = try await ledger.unchainedRows(limit: 10)
         if !unchained.isEmpty { throw LedgerStartupError.unchainedRows(unchained) }
+        do { try await ledger.checkSeal(now: Date()) } catch let error as LedgerIntegrityError { throw LedgerStartupError.sealBroken(error) }
         let verifier = AppStoreVerifier(
             configuration: VerifierConfiguration(
                 anchors: configuration.anchors, bundleIds: configuration.bundleIds, appAppleId: configuration.appAppleId))
@@ -114,6 +115,8 @@ public struct CofferServices: Sendable {
 public enum LedgerStartupError: Error, CustomStringConvertible {
     /// Rows no ledger event chains (first few named).
     case unchainedRows([(kind: LedgerEventKind, row: Int64)])
+    /// The chain does not end where this server's key sealed it.
+    case sealBroken(LedgerIntegrityError)
 
     public var description: String {
         switch self {
@@ -124,6 +127,12 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
                 server's back, or come from a Coffer older than the chain (or, for adminAction rows, older than migration 0003). \
                 The server will not chain rows it did not write. Check with `coffer ledger verify`; if you vouch for them, \
                 chain them on purpose with `coffer ledger adopt --data-dir DIR` (recorded as a chained admin action).
+                """
+        case .sealBroken(let error):
+            return """
+                \(error). The server will not extend or sign a chain it did not seal. Check with `coffer ledger verify` \
+                (and your saved checkpoints); if you vouch for the ledger as it stands, seal it on purpose with \
+                `coffer ledger adopt --data-dir DIR` (recorded as a chained admin action).
                 """
         }
     }

@@ -105,4 +105,7 @@ final class Gate: Sendable {
     }
 
     func leave() { holders.withLock { $0 = max(0, $0 - 1) } }
+
+    /// Holders now (tests wait on it instead of sleeping).
+    var inUse: Int { holders.withLock { $0 } }
 }

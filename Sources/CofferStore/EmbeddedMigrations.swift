@@ -250,6 +250,19 @@ private let sql0003 = #"""
     DROP TABLE ledger_events;
     ALTER TABLE ledger_events_0003 RENAME TO ledger_events;
 
+    -- The seal: the chain's head as last signed by the server's key, rewritten (one row) in every
+    -- transaction that appends, and checked before the next one appends. Entries appended,
+    -- removed or rewritten behind the server's back no longer end where the seal says: the
+    -- server refuses to extend or sign over them, and `coffer ledger verify` names them.
+    CREATE TABLE ledger_head (
+        id INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),
+        sequence INTEGER NOT NULL,
+        entry_hash TEXT NOT NULL CHECK (length(entry_hash) = 64),
+        time INTEGER NOT NULL,
+        key_id TEXT NOT NULL,
+        signature TEXT NOT NULL
+    );
+
     CREATE TRIGGER redemptions_no_update BEFORE UPDATE ON redemptions BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
     CREATE TRIGGER redemptions_no_delete BEFORE DELETE ON redemptions BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
     CREATE TRIGGER revocations_no_update BEFORE UPDATE ON revocations BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;

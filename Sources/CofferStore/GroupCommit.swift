@@ -78,21 +78,24 @@ final class GroupCommitter: Sendable {
         let results: [Result]
         do {
             results = try await db.pool.write { db -> [Result] in
-                var results: [Result] = []
-                results.reserveCapacity(batch.count)
-                for job in batch {
-                    var result = Result.recorded
-                    do {
-                        try db.inSavepoint {
-                            result = try Self.apply(job, db: db, checkpoints: checkpoints)
-                            return .commit
+                // The batch extends the chain only where this server sealed it, and seals the new head.
+                try ChainStore.sealed(db, policy: checkpoints, now: Date()) {
+                    var results: [Result] = []
+                    results.reserveCapacity(batch.count)
+                    for job in batch {
+                        var result = Result.recorded
+                        do {
+                            try db.inSavepoint {
+                                result = try Self.apply(job, db: db, checkpoints: checkpoints)
+                                return .commit
+                            }
+                        } catch {
+                            result = .failed(error)
                         }
-                    } catch {
-                        result = .failed(error)
+                        results.append(result)
                     }
-                    results.append(result)
+                    return results
                 }
-                return results
             }
         } catch {
             // The transaction did not commit: nobody's row is durable.

@@ -1,6 +1,7 @@
 import CofferCore
 import Foundation
 import GRDB
+import Synchronization
 
 /// A stored ledger event, joined with the row it chains (nil when that row is gone).
 public struct StoredEvent: Sendable, Hashable {
@@ -16,10 +17,42 @@ public struct StoredEvent: Sendable, Hashable {
 public struct CheckpointPolicy: Sendable {
     public var signer: LedgerSigner
     public var every: Int64
+    /// The signature of the last seal this process wrote or verified, so the check before each
+    /// write costs a string compare, not an Ed25519 verification.
+    let lastSeal = SealCache()
+
+    final class SealCache: Sendable {
+        private let value = Mutex<String?>(nil)
+        func withLock<T>(_ body: (inout String?) -> T) -> T { value.withLock { body(&$0) } }
+    }
 
     public init(signer: LedgerSigner, every: Int64 = 1000) {
         self.signer = signer
         self.every = max(1, every)
+    }
+}
+
+/// A write refused because the chain does not end where this server's key last sealed it.
+public enum LedgerIntegrityError: Error, Sendable, CustomStringConvertible {
+    /// A chain without a seal whose head no checkpoint of this key covers (a database from
+    /// before the seal that was not shut down cleanly, or entries appended since).
+    case unsealed(head: Int64)
+    /// The chain ends elsewhere than the seal: entries appended, removed or rewritten.
+    case sealMismatch(sealed: Int64, actual: Int64)
+    /// The seal is not signed by this server's key.
+    case sealNotSigned(keyId: String)
+
+    public var description: String {
+        switch self {
+        case .unsealed(let head):
+            "the ledger's head (entry \(head)) is covered by no seal or checkpoint of this server's key"
+        case .sealMismatch(let sealed, let actual) where actual > sealed:
+            "entries \(sealed + 1)–\(actual) were appended after the server last sealed the ledger at \(sealed): not by this server"
+        case .sealMismatch(let sealed, let actual):
+            "the ledger ends at \(actual) but the server sealed it at \(sealed): entries were removed or rewritten"
+        case .sealNotSigned(let keyId):
+            "the ledger's seal is not signed by this server's key \(keyId)"
+        }
     }
 }
 
@@ -254,5 +287,61 @@ extension ChainStore {
         let statement = try db.cachedStatement(
             sql: "SELECT * FROM revocations WHERE coalesce(environment, '') = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
         return try Row.fetchOne(statement, arguments: [environment ?? "", replayKey]).map(revocation)
+    }
+}
+
+// MARK: - The seal
+
+extension ChainStore {
+    static func sealedHead(_ db: Database) throws -> LedgerCheckpoint? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM ledger_head WHERE id = 1")).map(checkpoint)
+    }
+
+    /// Throws unless the chain ends exactly where the seal says, under `policy`'s key. A chain
+    /// with no seal yet (written before migration 0003) passes when a checkpoint of this key
+    /// covers its head exactly (it was shut down cleanly).
+    static func checkSeal(_ db: Database, policy: CheckpointPolicy) throws {
+        let head = try head(db)
+        guard let sealed = try sealedHead(db) else {
+            guard head.sequence > 0 else { return }
+            let covering = try Row.fetchOne(db, sql: "SELECT * FROM ledger_checkpoints WHERE sequence = ?", arguments: [head.sequence]).map(
+                checkpoint)
+            guard let covering, covering.entryHash == head.hash.hexString, covering.isSigned(by: policy.signer.publicKey) else {
+                throw LedgerIntegrityError.unsealed(head: head.sequence)
+            }
+            return
+        }
+        if policy.lastSeal.withLock({ $0 }) != sealed.signature {
+            guard sealed.isSigned(by: policy.signer.publicKey) else { throw LedgerIntegrityError.sealNotSigned(keyId: policy.signer.keyId) }
+            policy.lastSeal.withLock { $0 = sealed.signature }
+        }
+        guard sealed.sequence == head.sequence, sealed.entryHash == head.hash.hexString else {
+            throw LedgerIntegrityError.sealMismatch(sealed: sealed.sequence, actual: head.sequence)
+        }
+    }
+
+    /// Signs the chain's current head and stores it as the seal (one row, rewritten).
+    static func seal(_ db: Database, policy: CheckpointPolicy, now: Date) throws {
+        let head = try head(db)
+        guard head.sequence > 0 else { return }
+        let sealed = try policy.signer.checkpoint(sequence: head.sequence, entryHash: head.hash.hexString, time: Int64(now.timeIntervalSince1970))
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO ledger_head (id, sequence, entry_hash, time, key_id, signature) VALUES (1, ?, ?, ?, ?, ?)
+                ON CONFLICT (id) DO UPDATE SET sequence = excluded.sequence, entry_hash = excluded.entry_hash, time = excluded.time,
+                  key_id = excluded.key_id, signature = excluded.signature
+                """
+        ).execute(arguments: [sealed.sequence, sealed.entryHash, sealed.time, sealed.keyId, sealed.signature])
+        policy.lastSeal.withLock { $0 = sealed.signature }
+    }
+
+    /// Runs `body`, which appends, between a seal check and a new seal, in the caller's
+    /// transaction. Without a policy (tools that hold no key) it only runs `body`.
+    static func sealed<T>(_ db: Database, policy: CheckpointPolicy?, now: Date, _ body: () throws -> T) throws -> T {
+        guard let policy else { return try body() }
+        try checkSeal(db, policy: policy)
+        let result = try body()
+        try seal(db, policy: policy, now: now)
+        return result
     }
 }

@@ -120,18 +120,26 @@ public struct SQLiteLedger: LedgerRepository {
     public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome {
         let key = revocation.replayKey ?? revocation.transactionId
         return try await db.pool.write { [checkpoints] db in
-            if try ChainStore.revocation(db, environment: revocation.environment, replayKey: key) != nil { return .alreadyRevoked }
-            let redemptionId = try String.fetchOne(
-                db, sql: "SELECT redemption_id FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ?",
-                arguments: [revocation.environment ?? "", key])
-            if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
-            var row = revocation
-            row.redemptionId = redemptionId ?? ""
-            row = try ChainStore.insert(db, row)
-            let stored = row
-            try ChainStore.append(db, policy: checkpoints, now: revocation.recordedAt) { .revocation(stored, sequence: $0) }
-            return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
+            try ChainStore.sealed(db, policy: checkpoints, now: revocation.recordedAt) { () throws -> RevocationOutcome in
+                try Self.revoke(db, revocation, key: key, keepUnredeemed: keepUnredeemed, checkpoints: checkpoints)
+            }
         }
+    }
+
+    private static func revoke(_ db: Database, _ revocation: Revocation, key: String, keepUnredeemed: Bool, checkpoints: CheckpointPolicy?) throws
+        -> RevocationOutcome
+    {
+        if try ChainStore.revocation(db, environment: revocation.environment, replayKey: key) != nil { return .alreadyRevoked }
+        let redemptionId = try String.fetchOne(
+            db, sql: "SELECT redemption_id FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ?",
+            arguments: [revocation.environment ?? "", key])
+        if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
+        var row = revocation
+        row.redemptionId = redemptionId ?? ""
+        row = try ChainStore.insert(db, row)
+        let stored = row
+        try ChainStore.append(db, policy: checkpoints, now: revocation.recordedAt) { .revocation(stored, sequence: $0) }
+        return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
     }
 
     public func revocation(of redemption: Redemption) async throws -> Revocation? {
@@ -181,6 +189,8 @@ extension SQLiteLedger {
     public func checkpointHead(now: Date) async throws -> LedgerCheckpoint? {
         guard let policy = checkpoints else { return nil }
         return try await db.pool.write { db -> LedgerCheckpoint? in
+            // Never sign over entries this server did not seal.
+            try ChainStore.checkSeal(db, policy: policy)
             let head = try ChainStore.head(db)
             guard head.sequence > 0, head.sequence > (try ChainStore.latestCheckpoint(db)?.sequence ?? 0) else { return nil }
             let checkpoint = try policy.signer.checkpoint(
@@ -250,6 +260,8 @@ extension SQLiteLedger {
                 ? "nothing to chain"
                 : "chained " + chained.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", ")
             let stored = try ChainStore.insert(db, action, policy: checkpoints)
+            // The operator vouches for the chain as it now stands: seal it.
+            if let checkpoints { try ChainStore.seal(db, policy: checkpoints, now: now) }
             return Adoption(chained: chained, action: stored)
         }
     }
@@ -286,47 +298,76 @@ extension SQLiteLedger {
             if page.count < 500 { break }
         }
         var cursor: Int64 = 0
+        var written: Set<Int64> = []
         while true {
             let page = try await checkpoints(after: cursor, limit: 500)
             let covered = page.filter { $0.sequence <= after }
             if !covered.isEmpty { try await write(try covered.map(LedgerExport.checkpointLine).joined()) }
+            written.formUnion(covered.map(\.sequence))
             guard let last = page.last, page.count == 500, covered.count == page.count else { break }
             cursor = last.sequence
         }
+        // The seal signs the head: when it covers the last entry written, it is one more checkpoint.
+        if let seal = try await db.pool.read({ db in try ChainStore.sealedHead(db) }), seal.sequence <= after, !written.contains(seal.sequence) {
+            try await write(try LedgerExport.checkpointLine(seal))
+        }
     }
 
-    /// Verifies the stored ledger against `publicKey` (nil: the chain only), streaming the
-    /// events page by page: works while the server appends.
+    /// Verifies the stored ledger against `publicKey` (nil: the chain only) and the auditor's
+    /// `pinned` checkpoints, in one read transaction (a consistent snapshot while the server
+    /// appends), streaming the events page by page. The seal counts as a checkpoint of the
+    /// head, so a cut tail is `truncated` and entries beyond it are `unsealed`.
     public func audit(publicKey: Curve25519.Signing.PublicKey?, pinned: [LedgerCheckpoint] = []) async throws -> LedgerAuditReport {
-        var all: [LedgerCheckpoint] = []
-        while true {
-            let page = try await checkpoints(after: all.last?.sequence ?? 0, limit: 1000)
-            all += page
-            if page.count < 1000 { break }
-        }
-        var audit = LedgerAudit(checkpoints: all, publicKey: publicKey, pinned: pinned)
-        var after: Int64 = 0
-        while true {
-            let page = try await events(after: after, limit: 1000)
-            for event in page {
-                if let entry = event.entry {
-                    audit.add(ChainedEntry(entry: entry, entryHash: event.entryHash))
-                } else {
-                    audit.fail(.rowMismatch, event.sequence, "entry \(event.sequence) chains \(event.kind.rawValue) row \(event.row), which is gone")
-                    audit.add(
-                        ChainedEntry(
-                            entry: LedgerEntry(sequence: event.sequence, kind: event.kind, row: event.row, values: []), entryHash: event.entryHash))
-                }
+        try await db.pool.read { db in
+            var all: [LedgerCheckpoint] = []
+            while true {
+                let page = try ChainStore.checkpoints(db, after: all.last?.sequence ?? 0, limit: 1000)
+                all += page
+                if page.count < 1000 { break }
             }
-            guard let last = page.last else { break }
-            after = last.sequence
+            let seal = try ChainStore.sealedHead(db)
+            var audit = LedgerAudit(checkpoints: all + (seal.map { [$0] } ?? []), publicKey: publicKey, pinned: pinned)
+            var after: Int64 = 0
+            while true {
+                let page = try ChainStore.events(db, after: after, limit: 1000)
+                for event in page {
+                    if let entry = event.entry {
+                        audit.add(ChainedEntry(entry: entry, entryHash: event.entryHash))
+                    } else {
+                        audit.fail(
+                            .rowMismatch, event.sequence, "entry \(event.sequence) chains \(event.kind.rawValue) row \(event.row), which is gone")
+                        audit.add(
+                            ChainedEntry(
+                                entry: LedgerEntry(sequence: event.sequence, kind: event.kind, row: event.row, values: []), entryHash: event.entryHash
+                            ))
+                    }
+                }
+                guard let last = page.last else { break }
+                after = last.sequence
+            }
+            if let seal, after > seal.sequence {
+                audit.fail(
+                    .unsealed, seal.sequence + 1,
+                    "entries \(seal.sequence + 1)–\(after) come after the head the server last sealed (\(seal.sequence)): appended behind its back")
+            }
+            if let stray = try ChainStore.unchainedRows(db, limit: 1).first {
+                audit.fail(
+                    .rowMismatch, nil,
+                    "\(stray.kind.rawValue) row \(stray.row) is in the database but not in the chain (inserted behind the server's back)")
+            }
+            return audit.finish()
         }
-        if let stray = try await db.pool.read({ db in try ChainStore.unchainedRows(db, limit: 1) }).first {
-            audit.fail(
-                .rowMismatch, nil,
-                "\(stray.kind.rawValue) row \(stray.row) is in the database but not in the chain (inserted behind the server's back)")
+    }
+
+    /// Checks the seal before the server starts appending: the chain must end where this
+    /// server's key sealed it (see ``LedgerIntegrityError``). A chain from before the seal that
+    /// was shut down cleanly (its head under a checkpoint of this key) is sealed now.
+    public func checkSeal(now: Date) async throws {
+        guard let policy = checkpoints else { return }
+        try await db.pool.write { db in
+            try ChainStore.checkSeal(db, policy: policy)
+            try ChainStore.seal(db, policy: policy, now: now)
         }
-        return audit.finish()
     }
 }
 
@@ -408,7 +449,9 @@ public struct SQLiteAdminLog: AdminLogRepository {
         action.detail = LedgerText.escaped(a.detail, maxBytes: 1024)
         action.action = LedgerText.escaped(a.action, maxBytes: 64)
         let stored = action
-        try await db.pool.write { [checkpoints] db in try ChainStore.insert(db, stored, policy: checkpoints) }
+        try await db.pool.write { [checkpoints] db in
+            try ChainStore.sealed(db, policy: checkpoints, now: stored.at) { try ChainStore.insert(db, stored, policy: checkpoints) }
+        }
     }
 
     public func actions(after: Int64, limit: Int) async throws -> [AdminAction] {

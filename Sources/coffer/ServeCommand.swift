@@ -278,15 +278,25 @@ struct KeysCommand: AsyncParsableCommand {
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
         @Option(help: "admin or auditor.") var role: String
         @Option(help: "Who the key is for (appears in logs).") var name: String
+        @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
+        var ledgerKey: String?
 
         func run() async throws {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
             let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
+            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey)
             let secret = try await APIKeys.create(role: role, name: name, in: SQLiteKeys(db), now: Date())
-            try await SQLiteAdminLog(db).record(KeysCommand.localAction("key.create", target: name, detail: role.rawValue))
+            try await log.record(KeysCommand.localAction("key.create", target: name, detail: role.rawValue))
             print(secret)
         }
+    }
+
+    /// The admin log, chained and sealed with the server's ledger key (the CLI appends to the
+    /// same chain the server does, so it must seal what it appends).
+    static func adminLog(_ db: CofferDatabase, dataDir: String, ledgerKey: String?) throws -> SQLiteAdminLog {
+        let signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey).signer
+        return SQLiteAdminLog(db, checkpoints: CheckpointPolicy(signer: signer))
     }
 
     /// An admin-log entry for a key change made on the server's machine.
@@ -300,15 +310,18 @@ struct KeysCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Revoke a key (by the key itself, read from stdin or --key).")
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
         @Option(help: "The key to revoke.") var key: String
+        @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
+        var ledgerKey: String?
 
         func run() async throws {
             let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
+            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey)
             let keys = SQLiteKeys(db)
             guard let found = try await keys.key(secretHash: APIKeys.hash(key)), try await keys.revoke(keyId: found.keyId, at: Date()) else {
                 print("no live key matches")
                 throw ExitCode(1)
             }
-            try await SQLiteAdminLog(db).record(KeysCommand.localAction("key.revoke", target: found.name, detail: found.role.rawValue))
+            try await log.record(KeysCommand.localAction("key.revoke", target: found.name, detail: found.role.rawValue))
             print("revoked \(found.role.rawValue) key '\(found.name)'")
         }
     }

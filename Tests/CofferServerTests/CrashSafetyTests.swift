@@ -198,7 +198,13 @@ import Testing
         connection.send(
             "PUT /v1/admin/assets/late HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.adminKey)\r\nContent-Length: \(size)\r\n\r\n")
         connection.send(String(repeating: "q", count: size / 2))
-        try await Task.sleep(for: .milliseconds(300))
+        // Wait until the upload is being written (its temporary file exists), not a guessed delay.
+        let temporary = data.appendingPathComponent("content/tmp")
+        for _ in 0..<400 {
+            if !((try? FileManager.default.contentsOfDirectory(atPath: temporary.path)) ?? []).isEmpty { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(!((try? FileManager.default.contentsOfDirectory(atPath: temporary.path)) ?? []).isEmpty, "the upload is in flight")
         server.kill(SIGTERM)
         try await Task.sleep(for: .milliseconds(300))
         connection.send(String(repeating: "q", count: size / 2))

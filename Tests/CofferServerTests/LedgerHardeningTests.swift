@@ -160,6 +160,95 @@ import Testing
         #expect(report.problem?.kind == .rowMismatch)
     }
 
+    /// What an attacker with the database file and the (public) chain algorithm can do: append
+    /// a forged redemption and its correctly computed chain event.
+    static func appendForgedRedemption(_ db: Database, transactionId: String) throws {
+        let last = try Row.fetchOne(db, sql: "SELECT sequence, entry_hash FROM ledger_events ORDER BY sequence DESC LIMIT 1")
+        let sequence: Int64 = (last?["sequence"] ?? 0) + 1
+        let previousHex: String = last?["entry_hash"] ?? String(repeating: "0", count: 64)
+        var previous: [UInt8] = []
+        var index = previousHex.startIndex
+        while index < previousHex.endIndex {
+            let next = previousHex.index(index, offsetBy: 2)
+            previous.append(UInt8(previousHex[index..<next], radix: 16) ?? 0)
+            index = next
+        }
+        var forged = Redemption(
+            redemptionId: "forged-\(transactionId)", transactionId: transactionId, originalTransactionId: nil, productId: Harness.product,
+            bundleId: Harness.bundle, environment: "LocalTesting", purchaseDate: nil, quantity: 1, receiptSHA256: String(repeating: "0", count: 64),
+            sourceFormat: .appReceipt, redeemedAt: Date(timeIntervalSince1970: 1_700_000_000), clientAddress: "203.0.113.9", appAccountToken: nil,
+            grantHash: String(repeating: "a", count: 64), replayKey: transactionId)
+        try db.execute(
+            sql: """
+                INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
+                  source_format, redeemed_at, client_address, status, grant_hash, replay_key) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                forged.redemptionId, forged.transactionId, forged.productId, forged.bundleId, forged.environment, forged.receiptSHA256,
+                forged.sourceFormat.rawValue, forged.redeemedAt.timeIntervalSince1970, forged.clientAddress, forged.status, forged.grantHash,
+                forged.replayKey,
+            ])
+        forged.sequence = db.lastInsertedRowID
+        let entry = LedgerEntry.redemption(forged, sequence: sequence)
+        try db.execute(
+            sql: "INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash) VALUES (?, 'redemption', ?, ?)",
+            arguments: [sequence, forged.sequence, LedgerChain.hash(previous: previous, entry: entry).hexString])
+    }
+
+    /// Forged entries appended with a correctly computed chain — while the server is stopped,
+    /// or while it runs — are never extended or signed: the server only appends where its own
+    /// key sealed the chain, and verify names the forged entries.
+    @Test func forgedAppendsAreNeverSealed() async throws {
+        let h = try await LedgerTamperTests.populated()
+        defer { h.cleanUp() }
+        let path = h.directory.appendingPathComponent("coffer.sqlite").path
+        // While it runs: the next write is refused (503), nothing is chained on top.
+        let queue = try DatabaseQueue(path: path)
+        try await queue.write { db in try Self.appendForgedRedemption(db, transactionId: "666") }
+        try await h.app.test(.router) { client in
+            let refused = try await Self.post(client, ["receipt": try Harness.receipt("667")])
+            #expect(refused.status == .serviceUnavailable)
+            #expect(Harness.code(refused) == "storageUnavailable")
+        }
+        let report = try await Self.audit(h)
+        #expect(report.problem?.kind == .unsealed)
+        #expect(report.problem?.sequence == 6)
+        #expect(report.entries == 6, "nothing appended after the forged entry")
+        // Stopped and restarted: refused, naming the entries.
+        try h.services.database.close()
+        do {
+            _ = try await CofferServices.open(h.services.configuration, logger: .init(label: "t"))
+            Issue.record("the server started on a chain it did not seal")
+        } catch let error as LedgerStartupError {
+            #expect(error.description.contains("entries 6–6 were appended"), "\(error)")
+        }
+        let verify = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
+        #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
+        // The operator may vouch for it, on the record.
+        #expect(try LedgerTamperTests.coffer(["ledger", "adopt", "--data-dir", h.directory.path]).status == 0)
+        let reopened = try await CofferServices.open(h.services.configuration, logger: .init(label: "t"))
+        let adopted = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
+        #expect(adopted.intact && adopted.entries == 7)
+        #expect(try await reopened.adminLog.actions(after: 0, limit: 10).map(\.action) == ["ledger.adopt"])
+        try reopened.database.close()
+    }
+
+    /// `coffer keys create` while the server runs appends to the same chain and seals it with
+    /// the same key: the server keeps writing.
+    @Test func theCLISealsWhatItAppends() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            #expect(try await Self.post(client, ["receipt": try Harness.receipt("9200")]).status == .created)
+            let created = try LedgerTamperTests.coffer(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "cli"])
+            #expect(created.status == 0)
+            #expect(try await Self.post(client, ["receipt": try Harness.receipt("9201")]).status == .created)
+        }
+        let report = try await Self.audit(h)
+        #expect(report.intact, "\(String(describing: report.problem))")
+        #expect(report.entries == 3)
+    }
+
     // MARK: Pinned checkpoints, read-only verify, an external key
 
     /// Checkpoints an auditor saved keep catching history that was rewritten and re-signed
@@ -202,7 +291,7 @@ import Testing
         #expect(caught.status == 1)
         #expect(caught.stdout.contains("checkpointMismatch"), "\(caught.stdout)")
 
-        // Truncated: the tail cut off, its checkpoints with it.
+        // Truncated: the tail cut off, its checkpoints with it. The seal still names the old head…
         let queue = try DatabaseQueue(path: database)
         try await queue.write { db in
             try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
@@ -210,9 +299,13 @@ import Testing
             try db.execute(sql: "DROP TRIGGER attempts_no_delete; DROP TRIGGER redemptions_no_delete")
             try db.execute(sql: "DELETE FROM attempts WHERE sequence > 1; DELETE FROM redemptions WHERE sequence > 2")
         }
+        let sealed = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(sealed.status == 1 && sealed.stdout.contains("truncated"), "the seal covers the cut tail: \(sealed.stdout)")
+        // …so the thief deletes the seal as well: without pins, nothing is left to tell.
+        try await queue.write { db in try db.execute(sql: "DELETE FROM ledger_head") }
         try queue.close()
         let unpinned = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
-        #expect(unpinned.status == 0, "a cut tail with its checkpoints is invisible without pins: \(unpinned.stdout)")
+        #expect(unpinned.status == 0, "a cut tail without its checkpoints and seal is invisible without pins: \(unpinned.stdout)")
         let truncated = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
         #expect(truncated.status == 1)
         #expect(truncated.stdout.contains("\"truncated\""), "\(truncated.stdout)")

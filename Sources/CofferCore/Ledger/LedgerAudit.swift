@@ -17,6 +17,8 @@ public struct LedgerProblem: Sendable, Hashable, CustomStringConvertible {
         case truncated
         /// An entry whose row is gone, or a row no entry chains (a deleted or inserted row).
         case rowMismatch
+        /// Entries after the head the server last sealed with its key: appended behind its back.
+        case unsealed
         /// The export or database cannot be read as a ledger.
         case unreadable
     }
