@@ -192,6 +192,15 @@ extension TrustAnchor {
     ///   for what it offers *and* is accepted; a root left with nothing, or an accepted
     ///   environment no root vouches for, is a configuration error. The same certificate named
     ///   several times vouches for the union of its scopes.
+    ///
+    /// ```swift
+    /// // coffer serve --root Sandbox=staging-ca.pem --root LocalTesting=staging-ca.pem
+    /// let der = try Array(Data(contentsOf: URL(fileURLWithPath: "staging-ca.cer")))
+    /// let anchors = try TrustAnchor.anchors(
+    ///     for: [ConfiguredRoot(scope: .sandbox, der: der, name: "staging-ca.cer"),
+    ///           ConfiguredRoot(scope: .localTesting, der: der, name: "staging-ca.cer")],
+    ///     environments: [])  // one anchor vouching for Sandbox and LocalTesting
+    /// ```
     public static func anchors(for roots: [ConfiguredRoot], environments requested: Set<Environment>) throws -> [TrustAnchor] {
         let builtIn = roots.isEmpty
         let configured =

@@ -14,11 +14,12 @@ struct ReceiptCommand: AsyncParsableCommand {
             abstract: "Verify and decode a receipt (PKCS#7 DER/BER/base64) or a StoreKit 2 JWS.",
             discussion: """
                 Exit status: 0 when valid, 1 when invalid, 2 on usage or I/O errors.
-                Default trust roots are Apple Root CA and Apple Root CA - G3 (built in); they vouch
-                for Production only unless --environment names Sandbox. Chains are validated at
-                the data's own signing time (receipt creation date, JWS signedDate) unless --at is
-                given. --root replaces the built-in roots; a non-Apple root vouches for LocalTesting
-                only, unless scoped: --root Sandbox=FILE, --root Xcode=FILE (never Production).
+                Default trust roots: Apple Root CA and Apple Root CA - G3 (built in),
+                vouching for Production only unless --environment names Sandbox.
+                --root replaces them; a non-Apple root vouches for LocalTesting only
+                unless scoped: --root Sandbox=FILE, --root Xcode=FILE (never Production).
+                Chains are validated at the data's own signing time (receipt creation
+                date, JWS signedDate) unless --at is given.
                 """)
 
         @Argument(help: "The file to inspect ('-' for standard input).")
