@@ -35,15 +35,26 @@ public struct AppReceipt: Sendable, Hashable {
 
 /// One in-app purchase record (attribute 17 of a receipt).
 public struct InAppPurchase: Sendable, Hashable {
+    /// Attribute 1701.
     public var quantity: Int64?
+    /// Attribute 1702.
     public var productId: String?
+    /// Attribute 1703.
     public var transactionId: String?
+    /// Attribute 1705.
     public var originalTransactionId: String?
+    /// Attribute 1704.
     public var purchaseDate: Date?
+    /// Attribute 1706.
     public var originalPurchaseDate: Date?
+    /// Attribute 1708: the subscription expiration date (auto-renewable subscriptions only;
+    /// nil — an empty string in the receipt — for other products).
     public var expiresDate: Date?
+    /// Attribute 1711: present on subscription purchases.
     public var webOrderLineItemId: Int64?
+    /// Attribute 1712: set when Apple refunded or revoked the purchase.
     public var cancellationDate: Date?
+    /// Attribute 1719.
     public var isInIntroOfferPeriod: Bool?
 
     public init() {}

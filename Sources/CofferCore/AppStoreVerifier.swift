@@ -1,13 +1,12 @@
 import Crypto
 import Foundation
-import SwiftASN1
 import X509
 
 /// How a verifier decides what to trust.
 ///
 /// ```swift
 /// let config = VerifierConfiguration(
-///     anchors: try TrustAnchor.appleRoots(allowSandbox: false),
+///     anchors: try TrustAnchor.appleRoots(allowSandbox: false),  // Production only
 ///     bundleIds: ["com.example.game"])
 /// ```
 public struct VerifierConfiguration: Sendable {
@@ -217,36 +216,37 @@ public final class AppStoreVerifier: Sendable {
     }
 
     private func validateReceiptChain(_ envelope: SignedDataEnvelope, at time: Date) async throws(VerificationError) -> ValidatedChain {
-        var certificates: [(Certificate, ArraySlice<UInt8>)] = []
+        var certificates: [ReceivedCertificate] = []
         for der in envelope.certificates {
-            guard let cert = try? Certificate(derEncoded: Array(der)) else {
-                throw VerificationError(.malformed, "a certificate in the receipt does not parse")
+            let received = try ReceivedCertificate(der, "a certificate in the receipt")
+            guard !certificates.contains(where: { $0.der == der }) else {
+                throw VerificationError(.chainUntrusted, "the receipt carries \(received.name) twice")
             }
-            certificates.append((cert, der))
+            certificates.append(received)
         }
-        let issuer: DistinguishedName
-        do { issuer = try DistinguishedName(derEncoded: DER.parse(Array(envelope.signer.issuerEncoded))) } catch {
-            throw VerificationError(.malformed, "signer issuer name does not parse")
-        }
-        // Serial numbers compare as unsigned magnitudes (a DER INTEGER may carry a leading 0x00).
-        let serial = envelope.signer.serialBytes.drop(while: { $0 == 0 })
+        // The signer: the exact issuer Name bytes and serial number bytes of the SignerInfo.
         guard
             let signerIndex = certificates.firstIndex(where: {
-                $0.0.issuer == issuer && $0.0.serialNumber.bytes.drop(while: { $0 == 0 }).elementsEqual(serial)
+                $0.shape.issuer.elementsEqual(envelope.signer.issuerEncoded) && $0.shape.serial.elementsEqual(envelope.signer.serialBytes)
             })
         else {
             throw VerificationError(.signerNotFound, "no certificate matches the signer's issuer and serial number")
         }
-        let (leaf, leafDER) = certificates[signerIndex]
-        var intermediates = certificates.map(\.0)
+        let leaf = certificates[signerIndex]
+        var intermediates = certificates
         intermediates.remove(at: signerIndex)
-        let chain = try await chains.validate(leaf: leaf, leafDER: leafDER, intermediates: intermediates, at: time)
-        // Every certificate the receipt carries must be part of the validated chain (or the
-        // anchor itself): nothing in the envelope is left unchecked.
+        let chain: ValidatedChain
+        if let direct = chains.directAnchor(for: leaf) {
+            chain = try chains.validateDirect(leaf, anchor: direct, at: time)
+        } else {
+            chain = try await chains.validate(leaf: leaf, intermediates: intermediates, at: time)
+        }
+        // Every certificate the receipt carries must be part of the validated chain (a copy
+        // of the root must be byte-equal to the configured anchor): nothing in the envelope is
+        // left unchecked.
         let used = Set(chain.certificates)
-        for (cert, _) in certificates where !used.contains(cert) {
-            throw VerificationError(
-                .chainUntrusted, "the receipt carries a certificate outside its chain: \(cert.commonName ?? cert.subject.description)")
+        for received in certificates where !used.contains(received.certificate) {
+            throw VerificationError(.chainUntrusted, "the receipt carries a certificate outside its chain: \(received.name)")
         }
         return chain
     }

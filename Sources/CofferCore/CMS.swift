@@ -85,7 +85,36 @@ struct SignedDataEnvelope {
     /// Whether any indefinite length or constructed string was seen (BER rather than DER).
     var isBER: Bool
 
+    /// Most certificates accepted in one envelope (Apple's carry 3, Xcode's 1).
+    static let maxCertificates = 8
+
     /// Parses a ContentInfo holding SignedData, in DER or BER.
+    ///
+    /// Only the eContent is covered by the signature (and the signed attributes, when
+    /// present); every other field is either checked to hold the one value Apple, Xcode and
+    /// Coffer's sandbox write, or its bytes feed a check that any change fails. Field by field
+    /// (RFC 5652 §5):
+    ///
+    /// | field | treatment |
+    /// |---|---|
+    /// | ContentInfo contentType | must be id-signedData |
+    /// | SignedData version | must be 1 (issuerAndSerialNumber signers, id-data content: §5.1) |
+    /// | digestAlgorithms | exactly one AlgorithmIdentifier: the signer's digest |
+    /// | eContentType | must be id-data |
+    /// | eContent | signed; BER chunking is joined, and chunk boundaries that move change the content |
+    /// | certificates | each checked by ``CertificateShape`` and parsed; the signer is found by the exact issuer and serial bytes; every one must be part of the validated chain (its signature checked by its issuer, or byte-equal to the configured anchor); at most ``maxCertificates``; no duplicates |
+    /// | crls | must be absent |
+    /// | SignerInfo version | must be 1 |
+    /// | sid | issuer bytes and serial bytes equal to a carried certificate's |
+    /// | digestAlgorithm | SHA-1/SHA-2, parameters absent or NULL; the signature check uses it (PKCS #1 DigestInfo) |
+    /// | signedAttrs | signed; contentType and messageDigest checked |
+    /// | signatureAlgorithm | `rsaEncryption`, or `sha256/384/512WithRSAEncryption` naming the same digest (not `sha1WithRSAEncryption`: one bit from `rsaEncryption`, and no real receipt uses it) |
+    /// | signature | verified |
+    /// | unsignedAttrs | must be absent |
+    /// | lengths, tags, trailing bytes | ``DERCursor/checkLimits(_:limits:)``: one root element, every length inside its container |
+    ///
+    /// AlgorithmIdentifier parameters may be absent or NULL (both are seen); no single bit
+    /// flip turns one into the other.
     static func parse(_ bytes: [UInt8], limits: VerificationLimits) throws(VerificationError) -> SignedDataEnvelope {
         let isBER = try DERCursor.checkLimits(bytes[...], limits: limits)
         var top = DERCursor(bytes[...])
@@ -99,9 +128,11 @@ struct SignedDataEnvelope {
         guard explicit.isAtEnd else { throw VerificationError(.malformed, "[0] SignedData holds more than one element") }
         var fields = explicit.children(of: signedDataTLV)
 
+        // Version 1: what Apple, Xcode and the sandbox write, and what RFC 5652 §5.1 requires
+        // with issuerAndSerialNumber signers, id-data content and no attribute certificates.
         let version = fields.value(try fields.next(tag: 0x02, "SignedData version"))
-        guard version.elementsEqual([1]) || version.elementsEqual([3]) else {
-            throw VerificationError(.unsupportedFormat, "SignedData version \(Array(version)) (1 or 3 expected)")
+        guard version.elementsEqual([1]) else {
+            throw VerificationError(.unsupportedFormat, "SignedData version \(Array(version)) (1 expected)")
         }
         let digestAlgorithms = try fields.next(tag: 0x31, "SignedData digestAlgorithms")
 
@@ -117,17 +148,20 @@ struct SignedDataEnvelope {
         guard wrapper.isAtEnd else { throw VerificationError(.malformed, "eContent wrapper holds more than one element") }
         let content = try wrapper.octetString(eContent, "eContent")
 
-        // certificates [0] IMPLICIT, crls [1] IMPLICIT (both optional)
+        // certificates [0] IMPLICIT (optional); crls [1] IMPLICIT must be absent.
         var certificates: [ArraySlice<UInt8>] = []
         var certificatesEncoded: ArraySlice<UInt8> = []
         if let certs = try fields.optional(tag: 0xA0) {
             certificatesEncoded = fields.encoded(certs)
             var list = fields.children(of: certs)
             while !list.isAtEnd {
+                guard certificates.count < maxCertificates else {
+                    throw VerificationError(.limitExceeded, "more than \(maxCertificates) certificates in the envelope")
+                }
                 certificates.append(list.encoded(try list.next(tag: 0x30, "certificate")))
             }
         }
-        _ = try fields.optional(tag: 0xA1)
+        guard !fields.optional(tagPeek: 0xA1) else { throw VerificationError(.unsupportedFormat, "the envelope carries CRLs") }
 
         // signerInfos
         var signers = fields.children(of: try fields.next(tag: 0x31, "signerInfos"))
@@ -135,16 +169,11 @@ struct SignedDataEnvelope {
         let signerTLV = try signers.next(tag: 0x30, "SignerInfo")
         guard signers.isAtEnd else { throw VerificationError(.unsupportedFormat, "receipt has several signers; exactly one is supported") }
         let signer = try parseSigner(signers.children(of: signerTLV))
-        // The signer's digest must be among the declared ones (nothing in the envelope goes unchecked).
+        // digestAlgorithms declares exactly the signer's digest (nothing in the envelope goes unchecked).
         var declared = fields.children(of: digestAlgorithms)
-        var declaresSignerDigest = false
-        while !declared.isAtEnd {
-            if DigestAlgorithm(oidContent: try algorithmOID(&declared, "SignedData digestAlgorithm")) == signer.digest {
-                declaresSignerDigest = true
-            }
-        }
-        guard declaresSignerDigest else {
-            throw VerificationError(.malformed, "digestAlgorithms does not list the signer's \(signer.digest.rawValue)")
+        let only = DigestAlgorithm(oidContent: try algorithmOID(&declared, "SignedData digestAlgorithm"))
+        guard declared.isAtEnd, only == signer.digest else {
+            throw VerificationError(.malformed, "digestAlgorithms is not exactly the signer's \(signer.digest.rawValue)")
         }
         return SignedDataEnvelope(
             content: content, certificates: certificates, certificatesEncoded: certificatesEncoded,
@@ -182,7 +211,9 @@ struct SignedDataEnvelope {
         let impliedDigest: DigestAlgorithm?
         if signatureOID.elementsEqual(OIDBytes.rsaEncryption) {
             impliedDigest = nil
-        } else if let implied = OIDBytes.rsaSignatureDigest(signatureOID) {
+        } else if let implied = OIDBytes.rsaSignatureDigest(signatureOID), implied != .sha1 {
+            // sha1WithRSAEncryption is refused: it is one bit away from rsaEncryption, so
+            // accepting both with SHA-1 would let an unsigned bit change; no receipt uses it.
             impliedDigest = implied
         } else {
             throw VerificationError(.unsupportedAlgorithm, "signature algorithm \(OIDBytes.describe(content: signatureOID))")
@@ -190,10 +221,9 @@ struct SignedDataEnvelope {
         if let impliedDigest, impliedDigest != digest {
             throw VerificationError(.malformed, "signature algorithm contradicts digest \(digest.rawValue)")
         }
-        let signatureTLV = try fields.next()
-        let signature = try fields.octetString(signatureTLV, "SignerInfo signature")
-        _ = try fields.optional(tag: 0xA1)
-        guard fields.isAtEnd else { throw VerificationError(.malformed, "unexpected fields in SignerInfo") }
+        // The signature is a primitive OCTET STRING (DER, even in Xcode's BER receipts).
+        let signature = fields.value(try fields.next(tag: 0x04, "SignerInfo signature"))
+        guard fields.isAtEnd else { throw VerificationError(.malformed, "unexpected fields in SignerInfo (unsigned attributes are not accepted)") }
         return Signer(
             sidEncoded: fields.encoded(sid), issuerEncoded: fields.encoded(issuer), serialBytes: fields.value(serial),
             digest: digest, signedAttributesEncoded: signedAttributes, signature: signature)

@@ -15,18 +15,49 @@ struct ValidatedChain: Sendable {
     var validUntil: Date
 }
 
+/// A certificate as received (receipt envelope, JWS `x5c`): its exact bytes, their raw shape
+/// (checked by Coffer) and the parsed certificate (swift-certificates).
+struct ReceivedCertificate {
+    var der: ArraySlice<UInt8>
+    var shape: CertificateShape
+    var certificate: Certificate
+
+    init(_ der: ArraySlice<UInt8>, _ what: @autoclosure () -> String) throws(VerificationError) {
+        self.der = der
+        do { shape = try CertificateShape(der) } catch { throw VerificationError(.malformed, "\(what()): \(error.detail)") }
+        guard let certificate = try? Certificate(derEncoded: Array(der)) else {
+            throw VerificationError(.malformed, "\(what()) does not parse")
+        }
+        self.certificate = certificate
+    }
+
+    var name: String { certificate.commonName ?? certificate.subject.description }
+}
+
 /// Validates signing chains against the configured anchors, at a given time, and caches
 /// the chains it has verified (keyed by the exact certificate bytes) so a steady stream of
 /// receipts signed by the same Apple leaf costs one signature check each.
+///
+/// Two shapes only:
+/// - **direct**: the signing certificate *is* an anchor marked `signsDirectly` (Xcode's
+///   StoreKit certificates, byte for byte); see ``validateDirect(_:anchor:at:)``.
+/// - **chain**: leaf → intermediates → a root anchor, built by swift-certificates. The leaf
+///   is never a CA certificate and its key usage (when present) allows digitalSignature;
+///   direct-signing anchors are never roots of chains.
 final class ChainValidator: Sendable {
     let anchors: [TrustAnchor]
+    /// Anchors that are roots of chains (every anchor but the direct-signing ones).
+    private let chainAnchors: [TrustAnchor]
+    private let chainAnchorShapes: [CertificateShape?]
     private let roots: CertificateStore
     private let cache = Mutex<[CacheKey: ValidatedChain]>([:])
     static let cacheCapacity = 256
 
     init(anchors: [TrustAnchor]) {
         self.anchors = anchors
-        self.roots = CertificateStore(anchors.map(\.certificate))
+        self.chainAnchors = anchors.filter { !$0.signsDirectly }
+        self.chainAnchorShapes = chainAnchors.map { try? CertificateShape($0.derBytes[...]) }
+        self.roots = CertificateStore(chainAnchors.map(\.certificate))
     }
 
     func cached(_ key: CacheKey, at time: Date) -> ValidatedChain? {
@@ -41,32 +72,69 @@ final class ChainValidator: Sendable {
         }
     }
 
-    /// Validates `leaf` (with `intermediates` as untrusted helpers) at `time`.
-    func validate(leaf: Certificate, leafDER: ArraySlice<UInt8>, intermediates: [Certificate], at time: Date) async throws(VerificationError)
-        -> ValidatedChain
-    {
-        // Xcode-style anchors sign directly: the leaf *is* the anchor.
-        if let direct = anchors.first(where: { $0.signsDirectly && $0.derBytes[...] == leafDER }) {
-            try checkValidity([leaf], at: time)
-            return chain([leaf], anchor: direct)
-        }
+    /// The direct-signing anchor that is exactly this certificate, if any.
+    func directAnchor(for certificate: ReceivedCertificate) -> TrustAnchor? {
+        anchors.first { $0.signsDirectly && $0.derBytes[...] == certificate.der }
+    }
 
-        var verifier = Verifier(rootCertificates: roots) { RFC5280Policy.withValidityCheckDisabled() }
-        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates))
-        guard case .validCertificate(let validated) = result else {
-            if anchors.contains(where: { $0.signsDirectly }) && intermediates.isEmpty {
-                throw VerificationError(.chainUntrusted, "signing certificate \(leaf.commonName ?? "?") is not a configured anchor")
+    /// The root anchor a JWS `x5c[2]` stands for: byte for byte the same certificate, or — for
+    /// a non-Apple anchor — one with the same subject and public key (a re-issue of the same
+    /// root, as in Apple's own library test vectors). Its bytes are never used beyond this:
+    /// the chain is validated against the configured anchor.
+    func chainAnchor(matching certificate: ReceivedCertificate) -> TrustAnchor? {
+        if let exact = chainAnchors.first(where: { $0.derBytes[...] == certificate.der }) { return exact }
+        for (anchor, shape) in zip(chainAnchors, chainAnchorShapes) where anchor.kind != .apple {
+            guard let shape else { continue }
+            if shape.subject.elementsEqual(certificate.shape.subject)
+                && shape.subjectPublicKeyInfo.elementsEqual(certificate.shape.subjectPublicKeyInfo)
+            {
+                return anchor
             }
-            throw VerificationError(.chainUntrusted, "no chain from \(leaf.commonName ?? "?") to a configured trust root")
+        }
+        return nil
+    }
+
+    /// Data signed by a direct-signing anchor itself (`leaf` is the anchor's certificate).
+    func validateDirect(_ leaf: ReceivedCertificate, anchor: TrustAnchor, at time: Date) throws(VerificationError) -> ValidatedChain {
+        // TrustAnchor already refused direct anchors without digitalSignature or vouching for
+        // more than Xcode; checked again here on a cache miss, for free.
+        guard anchor.signsDirectly, anchor.environments == [.xcode], anchor.derBytes[...] == leaf.der,
+            TrustAnchor.allowsDigitalSignature(leaf.certificate)
+        else {
+            throw VerificationError(.chainUntrusted, "\(leaf.name) may not sign directly")
+        }
+        try checkValidity([leaf.certificate], at: time)
+        return chain([leaf.certificate], anchor: anchor)
+    }
+
+    /// Validates `leaf` → `intermediates` (untrusted helpers) → one of `candidates` (by
+    /// default every root anchor) at `time`.
+    func validate(leaf: ReceivedCertificate, intermediates: [ReceivedCertificate], candidates: [TrustAnchor]? = nil, at time: Date)
+        async throws(VerificationError) -> ValidatedChain
+    {
+        // A CA certificate never signs data: not Apple's roots or intermediates, not a root given
+        // with --root, whatever the chain.
+        guard !TrustAnchor.isCertificateAuthority(leaf.certificate) else {
+            throw VerificationError(.chainUntrusted, "signing certificate \(leaf.name) is a CA certificate")
+        }
+        guard TrustAnchor.allowsDigitalSignature(leaf.certificate, requirePresent: false) else {
+            throw VerificationError(.chainUntrusted, "signing certificate \(leaf.name) may not sign data (key usage)")
+        }
+        let allowed = candidates ?? chainAnchors
+        let store = candidates.map { CertificateStore($0.map(\.certificate)) } ?? roots
+        var verifier = Verifier(rootCertificates: store) { RFC5280Policy.withValidityCheckDisabled() }
+        let result = await verifier.validate(leaf: leaf.certificate, intermediates: CertificateStore(intermediates.map(\.certificate)))
+        guard case .validCertificate(let validated) = result else {
+            if intermediates.isEmpty && anchors.contains(where: { $0.signsDirectly }) {
+                throw VerificationError(.chainUntrusted, "signing certificate \(leaf.name) is not a configured anchor")
+            }
+            throw VerificationError(.chainUntrusted, "no chain from \(leaf.name) to a configured trust root")
         }
         let certificates = Array(validated)
-        guard let root = certificates.last, let anchor = anchors.first(where: { $0.certificate == root }) else {
-            throw VerificationError(.chainUntrusted, "chain ends at an unconfigured root")
+        guard certificates.count >= 2, let root = certificates.last, let anchor = allowed.first(where: { $0.certificate == root }) else {
+            throw VerificationError(.chainUntrusted, "chain from \(leaf.name) does not end at a configured root")
         }
         try checkValidity(certificates, at: time)
-        if isCA(leaf) {
-            throw VerificationError(.chainUntrusted, "signing certificate \(leaf.commonName ?? "?") is a CA certificate")
-        }
         if anchor.requiresAppleExtensions {
             guard certificates.count == 3 else {
                 throw VerificationError(.chainUntrusted, "expected leaf → intermediate → root, got \(certificates.count) certificates")
@@ -79,11 +147,6 @@ final class ChainValidator: Sendable {
             }
         }
         return chain(certificates, anchor: anchor)
-    }
-
-    private func isCA(_ cert: Certificate) -> Bool {
-        if case .isCertificateAuthority = try? cert.extensions.basicConstraints { return true }
-        return false
     }
 
     private func checkValidity(_ certificates: [Certificate], at time: Date) throws(VerificationError) {
@@ -104,6 +167,68 @@ final class ChainValidator: Sendable {
             leafKey: leaf.publicKey,
             validFrom: certificates.map(\.notValidBefore).max() ?? leaf.notValidBefore,
             validUntil: certificates.map(\.notValidAfter).min() ?? leaf.notValidAfter)
+    }
+}
+
+/// The DER facts Coffer checks itself on every certificate it receives, before
+/// swift-certificates parses it, reading a dozen element headers in place:
+/// - the outer signatureAlgorithm is byte for byte the signed `tbsCertificate.signature`
+///   (RFC 5280 §4.1.1.2);
+/// - the signatureValue and subjectPublicKey BIT STRINGs declare no unused bits.
+///   swift-certificates ignores that count for RSA and ECDSA signatures, and the
+///   signatureValue lies outside the signed bytes, so a certificate differing only there
+///   would otherwise verify;
+/// - one definite-length element, nothing after the signatureValue.
+///
+/// It also yields the raw issuer, serial number, subject and public key for exact comparisons
+/// (receipt signer lookup, JWS root identity). Run on a chain-cache miss only.
+struct CertificateShape {
+    /// Encoded issuer Name.
+    var issuer: ArraySlice<UInt8>
+    /// serialNumber INTEGER content.
+    var serial: ArraySlice<UInt8>
+    /// Encoded subject Name.
+    var subject: ArraySlice<UInt8>
+    /// Encoded SubjectPublicKeyInfo.
+    var subjectPublicKeyInfo: ArraySlice<UInt8>
+
+    init(_ der: ArraySlice<UInt8>) throws(VerificationError) {
+        var top = DERCursor(der)
+        let certificate = try top.next(tag: 0x30, "certificate")
+        guard top.isAtEnd, certificate.valueEnd == certificate.end else {
+            throw VerificationError(.malformed, "certificate is not one definite-length element")
+        }
+        var parts = top.children(of: certificate)
+        let tbs = try parts.next(tag: 0x30, "tbsCertificate")
+        let algorithm = try parts.next(tag: 0x30, "certificate signatureAlgorithm")
+        let signature = try parts.next(tag: 0x03, "certificate signatureValue")
+        guard parts.isAtEnd else { throw VerificationError(.malformed, "certificate has fields after its signature") }
+        try Self.checkNoUnusedBits(parts.value(signature), "certificate signatureValue")
+
+        var fields = parts.children(of: tbs)
+        if fields.optional(tagPeek: 0xA0) { _ = try fields.next() }
+        serial = fields.value(try fields.next(tag: 0x02, "certificate serialNumber"))
+        let signed = try fields.next(tag: 0x30, "tbsCertificate signature")
+        guard fields.encoded(signed).elementsEqual(parts.encoded(algorithm)) else {
+            throw VerificationError(.malformed, "certificate signatureAlgorithm differs from the signed one")
+        }
+        issuer = fields.encoded(try fields.next(tag: 0x30, "certificate issuer"))
+        _ = try fields.next(tag: 0x30, "certificate validity")
+        subject = fields.encoded(try fields.next(tag: 0x30, "certificate subject"))
+        let keyInfo = try fields.next(tag: 0x30, "subjectPublicKeyInfo")
+        subjectPublicKeyInfo = fields.encoded(keyInfo)
+        var key = fields.children(of: keyInfo)
+        _ = try key.next(tag: 0x30, "subjectPublicKeyInfo algorithm")
+        let keyBits = try key.next(tag: 0x03, "subjectPublicKey")
+        guard key.isAtEnd else { throw VerificationError(.malformed, "subjectPublicKeyInfo has extra fields") }
+        try Self.checkNoUnusedBits(key.value(keyBits), "subjectPublicKey")
+    }
+
+    /// A BIT STRING holding whole bytes: the unused-bits count is 0 and there is content.
+    private static func checkNoUnusedBits(_ content: ArraySlice<UInt8>, _ what: String) throws(VerificationError) {
+        guard content.count >= 2, content.first == 0 else {
+            throw VerificationError(.malformed, "\(what) is not a BIT STRING of whole bytes")
+        }
     }
 }
 

@@ -159,23 +159,37 @@ extension AppStoreVerifier {
         guard let alg = header.alg else { throw VerificationError(.unsupportedAlgorithm, "JWS header has no alg") }
         guard alg == "ES256" else { throw VerificationError(.unsupportedAlgorithm, "JWS alg \(alg.prefix(20)); only ES256 is accepted") }
         guard let x5c = header.x5c, !x5c.isEmpty else { throw VerificationError(.certificateChainMissing, "JWS header has no x5c chain") }
-        var certificates: [(Certificate, [UInt8])] = []
-        for encoded in x5c {
-            guard let der = Base64.decode(encoded), let cert = try? Certificate(derEncoded: der) else {
-                throw VerificationError(.malformed, "an x5c certificate does not parse")
+        guard x5c.count == 1 || x5c.count == 3 else {
+            throw VerificationError(.chainLengthInvalid, "x5c holds \(x5c.count) certificates; Apple's chain has 3")
+        }
+        var certificates: [ReceivedCertificate] = []
+        for (index, encoded) in x5c.enumerated() {
+            guard let der = Base64.decode(encoded) else { throw VerificationError(.malformed, "x5c[\(index)] is not base64") }
+            let received = try ReceivedCertificate(der[...], "x5c[\(index)]")
+            guard !certificates.contains(where: { $0.der == received.der }) else {
+                throw VerificationError(.chainUntrusted, "x5c repeats a certificate (\(received.name))")
             }
-            certificates.append((cert, der))
+            certificates.append(received)
         }
-        switch certificates.count {
-        case 1:
-            // Only a configured direct-signing anchor (Xcode) may sign alone.
-            return try await chains.validate(leaf: certificates[0].0, leafDER: certificates[0].1[...], intermediates: [], at: time)
-        case 3:
-            // x5c[2] is never trusted: the root comes from our configuration.
-            return try await chains.validate(leaf: certificates[0].0, leafDER: certificates[0].1[...], intermediates: [certificates[1].0], at: time)
-        default:
-            throw VerificationError(.chainLengthInvalid, "x5c holds \(certificates.count) certificates; Apple's chain has 3")
+        if certificates.count == 1 {
+            // Only a configured direct-signing anchor (Xcode's StoreKit certificate) signs alone.
+            guard let anchor = chains.directAnchor(for: certificates[0]) else {
+                throw VerificationError(
+                    .chainUntrusted, "a single x5c certificate (\(certificates[0].name)) is accepted only from a direct-signing anchor")
+            }
+            return try chains.validateDirect(certificates[0], anchor: anchor, at: time)
         }
+        // Exactly leaf → intermediate → root, as Apple signs: x5c[2] must stand for a configured
+        // root (its bytes are never trusted: the chain is checked against the configured one),
+        // and the validated path must be x5c itself — no path built around a carried certificate.
+        guard let anchor = chains.chainAnchor(matching: certificates[2]) else {
+            throw VerificationError(.chainUntrusted, "x5c[2] (\(certificates[2].name)) is not a configured root")
+        }
+        let chain = try await chains.validate(leaf: certificates[0], intermediates: [certificates[1]], candidates: [anchor], at: time)
+        guard chain.certificates.count == 3, chain.certificates[1] == certificates[1].certificate else {
+            throw VerificationError(.chainUntrusted, "the validated chain is not x5c's leaf → intermediate → root")
+        }
+        return chain
     }
 
     /// The fields that tell the payload kinds apart.

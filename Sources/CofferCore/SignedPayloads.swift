@@ -140,3 +140,18 @@ public enum SignedPayload: Sendable, Hashable {
 public enum PayloadKind: String, Sendable, Hashable, Codable {
     case appReceipt, transaction, renewalInfo, appTransaction, notification
 }
+
+/// Apple's product types, as a signed transaction's `type` names them.
+public enum AppStoreProductType: String, Sendable, Hashable, Codable, CaseIterable {
+    case autoRenewableSubscription = "Auto-Renewable Subscription"
+    case nonConsumable = "Non-Consumable"
+    case consumable = "Consumable"
+    case nonRenewingSubscription = "Non-Renewing Subscription"
+}
+
+extension SignedTransaction {
+    /// ``type`` when it is one of Apple's four product types (nil when absent or unknown).
+    /// Subscriptions carry ``expiresDate``: an auto-renewable transaction past it no longer
+    /// entitles anything.
+    public var productType: AppStoreProductType? { type.flatMap(AppStoreProductType.init(rawValue:)) }
+}

@@ -55,6 +55,19 @@ public struct ReceiptEncoding: Sendable {
     public var corruptMessageDigest = false
     /// Test knob: name the intermediate as the signer.
     public var signerIsIntermediate = false
+    /// Test knobs for envelope fields outside the signed bytes (each must be refused).
+    public var signedDataVersion: Int64 = 1
+    public var signerInfoVersion: Int64 = 1
+    /// Declare these digests in SignedData.digestAlgorithms besides the signer's.
+    public var extraDigestAlgorithms: [DigestAlgorithm] = []
+    /// SignerInfo.signatureAlgorithm `shaNNNWithRSAEncryption` (matching the digest) instead of `rsaEncryption`.
+    public var signatureAlgorithmNamesDigest = false
+    /// An (empty) `crls [1]` field.
+    public var crls = false
+    /// An `unsignedAttrs [1]` field in the SignerInfo.
+    public var unsignedAttributes = false
+    /// Carry the intermediate twice.
+    public var duplicateIntermediate = false
     public init() {}
 }
 
@@ -133,11 +146,20 @@ extension SandboxCA {
         let digestBytes: [UInt8]
         let signature: _RSA.Signing.RSASignature
         var signedAttributes: [UInt8]?
+        func oid(_ digest: DigestAlgorithm) -> [UInt] {
+            switch digest {
+            case .sha1: [1, 3, 14, 3, 2, 26]
+            case .sha256: [2, 16, 840, 1, 101, 3, 4, 2, 1]
+            case .sha384: [2, 16, 840, 1, 101, 3, 4, 2, 2]
+            case .sha512: [2, 16, 840, 1, 101, 3, 4, 2, 3]
+            }
+        }
+        digestOID = oid(encoding.digest)
         switch encoding.digest {
-        case .sha1: digestOID = [1, 3, 14, 3, 2, 26]; digestBytes = Array(Insecure.SHA1.hash(data: payload))
-        case .sha256: digestOID = [2, 16, 840, 1, 101, 3, 4, 2, 1]; digestBytes = Array(SHA256.hash(data: payload))
-        case .sha384: digestOID = [2, 16, 840, 1, 101, 3, 4, 2, 2]; digestBytes = Array(SHA384.hash(data: payload))
-        case .sha512: digestOID = [2, 16, 840, 1, 101, 3, 4, 2, 3]; digestBytes = Array(SHA512.hash(data: payload))
+        case .sha1: digestBytes = Array(Insecure.SHA1.hash(data: payload))
+        case .sha256: digestBytes = Array(SHA256.hash(data: payload))
+        case .sha384: digestBytes = Array(SHA384.hash(data: payload))
+        case .sha512: digestBytes = Array(SHA512.hash(data: payload))
         }
         var toSign = payload
         if encoding.signedAttributes {
@@ -164,25 +186,42 @@ extension SandboxCA {
             .primitive(tag: 0x02, bytes: Self.integerContent(signerCert.serialNumber.bytes)),
         ])
         var signerFields: [ASN1Value] = [
-            .integer(1), sid, .sequence([.oid(digestOID), .null]),
+            .integer(encoding.signerInfoVersion), sid, .sequence([.oid(digestOID), .null]),
         ]
         if let signedAttributes {
             signerFields.append(.raw([0xA0] + signedAttributes.dropFirst()))
         }
+        let signatureOID: [UInt]
+        switch (encoding.signatureAlgorithmNamesDigest, encoding.digest) {
+        case (false, _): signatureOID = [1, 2, 840, 113549, 1, 1, 1]
+        case (true, .sha1): signatureOID = [1, 2, 840, 113549, 1, 1, 5]
+        case (true, .sha256): signatureOID = [1, 2, 840, 113549, 1, 1, 11]
+        case (true, .sha384): signatureOID = [1, 2, 840, 113549, 1, 1, 12]
+        case (true, .sha512): signatureOID = [1, 2, 840, 113549, 1, 1, 13]
+        }
         signerFields += [
-            .sequence([.oid([1, 2, 840, 113549, 1, 1, 1]), .null]),
+            .sequence([.oid(signatureOID), .null]),
             .octetString(Array(signature.rawRepresentation)),
         ]
-        let signedData = ASN1Value.sequence([
-            .integer(1),
-            .set([.sequence([.oid(digestOID), .null])]),
+        if encoding.unsignedAttributes {
+            // One attribute: 1.2.840.113549.1.9.6 (countersignature) holding an empty SET member.
+            signerFields.append(.constructed(tag: 0xA1, children: [.sequence([.oid([1, 2, 840, 113549, 1, 9, 6]), .set([.null])])]))
+        }
+        var certificates: [ASN1Value] = [.raw(try Self.der(receiptSigner)), .raw(try Self.der(intermediate))]
+        if encoding.duplicateIntermediate { certificates.append(.raw(try Self.der(intermediate))) }
+        certificates.append(.raw(try Self.der(root)))
+        var signedDataFields: [ASN1Value] = [
+            .integer(encoding.signedDataVersion),
+            .set([.sequence([.oid(digestOID), .null])] + encoding.extraDigestAlgorithms.map { .sequence([.oid(oid($0)), .null]) }),
             .sequence([
                 .oid([1, 2, 840, 113549, 1, 7, 1]),
                 .constructed(tag: 0xA0, children: [.chunkedOctetString(payload, chunkSize: max(1, encoding.chunkSize))]),
             ]),
-            .constructed(tag: 0xA0, children: [.raw(try Self.der(receiptSigner)), .raw(try Self.der(intermediate)), .raw(try Self.der(root))]),
-            .set([.sequence(signerFields)]),
-        ])
+            .constructed(tag: 0xA0, children: certificates),
+        ]
+        if encoding.crls { signedDataFields.append(.constructed(tag: 0xA1, children: [])) }
+        signedDataFields.append(.set([.sequence(signerFields)]))
+        let signedData = ASN1Value.sequence(signedDataFields)
         let contentInfo = ASN1Value.sequence([
             .oid([1, 2, 840, 113549, 1, 7, 2]),
             .constructed(tag: 0xA0, children: [signedData]),
@@ -198,8 +237,11 @@ public struct TransactionSpec: Sendable {
     public var transactionId: String
     public var originalTransactionId: String?
     public var purchaseDate: Date?
+    /// Subscriptions: when the period ends (`expiresDate`).
+    public var expiresDate: Date?
     public var revocationDate: Date?
     public var environment: Environment = .localTesting
+    /// "Non-Consumable", "Consumable", "Auto-Renewable Subscription" or "Non-Renewing Subscription".
     public var type = "Non-Consumable"
     public var quantity = 1
     public var appAccountToken: String?
@@ -214,32 +256,53 @@ public struct TransactionSpec: Sendable {
 /// How to sign a sandbox JWS. The non-default knobs build negative fixtures.
 public struct JWSEncoding: Sendable {
     public var alg = "ES256"
+    /// One of the CA's certificates (and its key), or any certificate's DER bytes (x5c only).
+    public enum Part: Sendable, Hashable { case leaf, intermediate, root, der([UInt8]) }
     /// Which certificates go in x5c, in order.
-    public enum Chain: Sendable { case standard, leafOnly, leafAndIntermediate, withExtra, swapped, none }
+    public enum Chain: Sendable, Hashable {
+        case standard, leafOnly, leafAndIntermediate, withExtra, swapped, none
+        /// Any sequence of the CA's certificates.
+        case parts([Part])
+    }
     public var chain: Chain = .standard
+    /// Whose key signs: the JWS leaf normally; a CA key for negative fixtures.
+    public var signer: Part = .leaf
     public init() {}
 }
 
 extension SandboxCA {
     /// Signs any JSON payload as a compact JWS with the sandbox P-256 leaf.
     public func signJWS(payload: [UInt8], encoding: JWSEncoding = .init()) throws -> String {
-        let leaf = try Self.der(jwsSigner).base64()
-        let mid = try Self.der(intermediate).base64()
-        let top = try Self.der(root).base64()
+        func der(_ part: JWSEncoding.Part) throws -> String {
+            switch part {
+            case .leaf: try Self.der(jwsSigner).base64()
+            case .intermediate: try Self.der(intermediate).base64()
+            case .root: try Self.der(root).base64()
+            case .der(let bytes): bytes.base64()
+            }
+        }
         let x5c: [String]?
         switch encoding.chain {
-        case .standard: x5c = [leaf, mid, top]
-        case .leafOnly: x5c = [leaf]
-        case .leafAndIntermediate: x5c = [leaf, mid]
-        case .withExtra: x5c = [leaf, mid, top, top]
-        case .swapped: x5c = [mid, leaf, top]
+        case .standard: x5c = try [der(.leaf), der(.intermediate), der(.root)]
+        case .leafOnly: x5c = try [der(.leaf)]
+        case .leafAndIntermediate: x5c = try [der(.leaf), der(.intermediate)]
+        case .withExtra: x5c = try [der(.leaf), der(.intermediate), der(.root), der(.root)]
+        case .swapped: x5c = try [der(.intermediate), der(.leaf), der(.root)]
         case .none: x5c = nil
+        case .parts(let parts): x5c = try parts.map(der)
         }
         var header: [String: Any] = ["alg": encoding.alg]
         if let x5c { header["x5c"] = x5c }
         let headerJSON = try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys])
         let signingInput = Base64.encodeURL(headerJSON) + "." + Base64.encodeURL(payload)
-        let signature = try jwsKey.signature(for: SHA256.hash(data: Array(signingInput.utf8)))
+        let key: P256.Signing.PrivateKey
+        switch encoding.signer {
+        case .leaf: key = jwsKey
+        case .intermediate: key = intermediateKey
+        case .root: key = rootKey
+        case .der: throw SigningKeyUnavailable()
+        }
+        let signature = try key.signature(for: SHA256.hash(data: Array(signingInput.utf8)))
         return signingInput + "." + Base64.encodeURL(signature.rawRepresentation)
     }
 
@@ -262,6 +325,7 @@ extension SandboxCA {
             "storefront": "USA",
             "storefrontId": "143441",
         ]
+        if let expires = spec.expiresDate { object["expiresDate"] = milliseconds(expires) }
         if let revocation = spec.revocationDate {
             object["revocationDate"] = milliseconds(revocation)
             object["revocationReason"] = 0
@@ -301,6 +365,9 @@ extension SandboxCA {
         return try signJWS(payload: Array(JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])))
     }
 }
+
+/// A JWS signer must be one of the CA's own keys.
+public struct SigningKeyUnavailable: Error {}
 
 extension Array where Element == UInt8 {
     func base64() -> String { Data(self).base64EncodedString() }

@@ -34,16 +34,47 @@ public struct SandboxCA: Sendable {
         public var leafAppleExtension = true
         public var intermediateAppleExtension = true
         public var commonNamePrefix = "Coffer Sandbox"
+        /// Derive the P-256 keys and the serial numbers from this seed (reproducible tests).
+        /// The RSA receipt key stays random (swift-crypto cannot derive one), and ECDSA
+        /// signatures use random nonces, so certificate bytes still differ between runs.
+        public var seed: UInt64?
+        /// Negative fixture: both signing leaves claim basicConstraints cA=TRUE.
+        public var leavesAreCAs = false
+        /// Negative fixture: the JWS leaf is issued by the root itself (skipping the
+        /// intermediate), so a chain can be built around the intermediate x5c carries.
+        public var jwsLeafIssuedByRoot = false
         public init() {}
+    }
+
+    /// A P-256 key and a serial number derived from `seed` and `label`, or random ones.
+    static func keyAndSerial(_ seed: UInt64?, _ label: String) -> (P256.Signing.PrivateKey, Certificate.SerialNumber) {
+        guard let seed else { return (P256.Signing.PrivateKey(), Certificate.SerialNumber()) }
+        func derive(_ purpose: String, _ counter: Int) -> [UInt8] {
+            var hash = SHA256()
+            withUnsafeBytes(of: seed.bigEndian) { hash.update(bufferPointer: $0) }
+            hash.update(data: Array("\(label)/\(purpose)/\(counter)".utf8))
+            return Array(hash.finalize())
+        }
+        var counter = 0
+        // A hash output is a valid P-256 scalar except with probability ~2^-32: try the next.
+        while true {
+            if let key = try? P256.Signing.PrivateKey(rawRepresentation: derive("key", counter)) {
+                var serial = Array(derive("serial", counter).prefix(16))
+                serial[0] = (serial[0] & 0x7F) | 0x01  // positive and non-zero
+                return (key, Certificate.SerialNumber(bytes: serial))
+            }
+            counter += 1
+        }
     }
 
     public static func create(now: Date, options: Options = .init()) throws -> SandboxCA {
         let notBefore = options.validFrom ?? now.addingTimeInterval(-86400)
         let notAfter = notBefore.addingTimeInterval(options.validFor)
-        let rootKey = P256.Signing.PrivateKey()
-        let intermediateKey = P256.Signing.PrivateKey()
+        let (rootKey, rootSerial) = keyAndSerial(options.seed, "root")
+        let (intermediateKey, intermediateSerial) = keyAndSerial(options.seed, "intermediate")
         let receiptKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
-        let jwsKey = P256.Signing.PrivateKey()
+        let (jwsKey, jwsSerial) = keyAndSerial(options.seed, "jws")
+        let (_, receiptSerial) = keyAndSerial(options.seed, "receipt")
         let rootName = try DistinguishedName {
             CommonName("\(options.commonNamePrefix) Root CA")
             OrganizationName("Coffer")
@@ -53,7 +84,7 @@ public struct SandboxCA: Sendable {
             OrganizationName("Coffer")
         }
         let root = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(rootKey.publicKey),
+            version: .v3, serialNumber: rootSerial, publicKey: .init(rootKey.publicKey),
             notValidBefore: notBefore, notValidAfter: notAfter.addingTimeInterval(86400),
             issuer: rootName, subject: rootName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions([
@@ -69,34 +100,36 @@ public struct SandboxCA: Sendable {
             intermediateExtensions.append(Certificate.Extension(oid: [1, 2, 840, 113635, 100, 6, 2, 1], critical: false, value: [0x05, 0x00]))
         }
         let intermediate = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(intermediateKey.publicKey),
+            version: .v3, serialNumber: intermediateSerial, publicKey: .init(intermediateKey.publicKey),
             notValidBefore: notBefore, notValidAfter: notAfter.addingTimeInterval(3600),
             issuer: rootName, subject: intermediateName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions(intermediateExtensions),
             issuerPrivateKey: .init(rootKey))
-        func leaf(_ name: String, _ key: Certificate.PublicKey) throws -> Certificate {
+        func leaf(_ name: String, _ key: Certificate.PublicKey, serial: Certificate.SerialNumber, byRoot: Bool = false) throws -> Certificate {
             var extensions = [
-                try Certificate.Extension(BasicConstraints.notCertificateAuthority, critical: true),
+                try Certificate.Extension(
+                    options.leavesAreCAs ? BasicConstraints.isCertificateAuthority(maxPathLength: nil) : BasicConstraints.notCertificateAuthority,
+                    critical: true),
                 try Certificate.Extension(KeyUsage(digitalSignature: true), critical: true),
             ]
             if options.leafAppleExtension {
                 extensions.append(Certificate.Extension(oid: [1, 2, 840, 113635, 100, 6, 11, 1], critical: false, value: [0x05, 0x00]))
             }
             return try Certificate(
-                version: .v3, serialNumber: .init(), publicKey: key,
+                version: .v3, serialNumber: serial, publicKey: key,
                 notValidBefore: notBefore, notValidAfter: notAfter,
-                issuer: intermediateName,
+                issuer: byRoot ? rootName : intermediateName,
                 subject: try DistinguishedName {
                     CommonName("\(options.commonNamePrefix) \(name)")
                     OrganizationName("Coffer")
                 },
                 signatureAlgorithm: .ecdsaWithSHA256, extensions: try Certificate.Extensions(extensions),
-                issuerPrivateKey: .init(intermediateKey))
+                issuerPrivateKey: .init(byRoot ? rootKey : intermediateKey))
         }
         return SandboxCA(
             root: root, intermediate: intermediate,
-            receiptSigner: try leaf("Receipt Signing", .init(receiptKey.publicKey)),
-            jwsSigner: try leaf("StoreKit Signing", .init(jwsKey.publicKey)),
+            receiptSigner: try leaf("Receipt Signing", .init(receiptKey.publicKey), serial: receiptSerial),
+            jwsSigner: try leaf("StoreKit Signing", .init(jwsKey.publicKey), serial: jwsSerial, byRoot: options.jwsLeafIssuedByRoot),
             rootKey: rootKey, intermediateKey: intermediateKey, receiptKey: receiptKey, jwsKey: jwsKey)
     }
 
@@ -105,6 +138,9 @@ public struct SandboxCA: Sendable {
 
     /// The trust anchor for this CA (LocalTesting only).
     public func anchor() throws -> TrustAnchor { try TrustAnchor.cofferSandbox(Self.der(root)) }
+
+    /// DER bytes of any certificate (e.g. ``receiptSigner``), for tests that patch them.
+    public static func derBytes(of certificate: Certificate) throws -> [UInt8] { try der(certificate) }
 
     static func der(_ certificate: Certificate) throws -> [UInt8] {
         var serializer = DER.Serializer()

@@ -14,10 +14,12 @@ struct ReceiptCommand: AsyncParsableCommand {
             abstract: "Verify and decode a receipt (PKCS#7 DER/BER/base64) or a StoreKit 2 JWS.",
             discussion: """
                 Exit status: 0 when valid, 1 when invalid, 2 on usage or I/O errors.
-                Default trust roots are Apple Root CA and Apple Root CA - G3 (built in). Chains are
-                validated at the data's own signing time (receipt creation date, JWS signedDate)
-                unless --at is given. With --root, a non-Apple certificate may vouch for Sandbox,
-                Xcode and LocalTesting data (never Production).
+                Default trust roots: Apple Root CA and Apple Root CA - G3 (built in),
+                vouching for Production only unless --environment names Sandbox.
+                --root replaces them; a non-Apple root vouches for LocalTesting only
+                unless scoped: --root Sandbox=FILE, --root Xcode=FILE (never Production).
+                Chains are validated at the data's own signing time (receipt creation
+                date, JWS signedDate) unless --at is given.
                 """)
 
         @Argument(help: "The file to inspect ('-' for standard input).")
@@ -88,16 +90,33 @@ struct ReceiptCommand: AsyncParsableCommand {
 
 /// `--root` / `--environment`, shared by the commands that verify.
 struct TrustOptions: ParsableArguments {
-    @Option(name: .customLong("root"), help: "A trust root certificate (DER or PEM). Repeatable. Replaces the built-in Apple roots.")
+    @Option(
+        name: .customLong("root"),
+        help: """
+            A trust root certificate (DER or PEM), optionally scoped: [ENV=]FILE with ENV one of Sandbox, Xcode, \
+            LocalTesting (Production for Apple's roots). Unscoped, a non-Apple root vouches for LocalTesting only. \
+            Repeatable. Replaces the built-in Apple roots.
+            """)
     var roots: [String] = []
 
-    @Option(name: .customLong("environment"), help: "An environment to accept: Production, Sandbox, Xcode, LocalTesting. Repeatable.")
+    @Option(
+        name: .customLong("environment"),
+        help: "An environment to accept: Production, Sandbox, Xcode, LocalTesting. Repeatable. Default: Production (Apple roots).")
     var environments: [String] = []
 
     func anchors() throws -> [TrustAnchor] { try TrustRoots.anchors(roots: roots, environments: environments) }
 }
 
-/// Turns `--root` / `--environment` flags into trust anchors.
+/// Turns `--root` / `--environment` values (or `COFFER_ROOTS` / `COFFER_ENVIRONMENTS`, `roots` /
+/// `environments` in the config file) into trust anchors; the rules are
+/// ``CofferCore/TrustAnchor/anchors(for:environments:)``:
+///
+/// - no `--root`: Apple's built-in roots, vouching for Production only — Sandbox only when
+///   `--environment Sandbox` is given;
+/// - `--root FILE`: an Apple root (by fingerprint) as above; any other root for LocalTesting only;
+/// - `--root ENV=FILE` (ENV case-insensitive): that root for ENV only; a prefix that is not an
+///   environment name is part of the path (`--root ./Sandbox=a.pem` is a file);
+/// - `--environment E…`: the accepted environments; each must have a root that vouches for it.
 enum TrustRoots {
     static func parseEnvironments(_ values: [String]) throws -> Set<Environment> {
         Set(
@@ -123,26 +142,15 @@ enum TrustRoots {
 
     static func anchors(roots: [String], environments: [String]) throws -> [TrustAnchor] {
         let requested = try parseEnvironments(environments)
-        let rootBytes = roots.isEmpty ? [AppleRoots.appleRootCA, AppleRoots.appleRootCAG3] : try roots.map(certificate)
-        var anchors: [TrustAnchor] = []
+        let configured = try roots.map { argument -> ConfiguredRoot in
+            let (scope, path) = ConfiguredRoot.parse(argument)
+            guard !path.isEmpty else { throw UsageError("--root: '\(argument)' names no file") }
+            return ConfiguredRoot(scope: scope, der: try certificate(path), name: path)
+        }
         do {
-            for der in rootBytes {
-                if AppleRoots.isAppleRoot(der) {
-                    let appleEnvs = requested.isEmpty ? [.production, .sandbox] : requested.intersection([.production, .sandbox])
-                    guard !appleEnvs.isEmpty else { continue }
-                    anchors.append(try .apple(der, allowSandbox: appleEnvs.contains(.sandbox)))
-                } else {
-                    if requested.contains(.production) && requested.isSubset(of: [.production]) {
-                        throw UsageError("only Apple's roots may vouch for Production data")
-                    }
-                    let envs = requested.isEmpty ? [.sandbox, .xcode, .localTesting] : requested.subtracting([.production])
-                    anchors.append(try .custom(der, environments: envs, requireAppleExtensions: true, signsDirectly: envs.contains(.xcode)))
-                }
-            }
+            return try TrustAnchor.anchors(for: configured, environments: requested)
         } catch let error as TrustAnchor.ConfigurationError {
             throw UsageError(error.description)
         }
-        guard !anchors.isEmpty else { throw UsageError("no trust root can vouch for the requested environments") }
-        return anchors
     }
 }

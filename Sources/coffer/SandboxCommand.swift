@@ -7,7 +7,11 @@ struct SandboxCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sandbox",
         abstract: "Coffer's own StoreKit testing CA: mint receipts, transactions and notifications.",
-        discussion: "Sandbox data is only ever trusted for the LocalTesting environment, and only where its root is configured.",
+        discussion: """
+            Sandbox data is trusted only where its root is configured: `--root DIR/root.cer` vouches for LocalTesting \
+            data only. Data minted with --environment Sandbox or Xcode needs the root scoped to it \
+            (--root Sandbox=DIR/root.cer); Production never.
+            """,
         subcommands: [Init.self, Receipt.self, Transaction.self, Notification.self])
 
     static func load(_ dir: String) throws -> SandboxCA {
@@ -50,7 +54,10 @@ struct SandboxCommand: AsyncParsableCommand {
             for (name, bytes) in try ca.files() {
                 try IO.write(bytes, to: (dir as NSString).appendingPathComponent(name), mode: name.hasSuffix("key.pem") ? 0o600 : 0o644)
             }
-            print("sandbox CA created in \(dir); trust \((dir as NSString).appendingPathComponent(SandboxCA.FileName.rootDER)) for LocalTesting")
+            let root = (dir as NSString).appendingPathComponent(SandboxCA.FileName.rootDER)
+            print("sandbox CA created in \(dir)")
+            print("trust it for LocalTesting data with: --root \(root) --environment LocalTesting")
+            print("(data minted with --environment Sandbox needs --root Sandbox=\(root); Production is never accepted from it)")
         }
     }
 

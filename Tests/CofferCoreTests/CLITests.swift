@@ -70,7 +70,8 @@ import Testing
 
     @Test func inspectInvalidExitsOneAndStillDecodes() throws {
         let run = try coffer([
-            "receipt", "inspect", try fixture("legacy/L03_tp_sandbox_nutcall_187iap_2020.der"), "--at", "2026-11-22T00:00:00Z", "--json",
+            "receipt", "inspect", try fixture("legacy/L03_tp_sandbox_nutcall_187iap_2020.der"), "--environment", "Sandbox", "--at",
+            "2026-11-22T00:00:00Z", "--json",
         ])
         #expect(run.status == 1)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
@@ -80,7 +81,10 @@ import Testing
     }
 
     @Test func inspectNotificationDecodesNestedJWS() throws {
-        let run = try coffer(["receipt", "inspect", try fixture("jws/J23_real_sandbox_notification_REFUND_1760592122788_session.jws"), "--json"])
+        let run = try coffer([
+            "receipt", "inspect", try fixture("jws/J23_real_sandbox_notification_REFUND_1760592122788_session.jws"), "--environment", "Sandbox",
+            "--json",
+        ])
         #expect(run.status == 0, "\(run.stderr)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
         #expect(object["kind"] as? String == "notification")
@@ -148,6 +152,72 @@ import Testing
         let batch = try coffer(["sandbox", "receipt", "--dir", ca, "--bundle-id", "b", "--purchase", "p:500", "--count", "3", "--out-dir", many])
         #expect(batch.status == 0)
         #expect(try FileManager.default.contentsOfDirectory(atPath: many).sorted() == ["500.der", "501.der", "502.der"])
+    }
+
+    /// Apple's roots vouch for Production only unless Sandbox is named; a non-Apple `--root`
+    /// vouches for LocalTesting only unless scoped (`--root Sandbox=FILE`).
+    @Test func rootsAndEnvironments() throws {
+        func verdict(_ run: Run) throws -> (String?, String?) {
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any], "\(run.stderr)")
+            return (object["verdict"] as? String, (object["error"] as? [String: Any])?["code"] as? String)
+        }
+        // Built-in Apple roots, no --environment: Production only.
+        let production = try fixture("legacy/L01_tp_production_getpure_2024.der")
+        let sandbox = try fixture("legacy/L11_rc_sandbox_revenuecat_sample1_2020.der")
+        let sandboxJWS = try fixture("jws/J02_real_sandbox_transaction_consumable_goodheart_2025_mingos.jws")
+        #expect(try coffer(["receipt", "inspect", production, "--json"]).status == 0)
+        let refused = try coffer(["receipt", "inspect", sandbox, "--json"])
+        #expect(refused.status == 1)
+        #expect(try verdict(refused) == ("invalid", "environmentNotAllowed"))
+        let refusedJWS = try coffer(["receipt", "inspect", sandboxJWS, "--json"])
+        #expect(try verdict(refusedJWS) == ("invalid", "environmentNotAllowed"))
+        // Named: exactly what is named.
+        #expect(try coffer(["receipt", "inspect", sandbox, "--environment", "sandbox", "--json"]).status == 0)
+        #expect(try coffer(["receipt", "inspect", sandboxJWS, "--environment", "Sandbox", "--json"]).status == 0)
+        #expect(try coffer(["receipt", "inspect", production, "--environment", "Sandbox", "--json"]).status == 1)
+        #expect(try coffer(["receipt", "inspect", production, "--environment", "Production", "--environment", "Sandbox"]).status == 0)
+        #expect(try coffer(["receipt", "inspect", production, "--environment", "Xcode"]).status == 2, "no root vouches for Xcode")
+
+        // A sandbox root: LocalTesting unless scoped.
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let ca = dir.appendingPathComponent("ca").path
+        let created = try coffer(["sandbox", "init", "--dir", ca])
+        #expect(created.status == 0)
+        #expect(created.stdout.contains("--root \(ca)/root.cer"), "\(created.stdout)")
+        #expect(created.stdout.contains("Sandbox=\(ca)/root.cer"), "the advice names the scoped form")
+        func mint(_ environment: String) throws -> Data {
+            let run = try coffer([
+                "sandbox", "transaction", "--dir", ca, "--bundle-id", "com.coffer.demo", "--product", "p", "--transaction-id", "9",
+                "--environment", environment,
+            ])
+            #expect(run.status == 0, "\(run.stderr)")
+            return Data(run.stdout.utf8)
+        }
+        let local = try mint("LocalTesting")
+        let staged = try mint("Sandbox")
+        let root = ca + "/root.cer"
+        #expect(try coffer(["receipt", "inspect", "-", "--root", root], stdin: local).status == 0)
+        let unscoped = try coffer(["receipt", "inspect", "-", "--root", root, "--json"], stdin: staged)
+        #expect(try verdict(unscoped) == ("invalid", "environmentNotAllowed"))
+        #expect(try coffer(["receipt", "inspect", "-", "--root", "Sandbox=" + root], stdin: staged).status == 0)
+        #expect(try coffer(["receipt", "inspect", "-", "--root", "sandbox=" + root], stdin: local).status == 1, "scoped: Sandbox only")
+        let both = ["--root", "SANDBOX=" + root, "--root", "localtesting=" + root]
+        #expect(try coffer(["receipt", "inspect", "-"] + both, stdin: staged).status == 0)
+        #expect(try coffer(["receipt", "inspect", "-"] + both, stdin: local).status == 0)
+        // Never Production; an unscoped root cannot be stretched by --environment.
+        #expect(try coffer(["receipt", "inspect", "-", "--root", "Production=" + root], stdin: local).status == 2)
+        let stretched = try coffer(["receipt", "inspect", "-", "--root", root, "--environment", "Sandbox"], stdin: staged)
+        #expect(stretched.status == 2)
+        #expect(stretched.stderr.contains("Sandbox="), "\(stretched.stderr)")
+        // A path containing '=' whose prefix is not an environment is a path.
+        let odd = dir.appendingPathComponent("a=b")
+        try FileManager.default.createDirectory(at: odd, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: root, toPath: odd.appendingPathComponent("root=1.cer").path)
+        #expect(try coffer(["receipt", "inspect", "-", "--root", odd.appendingPathComponent("root=1.cer").path], stdin: local).status == 0)
+        #expect(
+            try coffer(["receipt", "inspect", "-", "--root", "Xcode=" + odd.appendingPathComponent("root=1.cer").path], stdin: local).status == 1)
+        #expect(try coffer(["receipt", "inspect", "-", "--root", "Sandbox="], stdin: local).status == 2)
     }
 
     /// Flags beat COFFER_* variables, which beat the config file, which beats the defaults.
