@@ -98,6 +98,8 @@ public struct CofferServices: Sendable {
         // an older Coffer (adopt it on purpose) or was inserted behind the server's back.
         let unchained = try await ledger.unchainedRows(limit: 10)
         if !unchained.isEmpty { throw LedgerStartupError.unchainedRows(unchained) }
+        let altered = try await ledger.schemaProblems()
+        if !altered.isEmpty { throw LedgerStartupError.schemaAltered(altered) }
         do { try await ledger.checkSeal(now: Date()) } catch let error as LedgerIntegrityError { throw LedgerStartupError.sealBroken(error) }
         let verifier = AppStoreVerifier(
             configuration: VerifierConfiguration(
@@ -117,6 +119,8 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
     case unchainedRows([(kind: LedgerEventKind, row: Int64)])
     /// The chain does not end where this server's key sealed it.
     case sealBroken(LedgerIntegrityError)
+    /// Append-only triggers or replay-rule unique indexes missing or altered.
+    case schemaAltered([String])
 
     public var description: String {
         switch self {
@@ -130,9 +134,15 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
                 """
         case .sealBroken(let error):
             return """
-                \(error). The server will not extend or sign a chain it did not seal. Check with `coffer ledger verify` \
-                (and your saved checkpoints); if you vouch for the ledger as it stands, seal it on purpose with \
-                `coffer ledger adopt --data-dir DIR` (recorded as a chained admin action).
+                \(error). The server will not extend or sign a chain it did not seal: treat this as tampering until \
+                shown otherwise. Check with `coffer ledger verify --public-key … --checkpoint …` (your saved \
+                checkpoints). Only if you vouch for every entry as it stands, `coffer ledger adopt --reseal` seals it \
+                and records the old seal and the re-sealed range in the chain, where auditors see it.
+                """
+        case .schemaAltered(let problems):
+            return """
+                the ledger's schema was altered (\(problems.joined(separator: "; "))): the append-only and replay \
+                guarantees do not hold in this database. Restore it from a backup and check it with `coffer ledger verify`.
                 """
         }
     }

@@ -131,9 +131,7 @@ final class GroupCommitter: Sendable {
             // A cached statement, as in ChainStore's head and append: generating and preparing
             // the SQL on every row was ~5% of the server's CPU under load.
             let key = redemption.effectiveReplayKey
-            let seen = try db.cachedStatement(
-                sql: "SELECT 1 FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
-            if try Bool.fetchOne(seen, arguments: [redemption.environment, key]) == true {
+            if try ChainStore.isRedeemed(db, environment: redemption.environment, replayKey: key) {
                 if let refusals { _ = try apply(.attempt(refusals.replay, nil), db: db, checkpoints: checkpoints) }
                 return .alreadyRedeemed
             }

@@ -286,7 +286,45 @@ extension ChainStore {
     static func revocation(_ db: Database, environment: String?, replayKey: String) throws -> Revocation? {
         let statement = try db.cachedStatement(
             sql: "SELECT * FROM revocations WHERE coalesce(environment, '') = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
-        return try Row.fetchOne(statement, arguments: [environment ?? "", replayKey]).map(revocation)
+        if let found = try Row.fetchOne(statement, arguments: [environment ?? "", replayKey]).map(revocation) { return found }
+        // Revocations from before migration 0003 carry no environment or key: they name the
+        // redemption they revoked, which carries both (and its original transaction id).
+        let legacy = try db.cachedStatement(
+            sql: """
+                SELECT v.* FROM revocations v JOIN redemptions d ON d.redemption_id = v.redemption_id
+                WHERE v.environment IS NULL AND d.environment = ?
+                  AND (coalesce(d.replay_key, d.transaction_id) = ? OR d.original_transaction_id = ?) LIMIT 1
+                """)
+        return try Row.fetchOne(legacy, arguments: [environment ?? "", replayKey, replayKey]).map(revocation)
+    }
+
+    /// Whether a redemption of this purchase is in the ledger: same environment and replay key,
+    /// or — for rows from before migration 0003, keyed by their transaction id — the same
+    /// original transaction id (a non-consumable restored then was redeemed under a new id).
+    static func isRedeemed(_ db: Database, environment: String, replayKey: String) throws -> Bool {
+        let keyed = try db.cachedStatement(
+            sql: "SELECT 1 FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
+        if try Bool.fetchOne(keyed, arguments: [environment, replayKey]) == true { return true }
+        let legacy = try db.cachedStatement(
+            sql: "SELECT 1 FROM redemptions WHERE original_transaction_id = ? AND replay_key IS NULL AND environment = ? LIMIT 1")
+        return try Bool.fetchOne(legacy, arguments: [replayKey, environment]) == true
+    }
+
+    /// The schema objects the ledger's guarantees rest on, missing or altered (empty when intact):
+    /// the append-only triggers and the unique indexes of the replay rule.
+    static func schemaProblems(_ db: Database) throws -> [String] {
+        var problems: [String] = []
+        let triggers = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger'"))
+        for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions"] {
+            for operation in ["update", "delete"] where !triggers.contains("\(table)_no_\(operation)") {
+                problems.append("trigger \(table)_no_\(operation) is missing")
+            }
+        }
+        for (table, index) in [("redemptions", "redemptions_replay"), ("revocations", "revocations_key")] {
+            let unique = try Row.fetchAll(db, sql: "PRAGMA index_list(\(table))").first { ($0["name"] as String?) == index }?["unique"] as Int?
+            if unique != 1 { problems.append("unique index \(index) is missing or not unique") }
+        }
+        return problems
     }
 }
 

@@ -130,8 +130,14 @@ public struct SQLiteLedger: LedgerRepository {
         -> RevocationOutcome
     {
         if try ChainStore.revocation(db, environment: revocation.environment, replayKey: key) != nil { return .alreadyRevoked }
+        // Rows from before migration 0003 are keyed by transaction id: match their original id too.
         let redemptionId = try String.fetchOne(
-            db, sql: "SELECT redemption_id FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ?",
+            db,
+            sql: """
+                SELECT redemption_id FROM redemptions WHERE environment = ?1
+                  AND (coalesce(replay_key, transaction_id) = ?2 OR (replay_key IS NULL AND original_transaction_id = ?2))
+                ORDER BY sequence LIMIT 1
+                """,
             arguments: [revocation.environment ?? "", key])
         if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
         var row = revocation
@@ -160,9 +166,17 @@ public struct SQLiteLedger: LedgerRepository {
     }
 
     /// The redemption whose grant hash is `grantHash`, if any.
+    /// The chained redemption whose grant hash is `grantHash`, if any: a row no ledger event
+    /// chains (inserted behind the server's back) grants nothing.
     public func redemption(grantHash: String) async throws -> Redemption? {
         try await db.pool.read { db in
-            try RedemptionRecord.filter(RedemptionRecord.Columns.grantHash == grantHash).fetchOne(db)?.redemption
+            try RedemptionRecord.fetchOne(
+                db,
+                sql: """
+                    SELECT r.* FROM redemptions r WHERE r.grant_hash = ?
+                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'redemption' AND e.row_sequence = r.sequence)
+                    """, arguments: [grantHash]
+            )?.redemption
         }
     }
 
@@ -220,8 +234,26 @@ extension SQLiteLedger {
     /// adoption is itself a chained event that an auditor sees. Only for a database whose rows
     /// the operator vouches for (one from before the chain, or the admin log from before
     /// migration 0003): rows an attacker inserted would be chained too.
-    public func adopt(by actor: AdminAction, now: Date) async throws -> Adoption {
+    ///
+    /// A chain that does not end where this key sealed it (entries appended or removed behind
+    /// the server's back, or a seal by another key) is refused with its ``LedgerIntegrityError``
+    /// unless `reseal`: then the old seal and the re-sealed range are written into the adoption's
+    /// detail, so auditors see exactly what the operator vouched for.
+    public func adopt(by actor: AdminAction, now: Date, reseal: Bool = false) async throws -> Adoption {
         try await db.pool.write { [checkpoints] db in
+            var resealed: String?
+            if let checkpoints {
+                do {
+                    try ChainStore.checkSeal(db, policy: checkpoints)
+                } catch let error as LedgerIntegrityError {
+                    guard reseal else { throw error }
+                    let old = try ChainStore.sealedHead(db)
+                    resealed =
+                        "re-sealed over a broken seal (\(error)); the seal said "
+                        + (old.map { "entry \($0.sequence), hash \($0.entryHash), key \($0.keyId)" } ?? "nothing")
+                        + ", the chain ended at \(try ChainStore.head(db).sequence)"
+                }
+            }
             var chained: [LedgerEventKind: Int] = [:]
             while true {
                 let pending = try ChainStore.unchainedRows(db, limit: 500)
@@ -256,9 +288,11 @@ extension SQLiteLedger {
             action.action = "ledger.adopt"
             action.target = "ledger"
             action.detail =
-                chained.isEmpty
-                ? "nothing to chain"
-                : "chained " + chained.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", ")
+                (chained.isEmpty
+                    ? "nothing to chain"
+                    : "chained "
+                        + chained.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", "))
+                + (resealed.map { "; " + $0 } ?? "")
             let stored = try ChainStore.insert(db, action, policy: checkpoints)
             // The operator vouches for the chain as it now stands: seal it.
             if let checkpoints { try ChainStore.seal(db, policy: checkpoints, now: now) }
@@ -350,13 +384,38 @@ extension SQLiteLedger {
                     .unsealed, seal.sequence + 1,
                     "entries \(seal.sequence + 1)–\(after) come after the head the server last sealed (\(seal.sequence)): appended behind its back")
             }
+            // Problems the chain itself shows come first; then what only the tables show.
+            var report = audit.finish()
+            func otherwise(_ kind: LedgerProblem.Kind, _ detail: String) {
+                if report.problem == nil { report.problem = LedgerProblem(kind, sequence: nil, detail) }
+            }
             if let stray = try ChainStore.unchainedRows(db, limit: 1).first {
-                audit.fail(
-                    .rowMismatch, nil,
+                otherwise(
+                    .rowMismatch,
                     "\(stray.kind.rawValue) row \(stray.row) is in the database but not in the chain (inserted behind the server's back)")
             }
-            return audit.finish()
+            if let twice = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT environment, coalesce(replay_key, transaction_id) AS k, COUNT(*) AS n FROM redemptions
+                    GROUP BY environment, k HAVING n > 1 LIMIT 1
+                    """)
+            {
+                otherwise(
+                    .replayBroken,
+                    "\(twice["n"] as Int? ?? 2) redemptions of one purchase (\(twice["environment"] as String? ?? "?"), \(twice["k"] as String? ?? "?"))"
+                )
+            }
+            if let problem = try ChainStore.schemaProblems(db).first {
+                otherwise(.schemaAltered, "\(problem): the ledger's guarantees no longer hold in this database")
+            }
+            return report
         }
+    }
+
+    /// Append-only triggers or replay-rule unique indexes that are missing or altered.
+    public func schemaProblems() async throws -> [String] {
+        try await db.pool.read { db in try ChainStore.schemaProblems(db) }
     }
 
     /// Checks the seal before the server starts appending: the chain must end where this

@@ -76,6 +76,7 @@ struct LedgerCommand: AsyncParsableCommand {
                 "checkpoints verified: \(r.checkpointsVerified)\(r.lastCheckpoint.map { ", latest at \($0)" } ?? "")",
             ]
             if r.pinnedVerified > 0 { lines.append("pinned checkpoints still extended: \(r.pinnedVerified)") }
+            for adoption in r.adoptions { lines.append("note: an operator adopted rows (ledger.adopt) at \(adoption)") }
             if let p = r.problem {
                 lines.append("problem: \(p.kind.rawValue)")
                 if let s = p.sequence { lines.append("first bad sequence: \(s)") }
@@ -87,7 +88,7 @@ struct LedgerCommand: AsyncParsableCommand {
         static func json(_ r: LedgerAuditReport) throws -> String {
             var object: [String: Any] = [
                 "intact": r.intact, "entries": r.entries, "lastSequence": r.lastSequence, "headHash": r.headHash,
-                "checkpointsVerified": r.checkpointsVerified, "pinnedVerified": r.pinnedVerified,
+                "checkpointsVerified": r.checkpointsVerified, "pinnedVerified": r.pinnedVerified, "adoptions": r.adoptions,
             ]
             object["lastCheckpoint"] = r.lastCheckpoint
             if let p = r.problem {
@@ -137,17 +138,31 @@ struct LedgerCommand: AsyncParsableCommand {
                 Coffer older than the chain (or admin-log rows from before migration 0003) — or rows inserted
                 behind its back. Run `coffer ledger verify` first and read what it names. Adopting chains every
                 such row, oldest first, and appends a `ledger.adopt` admin action naming how many of each kind
-                and who ran it: auditors see the adoption in the chain. Stop the server first.
+                and who ran it: auditors see the adoption in the chain (`coffer ledger verify` lists every one).
+                A chain that does not end where the server's key sealed it (entries appended or removed behind
+                its back, a seal by another key) is refused unless --reseal: then the old seal and the re-sealed
+                range are recorded too. Stop the server first.
                 """)
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
         @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
+        @Flag(help: "Also seal a chain whose seal is broken (recording the old seal and the range).") var reseal = false
 
         func run() async throws {
             let path = (dataDir as NSString).appendingPathComponent("coffer.sqlite")
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
-            let signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey).signer
+            let signer: LedgerSigner
+            do { signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer } catch {
+                throw UsageError("\(error): pass the server's key with --ledger-key")
+            }
             let ledger = SQLiteLedger(try CofferDatabase(path: path), checkpoints: CheckpointPolicy(signer: signer))
-            let adoption = try await ledger.adopt(by: KeysCommand.localAction("ledger.adopt", target: "ledger", detail: ""), now: Date())
+            let adoption: SQLiteLedger.Adoption
+            do {
+                adoption = try await ledger.adopt(
+                    by: KeysCommand.localAction("ledger.adopt", target: "ledger", detail: ""), now: Date(), reseal: reseal)
+            } catch let error as LedgerIntegrityError {
+                print("refused: \(error). If you vouch for every entry as it stands, run again with --reseal (it is recorded).")
+                throw ExitCode(1)
+            }
             try await ledger.checkpointHead(now: Date())
             print("\(adoption.action.detail); recorded as admin action \(adoption.action.sequence)")
         }

@@ -284,19 +284,36 @@ struct KeysCommand: AsyncParsableCommand {
         func run() async throws {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
-            let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
-            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey)
-            let secret = try await APIKeys.create(role: role, name: name, in: SQLiteKeys(db), now: Date())
-            try await log.record(KeysCommand.localAction("key.create", target: name, detail: role.rawValue))
+            let path = (dataDir as NSString).appendingPathComponent("coffer.sqlite")
+            let newDatabase = !FileManager.default.fileExists(atPath: path)
+            let db = try CofferDatabase(path: path)
+            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey, newDatabase: newDatabase)
+            let keys = SQLiteKeys(db)
+            let secret = try await APIKeys.create(role: role, name: name, in: keys, now: Date())
+            do {
+                try await log.record(KeysCommand.localAction("key.create", target: name, detail: role.rawValue))
+            } catch {
+                // Never a live key the admin log does not show.
+                if let created = try? await keys.key(secretHash: APIKeys.hash(secret)) {
+                    _ = try? await keys.revoke(keyId: created.keyId, at: Date())
+                }
+                throw error
+            }
             print(secret)
         }
     }
 
     /// The admin log, chained and sealed with the server's ledger key (the CLI appends to the
     /// same chain the server does, so it must seal what it appends).
-    static func adminLog(_ db: CofferDatabase, dataDir: String, ledgerKey: String?) throws -> SQLiteAdminLog {
-        let signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey).signer
-        return SQLiteAdminLog(db, checkpoints: CheckpointPolicy(signer: signer))
+    /// The key is never created here unless the database is new (a first `keys create` before
+    /// the first `serve`): a stray key would sign what the server's key never saw.
+    static func adminLog(_ db: CofferDatabase, dataDir: String, ledgerKey: String?, newDatabase: Bool) throws -> SQLiteAdminLog {
+        do {
+            let signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: newDatabase).signer
+            return SQLiteAdminLog(db, checkpoints: CheckpointPolicy(signer: signer))
+        } catch {
+            throw UsageError("\(error): key changes are chained and sealed with the server's ledger key; pass it with --ledger-key")
+        }
     }
 
     /// An admin-log entry for a key change made on the server's machine.
@@ -315,7 +332,7 @@ struct KeysCommand: AsyncParsableCommand {
 
         func run() async throws {
             let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
-            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey)
+            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey, newDatabase: false)
             let keys = SQLiteKeys(db)
             guard let found = try await keys.key(secretHash: APIKeys.hash(key)), try await keys.revoke(keyId: found.keyId, at: Date()) else {
                 print("no live key matches")

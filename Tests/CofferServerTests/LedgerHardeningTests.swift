@@ -157,7 +157,7 @@ import Testing
         let report = try await SQLiteLedger(db).audit(publicKey: publicKey)
         #expect(!report.intact)
         #expect(report.entries == 0)
-        #expect(report.problem?.kind == .rowMismatch)
+        #expect(report.problem?.kind == .truncated, "the seal still names entry 5")
     }
 
     /// What an attacker with the database file and the (public) chain algorithm can do: append
@@ -224,13 +224,98 @@ import Testing
         }
         let verify = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
-        // The operator may vouch for it, on the record.
-        #expect(try LedgerTamperTests.coffer(["ledger", "adopt", "--data-dir", h.directory.path]).status == 0)
+        // `adopt` does not seal over it silently: refused unless the operator says --reseal,
+        // and then the old seal and the range are in the chain for auditors to see.
+        let refusedAdopt = try LedgerTamperTests.coffer(["ledger", "adopt", "--data-dir", h.directory.path])
+        #expect(refusedAdopt.status == 1 && refusedAdopt.stdout.contains("--reseal"), "\(refusedAdopt.stdout)")
+        #expect(try LedgerTamperTests.coffer(["ledger", "adopt", "--data-dir", h.directory.path, "--reseal"]).status == 0)
+        let afterwards = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(afterwards.status == 0)
+        #expect(afterwards.stdout.contains("note: an operator adopted rows (ledger.adopt) at entry 7"), "\(afterwards.stdout)")
+        #expect(afterwards.stdout.contains("re-sealed over a broken seal"), "\(afterwards.stdout)")
         let reopened = try await CofferServices.open(h.services.configuration, logger: .init(label: "t"))
         let adopted = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
         #expect(adopted.intact && adopted.entries == 7)
         #expect(try await reopened.adminLog.actions(after: 0, limit: 10).map(\.action) == ["ledger.adopt"])
         try reopened.database.close()
+    }
+
+    /// Rows and schema objects changed behind the server's back grant nothing and are named:
+    /// a grant in an unchained row, two redemptions of one purchase, a dropped unique index or trigger.
+    @Test func tamperedRowsAndSchemaGrantNothingAndAreNamed() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await h.app.test(.router) { client in
+            #expect(try await Self.post(client, ["receipt": try Harness.receipt("2000")]).status == .created)
+            // A row with a grant the insider knows, no chain event: the grant is worthless.
+            try await queue.write { db in
+                try db.execute(
+                    sql: """
+                        INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
+                          source_format, redeemed_at, client_address, status, grant_hash, replay_key)
+                        VALUES ('inside', '2999', 'com.coffer.demo.levelpack2', 'com.coffer.demo', 'LocalTesting', 1, '00', 'appReceipt', 0, 'x',
+                          'redeemed', ?, '2999')
+                        """, arguments: [Vault.grantHash("known-grant")])
+            }
+            let stolen = try await client.execute(
+                uri: "/v1/grants/tokens", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["grant": "known-grant"]))
+            #expect(stolen.status == .forbidden)
+            #expect(Harness.code(stolen) == "grantInvalid")
+            try await queue.write { db in
+                try db.execute(sql: "DROP TRIGGER redemptions_no_delete")
+                try db.execute(sql: "DELETE FROM redemptions WHERE redemption_id = 'inside'")
+                // Unique index dropped, row 1 moved aside, the purchase redeemed again, row 1 put back.
+                try db.execute(sql: "DROP TRIGGER redemptions_no_update; DROP INDEX redemptions_replay")
+                try db.execute(sql: "UPDATE redemptions SET environment = 'Xcode' WHERE transaction_id = '2000'")
+            }
+            #expect(try await Self.post(client, ["receipt": try Harness.receipt("2000")]).status == .created)
+            try await queue.write { db in
+                try db.execute(sql: "UPDATE redemptions SET environment = 'LocalTesting' WHERE sequence = 1")
+                try db.execute(sql: "CREATE INDEX redemptions_replay ON redemptions (environment, coalesce(replay_key, transaction_id))")
+            }
+        }
+        let twice = try await Self.audit(h)
+        #expect(twice.problem?.kind == .replayBroken, "\(String(describing: twice.problem))")
+        #expect(twice.entries == 2)
+    }
+
+    /// A dropped append-only trigger is named by verify, and the server will not start on it.
+    @Test func aDroppedTriggerIsNamedAndStopsTheServer() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in try db.execute(sql: "DROP TRIGGER attempts_no_delete") }
+        try queue.close()
+        let altered = try await Self.audit(h)
+        #expect(altered.problem?.kind == .schemaAltered)
+        #expect(altered.problem?.detail.contains("attempts_no_delete") == true)
+        try h.services.database.close()
+        do {
+            _ = try await CofferServices.open(h.services.configuration, logger: .init(label: "t"))
+            Issue.record("the server started on an altered schema")
+        } catch let error as LedgerStartupError {
+            #expect(error.description.contains("schema was altered"), "\(error)")
+        }
+    }
+
+    /// Key changes need the server's ledger key: without it, nothing is created — no stray key
+    /// that would sign what the server's key never saw, no key that the admin log does not show.
+    @Test func keyChangesNeedTheServersLedgerKey() async throws {
+        let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-\(UUID().uuidString).key").path
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        _ = try LedgerKeyFile.create(at: keyPath)
+        let h = try await Harness.make { $0.ledgerKeyFile = keyPath }
+        defer { h.cleanUp() }
+        let refused = try LedgerTamperTests.coffer(["keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "mallory"])
+        #expect(refused.status == 2)
+        #expect(!FileManager.default.fileExists(atPath: LedgerKeyFile.path(dataDirectory: h.directory.path)), "no stray key")
+        let created = try LedgerTamperTests.coffer([
+            "keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "alice", "--ledger-key", keyPath,
+        ])
+        #expect(created.status == 0)
+        #expect(try await h.services.adminLog.actions(after: 0, limit: 10).map(\.target) == ["alice"])
+        #expect(try await Self.audit(h).intact)
     }
 
     /// `coffer keys create` while the server runs appends to the same chain and seals it with
@@ -301,8 +386,15 @@ import Testing
         }
         let sealed = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(sealed.status == 1 && sealed.stdout.contains("truncated"), "the seal covers the cut tail: \(sealed.stdout)")
-        // …so the thief deletes the seal as well: without pins, nothing is left to tell.
-        try await queue.write { db in try db.execute(sql: "DELETE FROM ledger_head") }
+        // …so the thief deletes the seal as well, and puts the triggers back: without pins,
+        // nothing is left to tell.
+        try await queue.write { db in
+            try db.execute(sql: "DELETE FROM ledger_head")
+            for table in ["ledger_events", "ledger_checkpoints", "attempts", "redemptions"] {
+                try db.execute(
+                    sql: "CREATE TRIGGER \(table)_no_delete BEFORE DELETE ON \(table) BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")
+            }
+        }
         try queue.close()
         let unpinned = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(unpinned.status == 0, "a cut tail without its checkpoints and seal is invisible without pins: \(unpinned.stdout)")

@@ -260,7 +260,12 @@ import Testing
         let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
         try await queue.write { db in
             try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
-            try db.execute(sql: "DELETE FROM ledger_events; DELETE FROM ledger_checkpoints")
+            // A database from before the chain: no events, no checkpoints, no seal.
+            try db.execute(sql: "DELETE FROM ledger_events; DELETE FROM ledger_checkpoints; DELETE FROM ledger_head")
+            for table in ["ledger_events", "ledger_checkpoints"] {
+                try db.execute(
+                    sql: "CREATE TRIGGER \(table)_no_delete BEFORE DELETE ON \(table) BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")
+            }
         }
         #expect(try await h.services.ledger.audit(publicKey: nil).problem?.kind == .rowMismatch)
         var configuration = h.services.configuration

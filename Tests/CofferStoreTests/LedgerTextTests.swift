@@ -165,6 +165,19 @@ import Testing
                     sql:
                         "INSERT INTO admin_actions (at, key_id, key_name, action, target, detail, client_address) VALUES (1, 'k', 'n', 'a', 't', 'd', 'c')"
                 )
+                // A non-consumable restored before 0003: redeemed under its new transaction id 2001, then refunded.
+                try db.execute(
+                    sql: """
+                        INSERT INTO redemptions (redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment, quantity,
+                          receipt_sha256, source_format, redeemed_at, client_address, status, grant_hash)
+                        VALUES ('r-2001', '2001', '2000', 'com.example.gems', 'com.example.app', 'Sandbox', 1, 'x', 'signedTransaction', 6, 'c',
+                          'redeemed', 'g-2001')
+                        """)
+                try db.execute(
+                    sql: """
+                        INSERT INTO revocations (redemption_id, transaction_id, revoked_at, reason, source, reference, recorded_at)
+                        VALUES ('r-2001', '2001', 7, 'REFUND', 'notification', 'n-2', 7)
+                        """)
             }
             try queue.close()
 
@@ -172,18 +185,25 @@ import Testing
             let ledger = SQLiteLedger(db)
             let report = try await ledger.audit(publicKey: nil)
             #expect(report.entries == 3)
-            #expect(report.problem?.kind == .rowMismatch, "only the admin row is outside the chain")
-            #expect(try await ledger.unchainedRows().map(\.kind) == [.adminAction])
+            #expect(report.problem?.kind == .rowMismatch, "rows outside the chain")
+            #expect(try await ledger.unchainedRows().map(\.kind) == [.adminAction, .redemption, .revocation])
             // The old rows keep their place: replays and revocations still match them.
             #expect(try await ledger.insert(makeRedemption("1001")) == .alreadyRedeemed)
             #expect(try await ledger.revocation(of: redemption)?.reference == "n-1")
+            // The restored purchase, now keyed by its original transaction id, is the same purchase,
+            // and its old revocation (no environment, no key) still applies.
+            var restored = makeRedemption("2002", original: "2000")
+            restored.replayKey = "2000"
+            #expect(try await ledger.insert(restored) == .alreadyRedeemed)
+            #expect(try await ledger.revocation(of: restored)?.reference == "n-2")
             let adoption = try await ledger.adopt(
                 by: AdminAction(at: instant(9), keyId: "cli", keyName: "operator", action: "", target: "", detail: "", clientAddress: "local"),
                 now: instant(9))
-            #expect(adoption.chained == [.adminAction: 1])
+            #expect(adoption.chained == [.adminAction: 1, .redemption: 1, .revocation: 1])
             let adopted = try await ledger.audit(publicKey: nil)
             #expect(adopted.intact, "\(String(describing: adopted.problem))")
-            #expect(adopted.entries == 5)
+            #expect(adopted.entries == 7)
+            #expect(adopted.adoptions.count == 1)
         }
     }
 }

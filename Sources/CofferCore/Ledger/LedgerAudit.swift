@@ -19,6 +19,10 @@ public struct LedgerProblem: Sendable, Hashable, CustomStringConvertible {
         case rowMismatch
         /// Entries after the head the server last sealed with its key: appended behind its back.
         case unsealed
+        /// One purchase redeemed more than once (the replay rule was bypassed in the database).
+        case replayBroken
+        /// An append-only trigger or a unique index of the replay rule is missing or altered.
+        case schemaAltered
         /// The export or database cannot be read as a ledger.
         case unreadable
     }
@@ -48,6 +52,9 @@ public struct LedgerAuditReport: Sendable, Hashable {
     public var lastCheckpoint: Int64?
     /// How many of the auditor's pinned checkpoints (saved earlier) the ledger still extends.
     public var pinnedVerified = 0
+    /// Every `ledger.adopt` admin action in the chain ("entry N: what it chained or re-sealed"):
+    /// where an operator vouched for rows or entries the server had not written or sealed.
+    public var adoptions: [String] = []
     /// The first problem found, nil when the ledger is intact.
     public var problem: LedgerProblem?
 
@@ -114,6 +121,9 @@ public struct LedgerAudit: Sendable {
     public mutating func add(_ chained: ChainedEntry) {
         let entry = chained.entry
         report.entries += 1
+        if entry.kind == .adminAction, entry.values.count > 5, entry.values[3] == "ledger.adopt" {
+            report.adoptions.append("entry \(entry.sequence): \(entry.values[5] ?? "")")
+        }
         if entry.sequence != expected {
             fail(
                 .sequenceBroken, expected,
