@@ -138,7 +138,9 @@ final class GroupCommitter: Sendable {
             // A refund or revocation that arrived before the redemption is kept: the purchase
             // can no longer be redeemed. Checked in the same transaction as the INSERT, so a
             // notification and a redemption racing each other cannot both win.
-            if let revocation = try ChainStore.revocation(db, environment: redemption.environment, replayKey: key) {
+            // Keyed lookup only: a revocation from before migration 0003 names a redemption, and
+            // any redemption of this purchase has just been ruled out above.
+            if let revocation = try ChainStore.keyedRevocation(db, environment: redemption.environment, replayKey: key) {
                 if let refusals { _ = try apply(.attempt(refusals.revoked, nil), db: db, checkpoints: checkpoints) }
                 return .revoked(revocation)
             }

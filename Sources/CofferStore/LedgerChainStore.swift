@@ -283,19 +283,36 @@ extension Optional {
 
 extension ChainStore {
     /// The stored revocation of a purchase (environment and replay key), if any.
-    static func revocation(_ db: Database, environment: String?, replayKey: String) throws -> Revocation? {
+    /// The revocation stored with this environment and replay key (rows written since migration 0003).
+    static func keyedRevocation(_ db: Database, environment: String?, replayKey: String) throws -> Revocation? {
         let statement = try db.cachedStatement(
             sql: "SELECT * FROM revocations WHERE coalesce(environment, '') = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
-        if let found = try Row.fetchOne(statement, arguments: [environment ?? "", replayKey]).map(revocation) { return found }
-        // Revocations from before migration 0003 carry no environment or key: they name the
-        // redemption they revoked, which carries both (and its original transaction id).
+        return try Row.fetchOne(statement, arguments: [environment ?? "", replayKey]).map(revocation)
+    }
+
+    /// The revocation of a purchase, also one from before migration 0003: those carry no
+    /// environment or key but name the redemption they revoked, which carries both. Every
+    /// lookup is one indexed search (an OR across columns would scan the table).
+    static func revocation(_ db: Database, environment: String?, replayKey: String) throws -> Revocation? {
+        if let found = try keyedRevocation(db, environment: environment, replayKey: replayKey) { return found }
+        let legacy = try db.cachedStatement(sql: "SELECT * FROM revocations WHERE redemption_id = ? AND environment IS NULL LIMIT 1")
+        for redemptionId in try redemptionIds(db, environment: environment ?? "", replayKey: replayKey) {
+            if let found = try Row.fetchOne(legacy, arguments: [redemptionId]).map(revocation) { return found }
+        }
+        return nil
+    }
+
+    /// The redemptions of a purchase, oldest first: by environment and replay key, and — for rows
+    /// from before migration 0003, keyed by their transaction id — by original transaction id.
+    static func redemptionIds(_ db: Database, environment: String, replayKey: String) throws -> [String] {
+        let keyed = try db.cachedStatement(
+            sql: "SELECT redemption_id FROM redemptions WHERE environment = ? AND coalesce(replay_key, transaction_id) = ? LIMIT 1")
         let legacy = try db.cachedStatement(
             sql: """
-                SELECT v.* FROM revocations v JOIN redemptions d ON d.redemption_id = v.redemption_id
-                WHERE v.environment IS NULL AND d.environment = ?
-                  AND (coalesce(d.replay_key, d.transaction_id) = ? OR d.original_transaction_id = ?) LIMIT 1
+                SELECT redemption_id FROM redemptions WHERE original_transaction_id = ? AND replay_key IS NULL AND environment = ?
+                ORDER BY sequence LIMIT 10
                 """)
-        return try Row.fetchOne(legacy, arguments: [environment ?? "", replayKey, replayKey]).map(revocation)
+        return try String.fetchAll(keyed, arguments: [environment, replayKey]) + String.fetchAll(legacy, arguments: [replayKey, environment])
     }
 
     /// Whether a redemption of this purchase is in the ledger: same environment and replay key,

@@ -130,15 +130,8 @@ public struct SQLiteLedger: LedgerRepository {
         -> RevocationOutcome
     {
         if try ChainStore.revocation(db, environment: revocation.environment, replayKey: key) != nil { return .alreadyRevoked }
-        // Rows from before migration 0003 are keyed by transaction id: match their original id too.
-        let redemptionId = try String.fetchOne(
-            db,
-            sql: """
-                SELECT redemption_id FROM redemptions WHERE environment = ?1
-                  AND (coalesce(replay_key, transaction_id) = ?2 OR (replay_key IS NULL AND original_transaction_id = ?2))
-                ORDER BY sequence LIMIT 1
-                """,
-            arguments: [revocation.environment ?? "", key])
+        // Rows from before migration 0003 are keyed by transaction id: their original id matches too.
+        let redemptionId = try ChainStore.redemptionIds(db, environment: revocation.environment ?? "", replayKey: key).first
         if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
         var row = revocation
         row.redemptionId = redemptionId ?? ""
