@@ -3,14 +3,19 @@ import CofferStore
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 
 /// Builds the Coffer HTTP application over opened services. `coffer serve` and the tests
 /// call this same function.
 public func buildApplication(_ services: CofferServices, logger: Logger) -> some ApplicationProtocol {
-    Application(
+    // A connection the peer stops reading is closed after twice the download stall timeout
+    // (downloads are closed by their own watchdog first, which logs the client address).
+    let writeStall = TimeAmount.seconds(2 * services.configuration.downloadStallTimeoutSeconds)
+    return Application(
         router: buildRouter(services),
         server: .http1(
             configuration: .init(
+                additionalChannelHandlers: [WriteStallHandler(timeout: writeStall, logger: logger)],
                 idleTimeout: .seconds(services.configuration.idleTimeoutSeconds),
                 httpDecoderConfiguration: .init(
                     maxHeaderFieldSize: services.configuration.maxHeaderFieldSize, maxHeaderListSize: services.configuration.maxHeaderListSize,

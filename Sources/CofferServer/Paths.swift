@@ -110,13 +110,14 @@ enum PathPolicy {
     }
 }
 
-/// Serves only canonical paths (``PathPolicy/isCanonical(_:)``): anything else is 404
-/// `nonCanonicalPath`, before any route sees it, with no trace of the path in the answer.
+/// Serves only canonical paths (``PathPolicy/isCanonical(_:)``): anything else is 400
+/// `nonCanonicalPath` (a malformed request target, as Coffer sees it), before any route or
+/// authentication sees it, with no trace of the path in the answer.
 struct CanonicalPathMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard PathPolicy.isCanonical(request.uri.path) else {
             throw Problem(
-                .notFound, "nonCanonicalPath",
+                .badRequest, "nonCanonicalPath",
                 "the path is not in canonical form (empty, '.' or '..' segments, a trailing slash or percent-encoding)")
         }
         return try await next(request, context)

@@ -254,6 +254,31 @@ extension Harness {
         }
     }
 
+    /// A client pipelining thousands of requests and reading none of the answers fills every
+    /// buffer until the server cannot even write the next response head; the idle timeout
+    /// never fires (a request is in progress), the write-stall guard closes the connection.
+    @Test func aPipeliningClientThatNeverReadsIsClosed() async throws {
+        let h = try await Harness.make(configure: { $0.downloadStallTimeoutSeconds = 1 })
+        defer { h.cleanUp() }
+        let store = CapturingLogHandler.Store()
+        var logger = Logger(label: "capture") { _ in CapturingLogHandler(store: store) }
+        logger.logLevel = .notice
+        try await buildApplication(h.services, logger: logger).test(.live) { client in
+            let port = try #require(client.port)
+            let c = try RawConnection(port: port)
+            let requests = String(repeating: "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", count: 60_000)
+            // Sent from a thread of its own: the send blocks while the server is busy.
+            Thread { c.send(requests) }.start()
+            let closed = await eventually(seconds: 60) { store.all.contains { $0.contains("connection closed: the peer read nothing") } }
+            #expect(closed)
+            let drained = await withCheckedContinuation { continuation in
+                Thread { continuation.resume(returning: c.drainToEnd(seconds: 10)) }.start()
+            }
+            #expect(drained.closed, "the server ended the connection after \(drained.bytes) bytes")
+            #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok, "others are served")
+        }
+    }
+
     // MARK: - 2. Authentication failures throttle failing requests only
 
     @Test func aValidKeyIsNeverRefusedBecauseOfOthersFailures() async throws {
@@ -333,7 +358,7 @@ extension Harness {
         #expect(Problem.instance("/v1/downloads/\(token)") == "/v1/downloads/<redacted>")
     }
 
-    /// Every spelling of a download URL but the canonical one is refused before routing (404
+    /// Every spelling of a download URL but the canonical one is refused before routing (400
     /// `nonCanonicalPath`), the answer carries no part of the path, and the request log shows
     /// no token; `/metrics` answers only at its exact path.
     @Test func nonCanonicalPathsAreNeverServedNorEchoed() async throws {
@@ -356,7 +381,7 @@ extension Harness {
             #expect(canonical.status == .ok, "the control: the canonical URL works")
             for path in variants {
                 let r = try await client.execute(uri: path, method: .get)
-                #expect(r.status == .notFound, "\(path.prefix(30)) → \(r.status)")
+                #expect(r.status == .badRequest, "\(path.prefix(30)) → \(r.status)")
                 #expect(Harness.code(r) == "nonCanonicalPath")
                 let body = String(buffer: r.body)
                 #expect(!body.contains(mac) && !body.contains("downloads"), "\(body)")
@@ -364,7 +389,8 @@ extension Harness {
             }
             for path in ["/metrics/", "//metrics", "/metrics/.", "/./metrics", "/%6Detrics", "/metrics%2F", "/x/../metrics"] {
                 let r = try await client.execute(uri: path, method: .get)
-                #expect(r.status == .notFound, "\(path)")
+                #expect(r.status == .badRequest, "\(path)")
+                #expect(Harness.code(r) == "nonCanonicalPath")
                 #expect(!String(buffer: r.body).contains("coffer_"))
             }
             #expect(try await client.execute(uri: "/metrics", method: .get).status == .ok)

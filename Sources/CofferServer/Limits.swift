@@ -228,3 +228,51 @@ final class StallWatchdog: Sendable {
         }
     }
 }
+
+/// Closes any connection whose outbound side stays unwritable (the peer reads nothing and
+/// every buffer is full) for `timeout`. Downloads have their own, shorter watchdog (which
+/// logs the client address); this catches the rest — a response head that cannot be
+/// written, or a client pipelining thousands of small requests it never reads the answers
+/// to — which Hummingbird's idle timeout does not, since a request is in progress.
+final class WriteStallHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+
+    private let timeout: TimeAmount
+    private let logger: Logger
+    private var scheduled: Scheduled<Void>?
+
+    init(timeout: TimeAmount, logger: Logger) {
+        self.timeout = timeout
+        self.logger = logger
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            cancel()
+        } else if scheduled == nil {
+            let peer = context.channel.remoteAddress?.ipAddress.map(IPAddress.normalized) ?? "unknown"
+            scheduled = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
+                scheduled = nil
+                logger.notice(
+                    "connection closed: the peer read nothing", metadata: ["peer": "\(peer)", "seconds": "\(timeout.nanoseconds / 1_000_000_000)"])
+                context.close(promise: nil)
+            }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        cancel()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) { cancel() }
+
+    private func cancel() {
+        scheduled?.cancel()
+        scheduled = nil
+    }
+}
+
+@available(*, unavailable)
+extension WriteStallHandler: Sendable {}
