@@ -119,6 +119,58 @@ import Testing
         #expect(help.stdout.contains("stdin") && help.stdout.contains("--key"))
     }
 
+    /// `coffer serve --host ::` (dual stack, as many deployments bind): an IPv4 client is the
+    /// peer `::ffff:127.0.0.1`, which must match `--trusted-proxy 127.0.0.1` — its
+    /// X-Forwarded-For reaches the ledger — and the peer itself is recorded as `127.0.0.1`.
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: "/proc/net/if_inet6")))
+    func aMappedIPv4PeerIsTheTrustedProxy() async throws {
+        let root = try CrashSafetyTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        let log = root.appendingPathComponent("serve.log")
+        FileManager.default.createFile(atPath: log.path, contents: nil)
+        let process = Process()
+        process.executableURL = try LedgerTamperTests.binary
+        process.arguments = [
+            "serve", "--demo", "--data-dir", data.path, "--host", "::", "--port", "0", "--content", CrashSafetyTests.Server.contentDirectory.path,
+            "--trusted-proxy", "127.0.0.1",
+        ]
+        let handle = try FileHandle(forWritingTo: log)
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        defer { kill(process.processIdentifier, SIGKILL) }
+        var port: Int?
+        let started = await eventually(seconds: 20) {
+            let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            guard let range = text.range(of: "Server started and listening on ") else { return false }
+            let line = text[range.upperBound...].prefix { $0 != "\n" }
+            port = line.split(separator: ":").last.flatMap { Int($0.filter(\.isNumber)) }
+            return port != nil
+        }
+        try #require(started, "\((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
+        let mint = { (id: String) throws -> String in
+            let run = try Self.coffer(
+                [
+                    "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo", "--purchase",
+                    "com.coffer.demo.levelpack1:\(id)", "--base64",
+                ], stdin: nil)
+            return "{\"receipt\":\"\(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}"
+        }
+        for (id, forwarded) in [("8901", "X-Forwarded-For: 203.0.113.77\r\n"), ("8902", "")] {
+            let body = try mint(id)
+            let c = try RawConnection(port: try #require(port))
+            c.send(
+                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\(forwarded)Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
+            )
+            let answer = await c.receive(seconds: 10)
+            #expect(answer.hasPrefix("HTTP/1.1 201"), "\(answer.prefix(80))")
+        }
+        let db = try DatabaseQueue(path: data.appendingPathComponent("coffer.sqlite").path)
+        let addresses = try await db.read { try String.fetchAll($0, sql: "SELECT client_address FROM redemptions ORDER BY transaction_id") }
+        #expect(addresses == ["203.0.113.77", "127.0.0.1"])
+    }
+
     /// Every new setting is read from its flag, its `COFFER_*` variable and its config key.
     @Test func newSettingsComeFromFlagsEnvironmentAndConfigFile() throws {
         let root = try CrashSafetyTests.temporaryDirectory()

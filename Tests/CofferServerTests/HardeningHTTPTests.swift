@@ -458,13 +458,20 @@ extension Harness {
     @Test func theBodyBudgetIsReleasedWhenABodyTimesOut() async throws {
         let h = try await Harness.make(configure: {
             $0.bodyBudgetBytes = 1_000_000
-            $0.bodyTimeoutSeconds = 1
+            $0.bodyTimeoutSeconds = 2
         })
         defer { h.cleanUp() }
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
             let slow = try RawConnection(port: port)
             slow.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n{")
+            // While it holds 900,000 bytes of the budget, a 200,000-byte body does not fit.
+            let refused = try await eventually(seconds: 5) {
+                let r = try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(repeating: 0x20, count: 200_000))
+                return r.status == .serviceUnavailable && Harness.code(r) == "busy"
+            }
+            #expect(refused)
             let answer = await slow.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(80))")
             let released = try await eventually(seconds: 10) {
@@ -589,25 +596,6 @@ extension Harness {
         #expect(client("::ffff:198.51.100.7", ["1.2.3.4"], ["10.0.0.1"]) == "198.51.100.7", "an untrusted peer, normalised")
         #expect(client("10.0.0.1", ["2001:DB8::0:1"], ["10.0.0.1"]) == "2001:db8::1")
         #expect(client("10.0.0.1", ["<script>"], ["10.0.0.1"]) == "10.0.0.1")
-    }
-
-    /// Over a dual-stack socket an IPv4 client is the peer `::ffff:127.0.0.1`: with
-    /// `--trusted-proxy 127.0.0.1` its X-Forwarded-For is believed.
-    @Test(.enabled(if: FileManager.default.fileExists(atPath: "/proc/net/if_inet6")))
-    func aMappedPeerIsTheTrustedProxyLive() async throws {
-        let h = try await Harness.make(trustedProxies: ["127.0.0.1"], configure: { $0.host = "::" })
-        defer { h.cleanUp() }
-        let body = "{\"receipt\":\"\(try Harness.receipt("8901"))\"}"
-        try await h.app.test(.live) { client in
-            let port = try #require(client.port)
-            let c = try RawConnection(port: port)
-            c.send(
-                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Forwarded-For: 203.0.113.77\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
-            )
-            let answer = await c.receive(seconds: 10)
-            #expect(answer.hasPrefix("HTTP/1.1 201"), "\(answer.prefix(80))")
-        }
-        #expect(try await h.services.ledger.redemptions(AuditFilter()).map(\.clientAddress) == ["203.0.113.77"])
     }
 
     // MARK: - 8. CSV cells
