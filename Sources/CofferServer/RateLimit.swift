@@ -58,17 +58,6 @@ final class RateLimiter: Sendable {
         }
     }
 
-    /// Whether `client` has a token left, without taking one.
-    func wouldAllow(_ client: String, now: Double = ProcessInfo.processInfo.systemUptime) -> Int? {
-        guard enabled else { return nil }
-        let rate = Double(perMinute) / 60
-        return table.withLock { table -> Int? in
-            guard let bucket = table.buckets[client] else { return nil }
-            let tokens = min(Double(burst), bucket.tokens + (now - bucket.updated) * rate)
-            return tokens >= 1 ? nil : max(1, Int(((1 - tokens) / rate).rounded(.up)))
-        }
-    }
-
     var trackedClients: Int { table.withLock { $0.buckets.count } }
     var sweeps: Int { table.withLock { $0.sweeps } }
 

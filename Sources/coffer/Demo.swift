@@ -5,10 +5,6 @@ import CofferStore
 import Foundation
 import Logging
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// `coffer serve --demo`: a sandbox CA, the catalogue in content/, an admin and an auditor
 /// key (created once, reused on every restart), and a copy-paste walk-through printed to the
 /// terminal.
@@ -57,16 +53,23 @@ enum Demo {
     static let keysFileName = "demo-keys.json"
 
     /// The demo admin and auditor keys: those saved in `DATA/sandbox/demo-keys.json` while each
-    /// still hashes to a live key of its role; otherwise a new key for that role (saved, and the
-    /// saved one revoked if it was still live). So every start leaves exactly one live demo key
-    /// per role — the one printed. Returns whether any key was created.
-    static func demoKeys(_ services: CofferServices, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
+    /// still hashes to a live key of its role; otherwise a new key for that role, saved. So
+    /// restarts leave exactly one live demo key per role — the one printed. Returns whether
+    /// any key was created.
+    ///
+    /// Keys made before the file existed (by an older Coffer, or if the file was deleted) cannot
+    /// be found again — only their hashes are stored — so they are not revoked here: `reused`
+    /// says the data directory was used before, and then a warning says so.
+    static func demoKeys(_ services: CofferServices, reused: Bool, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
         let path = ((services.configuration.dataDirectory as NSString).appendingPathComponent("sandbox") as NSString)
             .appendingPathComponent(keysFileName)
         var saved: DemoKeys?
         if FileManager.default.fileExists(atPath: path) {
             saved = try? JSONDecoder().decode(DemoKeys.self, from: Data(try IO.read(path)))
             if saved == nil { logger.warning("\(path) is not a demo key file: creating new demo keys") }
+        } else if reused {
+            logger.warning(
+                "\(path) is missing: creating new demo keys; demo keys printed by earlier runs stay valid until revoked (coffer keys revoke)")
         }
         func live(_ secret: String?, _ role: Role) async throws -> APIKey? {
             guard let secret, let key = try await services.keys.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else { return nil }
@@ -89,15 +92,18 @@ enum Demo {
 
     /// Writes `data` to `path` atomically, created 0600 from the start (never readable by others).
     static func writePrivate(_ data: Data, to path: String) throws {
-        let temporary = path + ".tmp-\(getpid())"
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw UsageError("cannot create \(temporary): errno \(errno)") }
-        let written = data.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd)
-        close(fd)
-        guard written == data.count, synced == 0, rename(temporary, path) == 0 else {
+        guard fd >= 0 else { throw UsageError("cannot create \(temporary)") }
+        do {
+            let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+            try handle.write(contentsOf: data)
+            try handle.synchronize()
+            try handle.close()
+            guard rename(temporary, path) == 0 else { throw UsageError("cannot rename \(temporary) to \(path)") }
+        } catch {
             unlink(temporary)
-            throw UsageError("cannot write \(path)")
+            throw UsageError("cannot write \(path): \(error)")
         }
     }
 
@@ -107,12 +113,15 @@ enum Demo {
         do { manifest = try JSONDecoder().decode(Manifest.self, from: Data(try IO.read(manifestPath))) } catch {
             throw UsageError("demo catalogue \(manifestPath) does not load: \(error) (run from the repository root or pass --content)")
         }
+        var reused = false
         for entry in manifest.assets {
             let bytes = try IO.read((contentDirectory as NSString).appendingPathComponent(entry.file))
             let writer = try services.content.makeWriter(maxBytes: services.configuration.uploadLimit)
             try bytes.withUnsafeBytes { try writer.append($0) }
             let stored = try writer.finish(expectedSHA256: nil)
-            if try await services.catalogue.asset(entry.assetId)?.sha256 != stored.sha256 {
+            let existing = try await services.catalogue.asset(entry.assetId)
+            reused = reused || existing != nil
+            if existing?.sha256 != stored.sha256 {
                 _ = try await services.catalogue.addAssetVersion(
                     assetId: entry.assetId, name: entry.name, contentType: entry.contentType, size: stored.size, sha256: stored.sha256, at: Date())
             }
@@ -121,7 +130,7 @@ enum Demo {
             try await services.catalogue.putProduct(
                 Product(productId: p.productId, bundleId: manifest.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date()))
         }
-        let (keys, created) = try await demoKeys(services, logger: logger)
+        let (keys, created) = try await demoKeys(services, reused: reused, logger: logger)
         let admin = keys.admin
         let auditor = keys.auditor
         let data = services.configuration.dataDirectory

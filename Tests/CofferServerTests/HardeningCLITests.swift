@@ -93,6 +93,14 @@ import Testing
         #expect(try Self.printedAuditorKey(third) == auditor)
         try await Self.stop(third)
         #expect(try Self.liveDemoKeys(data) == ["admin": 1, "auditor": 1])
+
+        // Without the file (deleted, or a data directory from an older Coffer) the earlier keys
+        // cannot be found again (only hashes are stored): new ones, and a warning that says so.
+        try FileManager.default.removeItem(atPath: file)
+        let fourth = try await CrashSafetyTests.Server(dataDirectory: data)
+        #expect(fourth.adminKey != third.adminKey)
+        #expect(try String(contentsOf: fourth.log, encoding: .utf8).contains("demo-keys.json is missing: creating new demo keys"))
+        try await Self.stop(fourth)
     }
 
     /// `coffer keys revoke` reads the key from stdin when `--key` is absent (keeping it out of
