@@ -339,8 +339,8 @@ struct KeysCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Revoke a key: the key itself, read from stdin (or --key).",
             discussion: """
-                Reads the key from the first line of standard input, so it stays out of shell history
-                and process listings: `coffer keys revoke --data-dir D < key.txt`, or paste it at the
+                Reads the key from the first line of standard input, so it stays out of shell history \
+                and process listings: `coffer keys revoke --data-dir D < key.txt`, or paste it at the \
                 prompt. --key K still works but exposes K to both.
                 """)
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"

@@ -458,7 +458,7 @@ extension Harness {
     @Test func theBodyBudgetIsReleasedWhenABodyTimesOut() async throws {
         let h = try await Harness.make(configure: {
             $0.bodyBudgetBytes = 1_000_000
-            $0.bodyTimeoutSeconds = 2
+            $0.bodyTimeoutSeconds = 3
         })
         defer { h.cleanUp() }
         try await h.app.test(.live) { client in
@@ -466,12 +466,14 @@ extension Harness {
             let slow = try RawConnection(port: port)
             slow.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n{")
             // While it holds 900,000 bytes of the budget, a 200,000-byte body does not fit.
-            let refused = try await eventually(seconds: 5) {
-                let r = try await client.execute(
-                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(repeating: 0x20, count: 200_000))
-                return r.status == .serviceUnavailable && Harness.code(r) == "busy"
+            let holding = try await eventually(seconds: 5) {
+                metricValue(String(buffer: try await client.execute(uri: "/metrics", method: .get).body), "coffer_request_body_bytes_reserved")
+                    == 900_000
             }
-            #expect(refused)
+            #expect(holding)
+            let refused = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(repeating: 0x20, count: 200_000))
+            #expect(refused.status == .serviceUnavailable && Harness.code(refused) == "busy")
             let answer = await slow.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(80))")
             let released = try await eventually(seconds: 10) {
