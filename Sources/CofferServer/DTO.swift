@@ -57,7 +57,8 @@ enum JSON {
         let outcome = await withTaskGroup(of: Result<ByteBuffer, any Error>?.self) { group in
             group.addTask {
                 do {
-                    var buffer = ByteBuffer()
+                    // A declared length is allocated once (it is what the budget holds).
+                    var buffer = ByteBufferAllocator().buffer(capacity: declared ?? 0)
                     for try await chunk in request.body {
                         guard chunk.readableBytes <= limit - buffer.readableBytes else { throw TooLarge() }
                         if declared == nil, !reservation.reserve(chunk.readableBytes) { throw OverBudget() }

@@ -120,6 +120,7 @@ struct RateLimitMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         if let wait = limiter.take(context.clientAddress) {
             metrics.rateLimited(route: route)
+            context.logger.notice("rate limited", metadata: ["route": "\(route)", "client": "\(context.clientAddress)", "retryAfter": "\(wait)"])
             throw Problem.rateLimited(wait)
         }
         return try await next(request, context)
