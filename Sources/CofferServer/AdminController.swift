@@ -39,7 +39,7 @@ struct AdminController {
                 /// Needed only when the transaction id was redeemed in more than one environment.
                 var environment: String?
             }
-            let body = try await JSON.decode(Body.self, from: request, limit: 4096, timeout: services.configuration.bodyTimeout)
+            let body = try await JSON.decode(Body.self, from: request, context: context, limit: 4096, timeout: services.configuration.bodyTimeout)
             guard (1...64).contains(body.transactionId.utf8.count), (1...500).contains(body.reason.utf8.count) else {
                 throw Problem(.badRequest, "malformedRequest", "transactionId must be 1–64 characters and reason 1–500")
             }
@@ -89,10 +89,7 @@ struct AdminController {
             }
             expected = hex
         }
-        let name = request.uri.queryParameters.get("name") ?? assetId
-        guard (1...256).contains(name.utf8.count), !name.contains("/"), !name.contains("\\") else {
-            throw Problem(.badRequest, "malformedRequest", "name must be 1–256 characters without slashes")
-        }
+        let name = try Self.assetName(query: request.uri.query) ?? assetId
         let contentType = request.headers[.contentType] ?? "application/octet-stream"
         guard services.uploads.enter() else {
             throw Problem(
@@ -133,6 +130,57 @@ struct AdminController {
             "admin action", metadata: ["action": "\(action)", "target": "\(target)", "detail": "\(detail)", "by": "\(entry.keyName)"])
     }
 
+    /// Longest asset name, in UTF-8 bytes.
+    static let maxAssetNameBytes = 200
+
+    /// The `name` query parameter of an upload, decoded strictly: nil when absent; 400
+    /// `invalidAssetName` when it is given twice, empty, longer than ``maxAssetNameBytes``,
+    /// badly percent-encoded, not valid UTF-8, or holds a control character (C0 including NUL,
+    /// DEL, C1) or a slash or backslash. Names reach clients (`assets[].name`), file names and
+    /// admin logs: none of those should meet a NUL or a line break.
+    static func assetName(query: String?) throws -> String? {
+        guard let query else { return nil }
+        var found: [UInt8]?
+        for pair in query.utf8.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: UInt8(ascii: "="), maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.first.map({ Array($0) }) == Array("name".utf8) else { continue }
+            guard found == nil else { throw invalidAssetName("name is given more than once") }
+            guard let bytes = parts.count == 2 ? percentDecodedStrictly(parts[1]) : [] else {
+                throw invalidAssetName("name is not correctly percent-encoded")
+            }
+            found = bytes
+        }
+        guard let bytes = found else { return nil }
+        guard (1...maxAssetNameBytes).contains(bytes.count) else { throw invalidAssetName("name must be 1–\(maxAssetNameBytes) bytes of UTF-8") }
+        guard let name = String(validating: bytes, as: UTF8.self) else { throw invalidAssetName("name is not valid UTF-8") }
+        for scalar in name.unicodeScalars {
+            switch scalar.value {
+            case 0x00...0x1F, 0x7F...0x9F:
+                throw invalidAssetName("name contains a control character (U+\(String(scalar.value, radix: 16, uppercase: true)))")
+            case 0x2F, 0x5C: throw invalidAssetName("name contains a slash or backslash")
+            default: continue
+            }
+        }
+        return name
+    }
+
+    private static func invalidAssetName(_ detail: String) -> Problem { Problem(.badRequest, "invalidAssetName", detail) }
+
+    /// `%XX` decoded (no `+` for space, as Hummingbird reads queries); nil for a malformed escape.
+    static func percentDecodedStrictly(_ text: some Collection<UInt8>) -> [UInt8]? {
+        var out: [UInt8] = []
+        var iterator = text.makeIterator()
+        while let c = iterator.next() {
+            guard c == UInt8(ascii: "%") else {
+                out.append(c)
+                continue
+            }
+            guard let h = iterator.next().flatMap(PathPolicy.hexValue), let l = iterator.next().flatMap(PathPolicy.hexValue) else { return nil }
+            out.append(h << 4 | l)
+        }
+        return out
+    }
+
     static func sha256(fromContentDigest header: String) -> String? {
         for item in header.split(separator: ",") {
             let trimmed = item.trimmingCharacters(in: .whitespaces)
@@ -149,7 +197,8 @@ struct AdminController {
         guard Self.validIdentifier(productId) else {
             throw Problem(.badRequest, "invalidProductId", "product ids are 1–128 characters of A–Z a–z 0–9 . _ -")
         }
-        let body = try await JSON.decode(ProductBody.self, from: request, limit: 64 * 1024, timeout: services.configuration.bodyTimeout)
+        let body = try await JSON.decode(
+            ProductBody.self, from: request, context: context, limit: 64 * 1024, timeout: services.configuration.bodyTimeout)
         guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
             throw Problem(.badRequest, "malformedRequest", "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
         }
@@ -268,12 +317,23 @@ struct AuditController {
 }
 
 enum CSV {
+    /// A quoted CSV cell, neutralised against formula injection (OWASP "CSV Injection"): a
+    /// cell that starts with a tab, CR or LF, or whose first character after any leading
+    /// whitespace or control characters is `=`, `+`, `-` or `@` (or their full-width forms),
+    /// gets a leading `'` so spreadsheets show it as text.
     static func field(_ value: String?) -> String {
         guard let value else { return "" }
-        // Neutralise spreadsheet formulas and quote.
         var v = value
-        if let first = v.first, "=+-@\t\r".contains(first) { v = "'" + v }
+        if isFormulaLike(v) { v = "'" + v }
         return "\"" + v.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    static func isFormulaLike(_ value: String) -> Bool {
+        guard let first = value.unicodeScalars.first else { return false }
+        if first == "\t" || first == "\r" || first == "\n" { return true }
+        let significant = value.unicodeScalars.first { !($0.properties.isWhitespace || $0.value < 0x20 || (0x7F...0x9F).contains($0.value)) }
+        guard let significant else { return false }
+        return "=+-@\u{FF1D}\u{FF0B}\u{FF0D}\u{FF20}".unicodeScalars.contains(significant)
     }
 
     static func line(_ r: Redemption) -> String {

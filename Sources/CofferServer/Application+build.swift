@@ -3,14 +3,19 @@ import CofferStore
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 
 /// Builds the Coffer HTTP application over opened services. `coffer serve` and the tests
 /// call this same function.
 public func buildApplication(_ services: CofferServices, logger: Logger) -> some ApplicationProtocol {
-    Application(
+    // A connection the peer stops reading is closed after twice the download stall timeout
+    // (downloads are closed by their own watchdog first, which logs the client address).
+    let writeStall = TimeAmount.seconds(2 * services.configuration.downloadStallTimeoutSeconds)
+    return Application(
         router: buildRouter(services),
         server: .http1(
             configuration: .init(
+                additionalChannelHandlers: [WriteStallHandler(timeout: writeStall, logger: logger)],
                 idleTimeout: .seconds(services.configuration.idleTimeoutSeconds),
                 httpDecoderConfiguration: .init(
                     maxHeaderFieldSize: services.configuration.maxHeaderFieldSize, maxHeaderListSize: services.configuration.maxHeaderListSize,
@@ -26,9 +31,13 @@ public func buildApplication(_ services: CofferServices, logger: Logger) -> some
 /// The router: every route and middleware.
 public func buildRouter(_ services: CofferServices) -> Router<CofferRequestContext> {
     let router = Router(context: CofferRequestContext.self)
-    router.add(middleware: ClientAddressMiddleware(trustedProxies: services.configuration.trustedProxies))
+    let c = services.configuration
+    router.add(middleware: ClientAddressMiddleware(trustedProxies: c.trustedProxies))
     router.add(middleware: RequestLogMiddleware())
     router.add(middleware: ProblemMiddleware())
+    // Before any route: only canonical paths are served (no `//`, `.`, `..`, trailing `/`, `%`).
+    router.add(middleware: CanonicalPathMiddleware())
+    router.add(middleware: BodyBudgetMiddleware(budget: ByteBudget(capacity: c.bodyBudgetBytes, metrics: services.metrics)))
 
     router.get("/healthz") { _, _ in try JSON.response(["status": "ok"]) }
     router.get("/readyz") { _, _ in
@@ -44,15 +53,16 @@ public func buildRouter(_ services: CofferServices) -> Router<CofferRequestConte
             status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: services.metrics.render())))
     }
 
-    let c = services.configuration
     let redemptionLimiter = RateLimiter(perMinute: c.redemptionsPerMinute, burst: c.redemptionBurst)
+    let notificationLimiter = RateLimiter(perMinute: c.notificationsPerMinute, burst: c.notificationBurst)
     let authFailures = RateLimiter(perMinute: c.authFailuresPerMinute, burst: c.authFailuresPerMinute)
     RedemptionController(services: services).add(
         to: router.group().add(middleware: RateLimitMiddleware(limiter: redemptionLimiter, metrics: services.metrics)))
-    DownloadController(services: services).add(to: router)
-    router.post("/v1/notifications") { request, context in
-        try await RedemptionController(services: services).notification(request, context: context)
-    }
+    DownloadController(services: services, slots: DownloadSlots(perAddress: c.maxDownloadsPerAddress, metrics: services.metrics)).add(to: router)
+    router.group().add(middleware: RateLimitMiddleware(limiter: notificationLimiter, metrics: services.metrics, route: "notifications"))
+        .post("/v1/notifications") { request, context in
+            try await RedemptionController(services: services).notification(request, context: context)
+        }
     AdminController(services: services).add(
         to: router.group("/v1/admin").add(
             middleware: APIKeyMiddleware(keys: services.keys, roles: [.admin], failures: authFailures, metrics: services.metrics)))

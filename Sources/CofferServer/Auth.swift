@@ -3,10 +3,14 @@ import Crypto
 import Foundation
 import Hummingbird
 
-/// `Authorization: Bearer <key>`: the key's SHA-256 is looked up (keys are stored hashed, so
-/// the comparison is of digests; the lookup is by an indexed unique column).
-/// No or unknown key → 401, revoked → 401, wrong role → 403. An address that keeps sending
-/// bad keys is refused with 429 before its next key is even looked up.
+/// `Authorization: Bearer <key>` (the scheme is case-insensitive, RFC 9110 §11.1): the key's
+/// SHA-256 is looked up (keys are stored hashed, so the comparison is of digests; the lookup
+/// is by an indexed unique column). No or unknown key → 401, revoked → 401, wrong role → 403.
+///
+/// Failures throttle failing requests only: the key is looked up first, and a live key is
+/// always let through, whatever else came from its address (NAT, proxies, a neighbour
+/// guessing). An address that keeps sending bad keys gets 429 for its next bad keys — the
+/// same answer for every wrong guess, so guessing stays at the failure rate.
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let keys: any KeyRepository
@@ -15,24 +19,31 @@ struct APIKeyMiddleware: RouterMiddleware {
     let metrics: CofferMetrics
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        if let wait = failures.wouldAllow(context.clientAddress) {
-            metrics.rateLimited(route: "authentication")
-            throw Problem.rateLimited(wait)
-        }
+        let key: APIKey
         do {
-            return try await authenticated(request, context: context, next: next)
+            key = try await authenticate(request)
         } catch let problem as Problem where problem.status == .unauthorized {
-            _ = failures.take(context.clientAddress)
+            if let wait = failures.take(context.clientAddress) {
+                metrics.rateLimited(route: "authentication")
+                context.logger.notice("authentication failed, address throttled", metadata: ["client": "\(context.clientAddress)"])
+                throw Problem.rateLimited(wait)
+            }
             context.logger.notice("authentication failed", metadata: ["client": "\(context.clientAddress)", "reason": "\(problem.detail)"])
             throw problem
         }
+        guard roles.contains(key.role) else {
+            throw Problem(.forbidden, "forbidden", "a \(key.role.rawValue) key may not do this")
+        }
+        var context = context
+        context.identity = key
+        return try await next(request, context)
     }
 
-    private func authenticated(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
+    /// The live key the request carries, or a 401 problem.
+    private func authenticate(_ request: Request) async throws -> APIKey {
+        guard let header = request.headers[.authorization], let secret = Self.bearerCredentials(header) else {
             throw Problem(.unauthorized, "unauthenticated", "send Authorization: Bearer <key>", headers: [.wwwAuthenticate: "Bearer"])
         }
-        let secret = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
         guard !secret.isEmpty, secret.utf8.count <= 256 else {
             throw Problem(.unauthorized, "unauthenticated", "malformed bearer key", headers: [.wwwAuthenticate: "Bearer"])
         }
@@ -43,12 +54,19 @@ struct APIKeyMiddleware: RouterMiddleware {
         guard let key, key.revokedAt == nil else {
             throw Problem(.unauthorized, "unauthenticated", "unknown or revoked key", headers: [.wwwAuthenticate: "Bearer"])
         }
-        guard roles.contains(key.role) else {
-            throw Problem(.forbidden, "forbidden", "a \(key.role.rawValue) key may not do this")
-        }
-        var context = context
-        context.identity = key
-        return try await next(request, context)
+        return key
+    }
+
+    /// The credentials of a `Bearer` authorization, the scheme matched case-insensitively and
+    /// followed by one or more spaces or tabs; nil for any other scheme.
+    static func bearerCredentials(_ header: String) -> String? {
+        let utf8 = header.utf8
+        guard utf8.count > 7 else { return nil }
+        let scheme = utf8.prefix(6)
+        guard String(decoding: scheme, as: UTF8.self).lowercased() == "bearer" else { return nil }
+        let rest = utf8.dropFirst(6)
+        guard let first = rest.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") else { return nil }
+        return String(decoding: rest, as: UTF8.self).trimmingCharacters(in: .whitespaces)
     }
 }
 

@@ -47,6 +47,20 @@ public struct CofferConfiguration: Sendable {
     public var redemptionBurst = 200
     /// Failed authentications per client address per minute before 429 (0: unlimited).
     public var authFailuresPerMinute = 20
+    /// Notifications (`POST /v1/notifications`) per client address per minute (0: unlimited)…
+    /// Apple posts from a handful of addresses, so the default is generous.
+    public var notificationsPerMinute = 600
+    /// …of which this many may come at once.
+    public var notificationBurst = 600
+    /// A download whose writes make no progress (no chunk accepted by the connection) for this
+    /// many seconds is closed: a client that stops reading cannot hold its connection forever.
+    public var downloadStallTimeoutSeconds: Int64 = 30
+    /// Streamed downloads in progress per client address; more get 429 `tooManyDownloads` (0: unlimited).
+    public var maxDownloadsPerAddress = 16
+    /// Request-body bytes (JSON bodies being collected) held at once by the whole server;
+    /// beyond it requests get 503 `busy` with `Retry-After`. Reserved from `Content-Length`
+    /// before reading, or chunk by chunk for chunked bodies.
+    public var bodyBudgetBytes = 64 * 1024 * 1024
     /// Sign a ledger checkpoint every this many entries…
     public var checkpointEvery: Int64 = 1000
     /// …and every this many seconds when the ledger has grown since the last one.

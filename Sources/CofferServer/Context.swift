@@ -3,6 +3,12 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Per-request context: the caller's address and, once authenticated, their key.
 public struct CofferRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
@@ -13,14 +19,19 @@ public struct CofferRequestContext: RequestContext {
     /// trusted proxy — the nearest untrusted address in `X-Forwarded-For`.
     public var clientAddress: String
     /// The connection's event loop: downloads pace their writes on it (`FileStream`).
-    public let eventLoop: any EventLoop
+    public var eventLoop: any EventLoop { channel.eventLoop }
+    /// The connection: a stalled download closes it (`FileStream`).
+    public let channel: any Channel
+    /// The in-flight request-body budget (``ByteBudget``), set by ``BodyBudgetMiddleware``.
+    var bodyBudget: ByteBudget?
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.identity = nil
-        self.peerAddress = source.channel.remoteAddress?.ipAddress ?? "unknown"
+        self.peerAddress = source.channel.remoteAddress?.ipAddress.map(IPAddress.normalized) ?? "unknown"
         self.clientAddress = peerAddress
-        self.eventLoop = source.channel.eventLoop
+        self.channel = source.channel
+        self.bodyBudget = nil
     }
 
     /// Bodies are collected explicitly with per-route limits.
@@ -31,9 +42,18 @@ public struct CofferRequestContext: RequestContext {
 /// `trustedProxies` may speak for someone else; its `X-Forwarded-For` is read right to left
 /// and the first address that is not itself a trusted proxy is the client. A header from an
 /// untrusted peer is ignored (anyone can write one).
+///
+/// Addresses are compared in one normal form (``IPAddress/normalized(_:)``) on both sides:
+/// an IPv4-mapped IPv6 peer `::ffff:10.0.0.1` is the trusted proxy `10.0.0.1`, IPv6 hex case
+/// and zero compression do not matter, and the client address that reaches the ledger and the
+/// rate limiters is the normal form too.
 struct ClientAddressMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let trustedProxies: Set<String>
+
+    init(trustedProxies: Set<String>) {
+        self.trustedProxies = Set(trustedProxies.map(IPAddress.normalized))
+    }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
@@ -41,23 +61,52 @@ struct ClientAddressMiddleware: RouterMiddleware {
         return try await next(request, context)
     }
 
+    /// `trusted` may be given in any spelling; the answer is in normal form.
     static func client(peer: String, forwardedFor: [String], trusted: Set<String>) -> String {
+        let peer = IPAddress.normalized(peer)
+        let trusted = Set(trusted.map(IPAddress.normalized))
         guard trusted.contains(peer) else { return peer }
         let hops = forwardedFor.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
         var client = peer
         for hop in hops.reversed() {
-            guard isAddressLiteral(hop) else { return client }
-            client = hop
-            if !trusted.contains(hop) { return hop }
+            // Only an address literal, as a proxy writes them: never a free-form string into the ledger.
+            guard let address = IPAddress.parse(hop) else { return client }
+            client = address
+            if !trusted.contains(address) { return address }
         }
         return client
     }
+}
 
-    /// IPv4 or IPv6 literal characters only, as a proxy writes them: never a free-form string
-    /// into the ledger.
-    static func isAddressLiteral(_ s: String) -> Bool {
-        (2...45).contains(s.utf8.count)
-            && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x3A) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) || $0 == 0x2E }
+/// IP address literals in one normal form.
+enum IPAddress {
+    /// The normal form of an IPv4 or IPv6 literal: IPv4 dotted quad; IPv6 as `inet_ntop`
+    /// writes it (lowercase hex, longest zero run compressed); an IPv4-mapped IPv6 address
+    /// (`::ffff:a.b.c.d`) as its IPv4 address. Nil when `text` is not an address literal.
+    static func parse(_ text: String) -> String? {
+        guard (2...45).contains(text.utf8.count), text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, text, &v4) == 1 { return ntop(AF_INET, &v4) }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, text, &v6) == 1 else { return nil }
+        let bytes = withUnsafeBytes(of: &v6) { Array($0) }
+        if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF {
+            return "\(bytes[12]).\(bytes[13]).\(bytes[14]).\(bytes[15])"
+        }
+        return ntop(AF_INET6, &v6)
+    }
+
+    /// ``parse(_:)``, or — for what is not a literal (a peer NIO describes otherwise, e.g. with
+    /// a zone) — the text lowercased.
+    static func normalized(_ text: String) -> String { parse(text) ?? text.lowercased() }
+
+    private static func ntop<T>(_ family: Int32, _ address: inout T) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        let written = withUnsafePointer(to: &address) { pointer in
+            buffer.withUnsafeMutableBufferPointer { inet_ntop(family, pointer, $0.baseAddress, socklen_t($0.count)) }
+        }
+        guard written != nil else { return nil }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 

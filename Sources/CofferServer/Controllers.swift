@@ -27,7 +27,8 @@ struct RedemptionController {
     func add(to router: RouterGroup<CofferRequestContext>) {
         router.post("/v1/redemptions") { request, context in try await redeem(request, context: context) }
         router.post("/v1/grants/tokens") { request, context in
-            let body = try await JSON.decode(GrantBody.self, from: request, limit: 4096, timeout: services.configuration.bodyTimeout)
+            let body = try await JSON.decode(
+                GrantBody.self, from: request, context: context, limit: 4096, timeout: services.configuration.bodyTimeout)
             let outcome = try await services.vault.exchange(grant: body.grant, now: Date())
             return try JSON.response(RedemptionResponse(outcome))
         }
@@ -36,7 +37,8 @@ struct RedemptionController {
     /// App Store Server Notifications V2: Apple posts `{"signedPayload": JWS}`. The signature is
     /// the authentication; REFUND and REVOKE of a redeemed transaction revoke it.
     func notification(_ request: Request, context: CofferRequestContext) async throws -> Response {
-        let body = try await JSON.decode(NotificationBody.self, from: request, limit: 256 * 1024, timeout: services.configuration.bodyTimeout)
+        let body = try await JSON.decode(
+            NotificationBody.self, from: request, context: context, limit: 256 * 1024, timeout: services.configuration.bodyTimeout)
         let outcome: Vault.NotificationOutcome
         do { outcome = try await services.vault.handleNotification(body.signedPayload, now: Date()) } catch { throw Problem(error) }
         if outcome != .ignored {
@@ -47,7 +49,8 @@ struct RedemptionController {
 
     func redeem(_ request: Request, context: CofferRequestContext) async throws -> Response {
         let body = try await JSON.decode(
-            RedeemBody.self, from: request, limit: services.configuration.jsonBodyLimit, timeout: services.configuration.bodyTimeout)
+            RedeemBody.self, from: request, context: context, limit: services.configuration.jsonBodyLimit,
+            timeout: services.configuration.bodyTimeout)
         let proof: RedemptionRequest.Proof
         switch (body.receipt, body.signedTransaction) {
         case (let receipt?, nil):
@@ -84,8 +87,11 @@ struct RedemptionController {
 }
 
 /// Token-authorised downloads, streamed from the content store, with single Range support.
+/// A streamed body holds one of its address's download slots and is closed when the client
+/// stops reading for the stall timeout.
 struct DownloadController {
     let services: CofferServices
+    let slots: DownloadSlots
 
     func add(to router: Router<CofferRequestContext>) {
         router.get("/v1/downloads/:token") { request, context in try await download(request, context: context, head: false) }
@@ -137,10 +143,28 @@ struct DownloadController {
         }
         let length = range.map { $0.upperBound - $0.lowerBound + 1 } ?? 0
         headers[.contentLength] = String(length)
+        if head || length == 0 {
+            services.metrics.downloads.increment()
+            return Response(status: status, headers: headers, body: .init())
+        }
+        guard let slot = slots.acquire(context.clientAddress) else {
+            services.metrics.rateLimited(route: "downloads")
+            context.logger.notice("too many downloads", metadata: ["client": "\(context.clientAddress)", "limit": "\(slots.perAddress)"])
+            throw Problem.tooManyDownloads(slots.perAddress)
+        }
         services.metrics.downloads.increment()
-        if head || length == 0 { return Response(status: status, headers: headers, body: .init()) }
         services.metrics.downloadBytes.increment(by: length)
-        let body = FileStream.body(path: path, range: range ?? 0...0, eventLoop: context.eventLoop)
+        let client = context.clientAddress
+        let logger = context.logger
+        let metrics = services.metrics
+        let timeout = services.configuration.downloadStallTimeoutSeconds
+        let watch = FileStream.Watch(
+            channel: context.channel, stallTimeout: .seconds(timeout),
+            onStall: {
+                metrics.downloadStalls.increment()
+                logger.notice("download stalled: no progress, connection closed", metadata: ["client": "\(client)", "seconds": "\(timeout)"])
+            }, slot: slot)
+        let body = FileStream.body(path: path, range: range ?? 0...0, watch: watch)
         return Response(status: status, headers: headers, body: body)
     }
 }

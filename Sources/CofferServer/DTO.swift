@@ -21,22 +21,54 @@ enum JSON {
 
     /// Collects a JSON body (up to `limit` bytes) and decodes it; any failure is a 400/413 problem.
     /// The body must arrive within `timeout` (slow clients cannot pin a connection): 408.
-    static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int, timeout: Duration) async throws -> T {
-        let buffer = try await collect(request, limit: limit, timeout: timeout)
+    /// Its bytes are held against the server's request-body budget (`context.bodyBudget`)
+    /// until decoding is done: 503 `busy` when the budget is spent.
+    static func decode<T: Decodable>(
+        _ type: T.Type, from request: Request, context: CofferRequestContext, limit: Int, timeout: Duration
+    ) async throws -> T {
+        let reservation = BodyReservation(context.bodyBudget)
+        defer { reservation.release() }
+        let buffer: ByteBuffer
+        do { buffer = try await collect(request, limit: limit, timeout: timeout, reservation: reservation) } catch let problem as Problem
+            where problem.code == "busy"
+        {
+            context.logger.notice(
+                "request body budget spent: 503 busy",
+                metadata: ["client": "\(context.clientAddress)", "budget": "\(context.bodyBudget?.capacity ?? 0)"])
+            throw problem
+        }
         do { return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView)) } catch {
             throw Problem(.badRequest, "malformedRequest", "request body is not the expected JSON: \(Self.describe(error))")
         }
     }
 
-    /// Collects at most `limit` bytes of body within `timeout`.
-    static func collect(_ request: Request, limit: Int, timeout: Duration) async throws -> ByteBuffer {
-        if let declared = request.headers[.contentLength].flatMap(Int.init), declared > limit {
+    private struct TooLarge: Error {}
+    private struct OverBudget: Error {}
+
+    /// Collects at most `limit` bytes of body within `timeout`, reserving them from
+    /// `reservation`: all of a declared `Content-Length` before reading, else each chunk as it
+    /// arrives. The caller releases the reservation.
+    static func collect(_ request: Request, limit: Int, timeout: Duration, reservation: BodyReservation) async throws -> ByteBuffer {
+        let declared = request.headers[.contentLength].flatMap(Int.init)
+        if let declared, declared > limit {
             throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
         }
+        if let declared, !reservation.reserve(declared) { throw Problem.busy() }
         let outcome = await withTaskGroup(of: Result<ByteBuffer, any Error>?.self) { group in
             group.addTask {
-                var request = request
-                do { return .success(try await request.collectBody(upTo: limit)) } catch { return .failure(error) }
+                do {
+                    // A declared length is allocated once (it is what the budget holds).
+                    var buffer = ByteBufferAllocator().buffer(capacity: declared ?? 0)
+                    for try await chunk in request.body {
+                        guard chunk.readableBytes <= limit - buffer.readableBytes else { throw TooLarge() }
+                        if declared == nil, !reservation.reserve(chunk.readableBytes) { throw OverBudget() }
+                        var chunk = chunk
+                        buffer.writeBuffer(&chunk)
+                    }
+                    return .success(buffer)
+                } catch {
+                    return .failure(error)
+                }
             }
             group.addTask {
                 try? await Task.sleep(for: timeout)
@@ -48,6 +80,7 @@ enum JSON {
         }
         switch outcome {
         case .success(let buffer)?: return buffer
+        case .failure(let error)? where error is OverBudget: throw Problem.busy()
         case .failure?: throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
         case nil:
             throw Problem(

@@ -24,20 +24,52 @@ enum FileStream {
     /// damaged underneath. The response is cut short (the client sees a truncated body).
     struct ShortRead: Error {}
 
-    static func body(path: String, range: ClosedRange<Int64>, eventLoop: any EventLoop) -> ResponseBody {
+    /// After a write that waited longer than this for the client, the rest is written in
+    /// ``slowSliceLength`` slices: each accepted slice is progress for the stall watchdog, so a
+    /// slow but steady client (a few KB/s) is not taken for a stalled one.
+    static let slowWrite = TimeAmount.seconds(1)
+    static let slowSliceLength = 64 * 1024
+
+    /// What a stream needs besides the file: its connection, the stall deadline and what to
+    /// do when it passes, and the download slot it holds (released when the body ends).
+    struct Watch: Sendable {
+        var channel: any Channel
+        var stallTimeout: TimeAmount
+        var onStall: @Sendable () -> Void
+        var slot: DownloadSlot?
+    }
+
+    static func body(path: String, range: ClosedRange<Int64>, watch: Watch) -> ResponseBody {
         ResponseBody(contentLength: Int(range.upperBound - range.lowerBound + 1)) { writer in
+            defer { watch.slot?.release() }
+            let eventLoop = watch.channel.eventLoop
+            // Every write must be accepted within the stall timeout, or the connection is closed.
+            let watchdog = StallWatchdog(channel: watch.channel, timeout: watch.stallTimeout, onStall: watch.onStall)
+            defer { watchdog.stop() }
+            var slice = Int.max
+            func send(_ chunk: ByteBuffer) async throws {
+                var chunk = chunk
+                while chunk.readableBytes > 0 {
+                    let length = min(slice, chunk.readableBytes)
+                    guard let part = chunk.readSlice(length: length) else { return }
+                    let started = NIODeadline.now()
+                    try await writer.write(part)
+                    try await eventLoop.submit {}.get()
+                    watchdog.progress()
+                    if NIODeadline.now() - started > slowWrite { slice = slowSliceLength }
+                }
+            }
             try await FileSystem.shared.withFileHandle(forReadingAt: FilePath(path)) { handle in
                 var chunk = try await read(handle, at: range.lowerBound, through: range.upperBound)
                 var offset = range.lowerBound + Int64(chunk.readableBytes)
                 while offset <= range.upperBound {
                     let at = offset
                     async let next = read(handle, at: at, through: range.upperBound)
-                    try await writer.write(chunk)
-                    try await eventLoop.submit {}.get()
+                    try await send(chunk)
                     chunk = try await next
                     offset += Int64(chunk.readableBytes)
                 }
-                try await writer.write(chunk)
+                try await send(chunk)
             }
             try await writer.finish(nil)
         }

@@ -10,10 +10,20 @@ public final class CofferMetrics: Sendable {
     let downloads: Counter
     let downloadBytes: Counter
     let verificationSeconds: DurationHistogram
+    let downloadsInFlight: Gauge
+    let downloadStalls: Counter
+    let bodyBytesReserved: Gauge
+    let busy: Counter
 
     init() {
         downloads = registry.makeCounter(descriptor: Self.name("downloads_total", "Downloads served (including HEAD and ranges)"))
         downloadBytes = registry.makeCounter(descriptor: Self.name("download_bytes_total", "Asset bytes served"))
+        downloadsInFlight = registry.makeGauge(descriptor: Self.name("downloads_in_flight", "Download bodies being streamed"))
+        downloadStalls = registry.makeCounter(
+            descriptor: Self.name("download_stalls_total", "Downloads closed because the client stopped reading for the stall timeout"))
+        bodyBytesReserved = registry.makeGauge(
+            descriptor: Self.name("request_body_bytes_reserved", "Request-body bytes reserved from the in-flight body budget"))
+        busy = registry.makeCounter(descriptor: Self.name("busy_total", "Requests refused with 503 busy (body budget spent)"))
         verificationSeconds = registry.makeDurationHistogram(
             descriptor: Self.name("redemption_seconds", "Time to verify and redeem a purchase"),
             buckets: [
@@ -43,8 +53,8 @@ public final class CofferMetrics: Sendable {
     }
 }
 
-/// Logs one line per request — method, path (download tokens redacted), status, duration —
-/// and never the Authorization header.
+/// Logs one line per request — method, path (download tokens redacted, see
+/// ``PathPolicy/redacted(_:)``), status, duration — and never the Authorization header.
 struct RequestLogMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
@@ -63,7 +73,5 @@ struct RequestLogMiddleware: RouterMiddleware {
         return response
     }
 
-    static func redacted(_ path: String) -> String {
-        path.hasPrefix("/v1/downloads/") ? "/v1/downloads/<redacted>" : path
-    }
+    static func redacted(_ path: String) -> String { PathPolicy.redacted(path) }
 }

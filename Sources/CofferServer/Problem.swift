@@ -35,16 +35,22 @@ public struct Problem: HTTPResponseError, Sendable {
     struct Body: Encodable {
         var code: String
         var detail: String
-        var instance: String
+        /// The request path with tokens redacted; absent for a non-canonical path, which is never echoed.
+        var instance: String?
         var status: Int
         var title: String
         var type: String
     }
 
+    /// `instance` for a request path: redacted (``PathPolicy/redacted(_:)``), and nil — omitted —
+    /// when the path is not canonical.
+    static func instance(_ path: String) -> String? {
+        PathPolicy.isCanonical(path) ? PathPolicy.redacted(path) : nil
+    }
+
     public func response(from request: Request, context: some RequestContext) throws -> Response {
         let body = Body(
-            code: code, detail: detail,
-            instance: request.uri.path.hasPrefix("/v1/downloads/") ? "/v1/downloads/<redacted>" : request.uri.path, status: status.code,
+            code: code, detail: detail, instance: Self.instance(request.uri.path), status: status.code,
             title: status.reasonPhrase, type: "https://coffer.invalid/problems/\(code)")
         let data = (try? JSON.encoder.encode(body)) ?? Data()
         var headers = self.headers

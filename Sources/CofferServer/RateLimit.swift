@@ -3,18 +3,27 @@ import Hummingbird
 import Synchronization
 
 /// Token buckets per client address: `perMinute` tokens a minute, up to `burst` at once.
-/// Memory is bounded: at most `maxClients` addresses are tracked; when full, buckets that
-/// have refilled completely (idle clients) are dropped first, then the oldest.
+/// Memory is bounded: at most `maxClients` addresses are tracked. When a new address finds
+/// the table full, one sweep drops every bucket that has refilled completely (an idle client
+/// loses nothing by being forgotten); if that frees less than a tenth of the table, the
+/// oldest tenth (least recently seen) goes too. Each sweep is O(n) and leaves room for at
+/// least n/10 new addresses, so eviction costs amortised O(1) per new address.
 final class RateLimiter: Sendable {
     struct Bucket {
         var tokens: Double
         var updated: Double
     }
 
+    struct Table {
+        var buckets: [String: Bucket] = [:]
+        /// Sweeps done (for tests of the amortised cost).
+        var sweeps = 0
+    }
+
     let perMinute: Int
     let burst: Int
     let maxClients: Int
-    private let buckets = Mutex<[String: Bucket]>([:])
+    private let table = Mutex(Table())
 
     /// `perMinute` 0 disables the limiter.
     init(perMinute: Int, burst: Int, maxClients: Int = 100_000) {
@@ -30,40 +39,73 @@ final class RateLimiter: Sendable {
         guard enabled else { return nil }
         let rate = Double(perMinute) / 60
         let burst = Double(self.burst)
-        return buckets.withLock { table -> Int? in
-            var bucket = table[client] ?? Bucket(tokens: burst, updated: now)
+        return table.withLock { table -> Int? in
+            var bucket = table.buckets[client] ?? Bucket(tokens: burst, updated: now)
             bucket.tokens = min(burst, bucket.tokens + (now - bucket.updated) * rate)
             bucket.updated = now
+            let wait: Int?
             if bucket.tokens >= 1 {
                 bucket.tokens -= 1
-                if table[client] == nil, table.count >= maxClients { Self.evict(&table, now: now, rate: rate, burst: burst) }
-                table[client] = bucket
-                return nil
+                wait = nil
+            } else {
+                wait = max(1, Int(((1 - bucket.tokens) / rate).rounded(.up)))
             }
-            table[client] = bucket
-            return max(1, Int(((1 - bucket.tokens) / rate).rounded(.up)))
+            if table.buckets[client] == nil, table.buckets.count >= maxClients {
+                Self.evict(&table, max: maxClients, now: now, rate: rate, burst: burst)
+            }
+            table.buckets[client] = bucket
+            return wait
         }
     }
 
-    /// Whether `client` has a token left, without taking one.
-    func wouldAllow(_ client: String, now: Double = ProcessInfo.processInfo.systemUptime) -> Int? {
-        guard enabled else { return nil }
-        let rate = Double(perMinute) / 60
-        return buckets.withLock { table -> Int? in
-            guard let bucket = table[client] else { return nil }
-            let tokens = min(Double(burst), bucket.tokens + (now - bucket.updated) * rate)
-            return tokens >= 1 ? nil : max(1, Int(((1 - tokens) / rate).rounded(.up)))
+    var trackedClients: Int { table.withLock { $0.buckets.count } }
+    var sweeps: Int { table.withLock { $0.sweeps } }
+
+    private static func evict(_ table: inout Table, max: Int, now: Double, rate: Double, burst: Double) {
+        table.sweeps += 1
+        let before = table.buckets.count
+        table.buckets = table.buckets.filter { $0.value.tokens + (now - $0.value.updated) * rate < burst }
+        let tenth = Swift.max(1, max / 10)
+        guard before - table.buckets.count < tenth, !table.buckets.isEmpty else { return }
+        // Drop the least recently seen tenth: find the cut-off time in O(n) (quickselect).
+        var times = table.buckets.values.map(\.updated)
+        let drop = Swift.min(tenth, times.count)
+        let cutoff = select(&times, rank: drop - 1)
+        var dropped = 0
+        table.buckets = table.buckets.filter { entry in
+            guard entry.value.updated <= cutoff, dropped < drop else { return true }
+            dropped += 1
+            return false
         }
     }
 
-    var trackedClients: Int { buckets.withLock { $0.count } }
-
-    private static func evict(_ table: inout [String: Bucket], now: Double, rate: Double, burst: Double) {
-        let before = table.count
-        table = table.filter { $0.value.tokens + (now - $0.value.updated) * rate < burst }
-        if table.count == before, let oldest = table.min(by: { $0.value.updated < $1.value.updated })?.key {
-            table.removeValue(forKey: oldest)
+    /// The `rank`-th smallest value (0-based) of `values`, reordering them: Hoare's
+    /// quickselect with a middle pivot, expected O(n).
+    static func select(_ values: inout [Double], rank: Int) -> Double {
+        var low = 0
+        var high = values.count - 1
+        while low < high {
+            let pivot = values[(low + high) / 2]
+            var i = low
+            var j = high
+            while i <= j {
+                while values[i] < pivot { i += 1 }
+                while values[j] > pivot { j -= 1 }
+                if i <= j {
+                    values.swapAt(i, j)
+                    i += 1
+                    j -= 1
+                }
+            }
+            if rank <= j {
+                high = j
+            } else if rank >= i {
+                low = i
+            } else {
+                return values[rank]
+            }
         }
+        return values[rank]
     }
 }
 
@@ -72,10 +114,13 @@ struct RateLimitMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let limiter: RateLimiter
     let metrics: CofferMetrics
+    /// The `route` label of `coffer_rate_limited_total`.
+    var route = "redemption"
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         if let wait = limiter.take(context.clientAddress) {
-            metrics.rateLimited(route: "redemption")
+            metrics.rateLimited(route: route)
+            context.logger.notice("rate limited", metadata: ["route": "\(route)", "client": "\(context.clientAddress)", "retryAfter": "\(wait)"])
             throw Problem.rateLimited(wait)
         }
         return try await next(request, context)

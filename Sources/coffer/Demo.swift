@@ -5,8 +5,9 @@ import CofferStore
 import Foundation
 import Logging
 
-/// `coffer serve --demo`: a sandbox CA, the catalogue in content/, fresh keys, and a
-/// copy-paste walk-through printed to the terminal.
+/// `coffer serve --demo`: a sandbox CA, the catalogue in content/, an admin and an auditor
+/// key (created once, reused on every restart), and a copy-paste walk-through printed to the
+/// terminal.
 enum Demo {
     static let bundleId = "com.coffer.demo"
 
@@ -42,18 +43,85 @@ enum Demo {
         return ca
     }
 
+    /// The demo keys' secrets, kept beside the sandbox CA (0600) so that a restart reuses them:
+    /// only their hashes are in the database, so they could not be shown again otherwise.
+    struct DemoKeys: Codable {
+        var admin: String
+        var auditor: String
+    }
+
+    static let keysFileName = "demo-keys.json"
+
+    /// The demo admin and auditor keys: those saved in `DATA/sandbox/demo-keys.json` while each
+    /// still hashes to a live key of its role; otherwise a new key for that role, saved. So
+    /// restarts leave exactly one live demo key per role — the one printed. Returns whether
+    /// any key was created.
+    ///
+    /// Keys made before the file existed (by an older Coffer, or if the file was deleted) cannot
+    /// be found again — only their hashes are stored — so they are not revoked here: `reused`
+    /// says the data directory was used before, and then a warning says so.
+    static func demoKeys(_ services: CofferServices, reused: Bool, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
+        let path = ((services.configuration.dataDirectory as NSString).appendingPathComponent("sandbox") as NSString)
+            .appendingPathComponent(keysFileName)
+        var saved: DemoKeys?
+        if FileManager.default.fileExists(atPath: path) {
+            saved = try? JSONDecoder().decode(DemoKeys.self, from: Data(try IO.read(path)))
+            if saved == nil { logger.warning("\(path) is not a demo key file: creating new demo keys") }
+        } else if reused {
+            logger.warning(
+                "\(path) is missing: creating new demo keys; demo keys printed by earlier runs stay valid until revoked (coffer keys revoke)")
+        }
+        func live(_ secret: String?, _ role: Role) async throws -> APIKey? {
+            guard let secret, let key = try await services.keys.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else { return nil }
+            return key.role == role ? key : nil
+        }
+        func kept(_ secret: String?, _ role: Role, name: String) async throws -> (String, Bool) {
+            if let secret, try await live(secret, role) != nil { return (secret, false) }
+            // A saved secret of the wrong role (an edited file) must not stay live unnoticed.
+            if let secret, let key = try await services.keys.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil {
+                _ = try await services.keys.revoke(keyId: key.keyId, at: Date())
+            }
+            return (try await APIKeys.create(role: role, name: name, in: services.keys, now: Date()), true)
+        }
+        let (admin, newAdmin) = try await kept(saved?.admin, .admin, name: "demo admin")
+        let (auditor, newAuditor) = try await kept(saved?.auditor, .auditor, name: "demo auditor")
+        let keys = DemoKeys(admin: admin, auditor: auditor)
+        if newAdmin || newAuditor { try writePrivate(try JSONEncoder().encode(keys), to: path) }
+        return (keys, newAdmin || newAuditor)
+    }
+
+    /// Writes `data` to `path` atomically, created 0600 from the start (never readable by others).
+    static func writePrivate(_ data: Data, to path: String) throws {
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw UsageError("cannot create \(temporary)") }
+        do {
+            let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+            try handle.write(contentsOf: data)
+            try handle.synchronize()
+            try handle.close()
+            guard rename(temporary, path) == 0 else { throw UsageError("cannot rename \(temporary) to \(path)") }
+        } catch {
+            unlink(temporary)
+            throw UsageError("cannot write \(path): \(error)")
+        }
+    }
+
     static func prepare(_ services: CofferServices, contentDirectory: String, logger: Logger) async throws {
         let manifestPath = (contentDirectory as NSString).appendingPathComponent("manifest.json")
         let manifest: Manifest
         do { manifest = try JSONDecoder().decode(Manifest.self, from: Data(try IO.read(manifestPath))) } catch {
             throw UsageError("demo catalogue \(manifestPath) does not load: \(error) (run from the repository root or pass --content)")
         }
+        var reused = false
         for entry in manifest.assets {
             let bytes = try IO.read((contentDirectory as NSString).appendingPathComponent(entry.file))
             let writer = try services.content.makeWriter(maxBytes: services.configuration.uploadLimit)
             try bytes.withUnsafeBytes { try writer.append($0) }
             let stored = try writer.finish(expectedSHA256: nil)
-            if try await services.catalogue.asset(entry.assetId)?.sha256 != stored.sha256 {
+            let existing = try await services.catalogue.asset(entry.assetId)
+            reused = reused || existing != nil
+            if existing?.sha256 != stored.sha256 {
                 _ = try await services.catalogue.addAssetVersion(
                     assetId: entry.assetId, name: entry.name, contentType: entry.contentType, size: stored.size, sha256: stored.sha256, at: Date())
             }
@@ -62,8 +130,9 @@ enum Demo {
             try await services.catalogue.putProduct(
                 Product(productId: p.productId, bundleId: manifest.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date()))
         }
-        let admin = try await APIKeys.create(role: .admin, name: "demo admin", in: services.keys, now: Date())
-        let auditor = try await APIKeys.create(role: .auditor, name: "demo auditor", in: services.keys, now: Date())
+        let (keys, created) = try await demoKeys(services, reused: reused, logger: logger)
+        let admin = keys.admin
+        let auditor = keys.auditor
         let data = services.configuration.dataDirectory
         let base = "http://\(services.configuration.host):\(services.configuration.port)"
         let me =
@@ -78,6 +147,7 @@ enum Demo {
                 catalogue: \(manifest.products.map(\.productId).joined(separator: ", "))
                 admin key:   \(admin)
                 auditor key: \(auditor)
+                (\(created ? "new keys, saved" : "the same keys as last time, from") \(data)/sandbox/\(keysFileName))
 
                 Try it from another terminal (copy-paste):
 

@@ -36,6 +36,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("rate-redemption-burst"), help: "…of which this many at once. Default: 200.") var rateRedemptionBurst: Int?
     @Option(name: .customLong("rate-auth-failures"), help: "Failed authentications per address per minute before 429 (0: unlimited). Default: 20.")
     var rateAuthFailures: Int?
+    @Option(name: .customLong("rate-notifications"), help: "Notifications per client address per minute (0: unlimited). Default: 600.")
+    var rateNotifications: Int?
+    @Option(name: .customLong("rate-notification-burst"), help: "…of which this many at once. Default: 600.") var rateNotificationBurst: Int?
+    @Option(name: .customLong("download-stall-timeout"), help: "Close a download that makes no progress for S seconds (1–3600). Default: 30.")
+    var downloadStallTimeout: Int?
+    @Option(name: .customLong("downloads-per-address"), help: "Downloads in progress per client address (0: unlimited). Default: 16.")
+    var downloadsPerAddress: Int?
+    @Option(name: .customLong("body-budget"), help: "Request-body bytes held at once by the server, then 503 busy (≥ 8388608). Default: 67108864.")
+    var bodyBudget: Int?
     @Option(name: .customLong("accel-redirect"), help: "X-Accel-Redirect prefix: nginx sends the bytes (see deploy/). Default: off.")
     var accelRedirect: String?
     @Option(name: .customLong("checkpoint-every"), help: "Sign a ledger checkpoint every N entries. Default: 1000.") var checkpointEvery: Int?
@@ -96,6 +105,33 @@ struct ServeCommand: AsyncParsableCommand {
         if let n = try rateAuthFailures ?? Setting.int(env["COFFER_RATE_AUTH_FAILURES"], "COFFER_RATE_AUTH_FAILURES") ?? file.rateAuthFailures {
             guard n >= 0 else { throw UsageError("rate-auth-failures must be ≥ 0") }
             configuration.authFailuresPerMinute = n
+        }
+        if let n = try rateNotifications ?? Setting.int(env["COFFER_RATE_NOTIFICATIONS"], "COFFER_RATE_NOTIFICATIONS") ?? file.rateNotifications {
+            guard n >= 0 else { throw UsageError("rate-notifications must be ≥ 0") }
+            configuration.notificationsPerMinute = n
+        }
+        if let n = try rateNotificationBurst ?? Setting.int(env["COFFER_RATE_NOTIFICATION_BURST"], "COFFER_RATE_NOTIFICATION_BURST")
+            ?? file.rateNotificationBurst
+        {
+            guard n >= 1 else { throw UsageError("rate-notification-burst must be ≥ 1") }
+            configuration.notificationBurst = n
+        }
+        if let n = try downloadStallTimeout ?? Setting.int(env["COFFER_DOWNLOAD_STALL_TIMEOUT"], "COFFER_DOWNLOAD_STALL_TIMEOUT")
+            ?? file.downloadStallTimeout
+        {
+            guard (1...3600).contains(n) else { throw UsageError("download-stall-timeout must be 1–3600 seconds") }
+            configuration.downloadStallTimeoutSeconds = Int64(n)
+        }
+        if let n = try downloadsPerAddress ?? Setting.int(env["COFFER_DOWNLOADS_PER_ADDRESS"], "COFFER_DOWNLOADS_PER_ADDRESS")
+            ?? file.downloadsPerAddress
+        {
+            guard n >= 0 else { throw UsageError("downloads-per-address must be ≥ 0") }
+            configuration.maxDownloadsPerAddress = n
+        }
+        if let n = try bodyBudget ?? Setting.int(env["COFFER_BODY_BUDGET"], "COFFER_BODY_BUDGET") ?? file.bodyBudget {
+            // At least one largest JSON body must fit, or large receipts could never be redeemed.
+            guard n >= configuration.jsonBodyLimit else { throw UsageError("body-budget must be ≥ \(configuration.jsonBodyLimit) bytes") }
+            configuration.bodyBudgetBytes = n
         }
         if let prefix = accelRedirect ?? env["COFFER_ACCEL_REDIRECT"] ?? file.accelRedirect {
             guard prefix.hasPrefix("/"), prefix.hasSuffix("/"), !prefix.contains(".."), prefix.utf8.count <= 128 else {
@@ -177,6 +213,11 @@ extension ServeCommand {
         var rateRedemptions: Int
         var rateRedemptionBurst: Int
         var rateAuthFailures: Int
+        var rateNotifications: Int
+        var rateNotificationBurst: Int
+        var downloadStallTimeout: Int64
+        var downloadsPerAddress: Int
+        var bodyBudget: Int
         var accelRedirect: String?
         var ledgerKey: String?
         var tokenKeyFromEnvironment: Bool
@@ -189,6 +230,8 @@ extension ServeCommand {
             environments: environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
             trustedProxies: c.trustedProxies.sorted(), checkpointEvery: c.checkpointEvery, checkpointInterval: c.checkpointIntervalSeconds,
             rateRedemptions: c.redemptionsPerMinute, rateRedemptionBurst: c.redemptionBurst, rateAuthFailures: c.authFailuresPerMinute,
+            rateNotifications: c.notificationsPerMinute, rateNotificationBurst: c.notificationBurst,
+            downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile,
             tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
@@ -215,6 +258,11 @@ struct ConfigFile: Decodable {
     var rateRedemptions: Int?
     var rateRedemptionBurst: Int?
     var rateAuthFailures: Int?
+    var rateNotifications: Int?
+    var rateNotificationBurst: Int?
+    var downloadStallTimeout: Int?
+    var downloadsPerAddress: Int?
+    var bodyBudget: Int?
     var accelRedirect: String?
     var ledgerKey: String?
 
@@ -222,7 +270,7 @@ struct ConfigFile: Decodable {
         "host", "port", "dataDirectory", "bundleIds", "appAppleId", "roots", "environments", "tokenTTL", "uploadLimit", "logLevel", "trustedProxies",
         "checkpointEvery",
         "checkpointInterval", "rateRedemptions", "rateRedemptionBurst", "rateAuthFailures",
-        "accelRedirect", "ledgerKey",
+        "accelRedirect", "rateNotifications", "rateNotificationBurst", "downloadStallTimeout", "downloadsPerAddress", "bodyBudget", "ledgerKey",
     ]
 
     static func load(_ path: String?) throws -> ConfigFile {
@@ -324,22 +372,48 @@ struct KeysCommand: AsyncParsableCommand {
     }
 
     struct Revoke: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Revoke a key (by the key itself, read from stdin or --key).")
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke a key: the key itself, read from stdin (or --key).",
+            discussion: """
+                Reads the key from the first line of standard input, so it stays out of shell history \
+                and process listings: `coffer keys revoke --data-dir D < key.txt`, or paste it at the \
+                prompt. --key K still works but exposes K to both.
+                """)
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
-        @Option(help: "The key to revoke.") var key: String
+        @Option(help: "The key to revoke (prefer stdin: a key on the command line lands in shell history and ps).") var key: String?
         @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
         var ledgerKey: String?
 
         func run() async throws {
+            let secret: String
+            if let key {
+                secret = key
+            } else {
+                if isatty(STDIN_FILENO) == 1 { FileHandle.standardError.write(Data("key to revoke: ".utf8)) }
+                secret = try Self.readKey(from: FileHandle.standardInput)
+            }
             let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
             let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey, newDatabase: false)
             let keys = SQLiteKeys(db)
-            guard let found = try await keys.key(secretHash: APIKeys.hash(key)), try await keys.revoke(keyId: found.keyId, at: Date()) else {
+            guard let found = try await keys.key(secretHash: APIKeys.hash(secret)), try await keys.revoke(keyId: found.keyId, at: Date()) else {
                 print("no live key matches")
                 throw ExitCode(1)
             }
             try await log.record(KeysCommand.localAction("key.revoke", target: found.name, detail: found.role.rawValue))
             print("revoked \(found.role.rawValue) key '\(found.name)'")
+        }
+
+        /// The key on the first line of `input` (surrounding whitespace removed; at most 4 KiB read).
+        static func readKey(from input: FileHandle) throws -> String {
+            var bytes: [UInt8] = []
+            while bytes.count < 4096, !bytes.contains(UInt8(ascii: "\n")) {
+                guard let chunk = try input.read(upToCount: 4096 - bytes.count), !chunk.isEmpty else { break }
+                bytes += chunk
+            }
+            let line = bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
+            let key = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !key.isEmpty else { throw UsageError("no key on standard input (pipe the key in, or pass --key)") }
+            return key
         }
     }
 }

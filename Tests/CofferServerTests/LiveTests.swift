@@ -138,7 +138,9 @@ import Testing
             }
             return await group.reduce(into: [Int]()) { $0.append($1) }
         }
-        for connection in connections { close(connection.fd) }
+        // shutdown, not close: RawConnection's deinit closes the descriptor, and a second
+        // close could hit a descriptor another test (running in parallel) has just opened.
+        for connection in connections { shutdown(connection.fd, Int32(SHUT_RDWR)) }
         #expect(received.count == 16)
         #expect(received.allSatisfy { $0 > size }, "each response carries the whole asset: \(received)")
         let growth = Self.peakResidentBytes(pid) - before

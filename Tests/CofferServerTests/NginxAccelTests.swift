@@ -29,6 +29,20 @@ import Testing
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
+    /// Whether something accepts connections on 127.0.0.1:`port` (a probe that, unlike
+    /// `RawConnection`, records no test issue when nothing listens yet).
+    static func accepts(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+
     @Test(.enabled(if: nginx != nil)) func nginxSendsTheBytesCofferAuthorises() async throws {
         let root = try CrashSafetyTests.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: root) }
@@ -76,7 +90,7 @@ import Testing
         var ready = false
         for _ in 0..<50 where !ready {
             try await Task.sleep(for: .milliseconds(100))
-            ready = (try? await RawConnection(port: port)) != nil
+            ready = Self.accepts(port: port)
         }
         try #require(ready, "nginx did not start")
         client.connect()
@@ -116,6 +130,103 @@ import Testing
         #expect(forged.status == .forbidden)
         let direct = try await client.execute(.init("/_coffer/objects/\(sha.prefix(2))/\(sha.dropFirst(2))", method: .get, authority: "localhost"))
         #expect(direct.status == .notFound)
+    }
+}
+
+extension NginxAccelTests {
+    /// deploy/nginx.conf itself (TLS swapped for a plain loopback listener, paths pointed at
+    /// this test's files) in front of a real Coffer: /metrics answers only at its exact path
+    /// and only to the allow-list (this client, 127.0.0.1, is outside 10.0.0.0/8), whatever
+    /// the spelling; a download URL in another spelling is never served; and the access log
+    /// never holds a token.
+    @Test(.enabled(if: nginx != nil)) func deployConfigKeepsMetricsPrivateAndTokensOutOfTheLog() async throws {
+        let root = try CrashSafetyTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        let server = try await CrashSafetyTests.Server(dataDirectory: data)
+        defer { server.kill(SIGTERM) }
+        let repo = CrashSafetyTests.Server.contentDirectory.deletingLastPathComponent()
+        let prefix = root.appendingPathComponent("nginx")
+        try FileManager.default.createDirectory(at: prefix.appendingPathComponent("logs"), withIntermediateDirectories: true)
+        let port = try Self.freePort()
+        let accessLog = prefix.appendingPathComponent("logs/coffer.log")
+        var deploy = try String(contentsOf: repo.appendingPathComponent("deploy/nginx.conf"), encoding: .utf8)
+        for (from, to) in [
+            ("listen 443 ssl http2;", "listen 127.0.0.1:\(port);"), ("server 127.0.0.1:8080;", "server 127.0.0.1:\(server.port);"),
+            ("/etc/nginx/coffer_proxy_params", repo.appendingPathComponent("deploy/coffer_proxy_params").path),
+            ("/etc/nginx/coffer_accel_location", repo.appendingPathComponent("deploy/coffer_accel_location").path),
+            ("/var/log/nginx/coffer.log", accessLog.path),
+        ] {
+            try #require(deploy.contains(from), "deploy/nginx.conf no longer has \(from)")
+            deploy = deploy.replacingOccurrences(of: from, with: to)
+        }
+        deploy = deploy.split(separator: "\n", omittingEmptySubsequences: false).filter { !$0.contains("ssl_certificate") }.joined(separator: "\n")
+        let conf = """
+            worker_processes 1;
+            user root;
+            pid \(prefix.path)/nginx.pid;
+            error_log \(prefix.path)/logs/error.log;
+            events { worker_connections 64; }
+            http {
+                client_body_temp_path \(prefix.path)/body;
+                proxy_temp_path \(prefix.path)/proxy;
+            \(deploy)
+            }
+            """
+        try conf.write(to: prefix.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+        let nginx = Process()
+        nginx.executableURL = URL(fileURLWithPath: try #require(Self.nginx))
+        nginx.arguments = ["-p", prefix.path, "-c", prefix.appendingPathComponent("nginx.conf").path, "-g", "daemon off;"]
+        let stderrLog = prefix.appendingPathComponent("logs/stderr.log")
+        FileManager.default.createFile(atPath: stderrLog.path, contents: nil)
+        nginx.standardError = try FileHandle(forWritingTo: stderrLog)
+        try nginx.run()
+        defer { nginx.terminate() }
+        var ready = false
+        for _ in 0..<50 where !ready {
+            try await Task.sleep(for: .milliseconds(100))
+            ready = Self.accepts(port: port)
+        }
+        try #require(ready, "nginx did not start: \((try? String(contentsOf: stderrLog, encoding: .utf8)) ?? "")")
+        let client = TestClient(host: "127.0.0.1", port: port, configuration: .init(timeout: .seconds(10)))
+        client.connect()
+        defer { Task { try? await client.shutdown() } }
+
+        for path in [
+            "/metrics", "//metrics", "/./metrics", "/%6Detrics", "/metrics?x=1", "/metrics/", "/metrics/.", "/metrics//", "/metrics%2F",
+            "/v1/../metrics",
+        ] {
+            let r = try await client.execute(.init(path, method: .get, authority: "localhost"))
+            #expect(r.status == .forbidden || r.status == .notFound, "\(path) → \(r.status)")
+            #expect(!String(buffer: r.body ?? ByteBuffer()).contains("coffer_"), "\(path)")
+        }
+
+        let receipt = try LedgerTamperTests.coffer([
+            "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
+            "--purchase", "com.coffer.demo.levelpack1:880001", "--base64",
+        ])
+        let redeemed = try await client.execute(
+            .init(
+                "/v1/redemptions", method: .post, authority: "localhost", headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: "{\"receipt\":\"\(receipt.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}")))
+        #expect(redeemed.status == .created)
+        let object = try #require(
+            try JSONSerialization.jsonObject(with: Data(redeemed.body?.readableBytesView ?? ByteBuffer().readableBytesView)) as? [String: Any])
+        let url = try #require(((object["assets"] as? [[String: Any]])?.first)?["url"] as? String)
+        let token = String(url.dropFirst("/v1/downloads/".count))
+        let mac = String(token.split(separator: ".").last ?? "")
+        #expect(try await client.execute(.init(url, method: .get, authority: "localhost")).status == .ok)
+        for path in [
+            "/" + url, "/v1/" + url.dropFirst(3).replacingOccurrences(of: "/downloads", with: "/downloads/"), url + "/",
+            "/v1/x/.." + url.dropFirst(3),
+        ] {
+            let r = try await client.execute(.init(path, method: .get, authority: "localhost"))
+            #expect(r.status != .ok, "\(path.prefix(24)) → \(r.status)")
+            #expect(!String(buffer: r.body ?? ByteBuffer()).contains(mac))
+        }
+        let logged = try String(contentsOf: accessLog, encoding: .utf8)
+        #expect(logged.contains("/v1/downloads/<redacted>"))
+        #expect(!logged.contains(mac), "no token in nginx's access log")
     }
 }
 

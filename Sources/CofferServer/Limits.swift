@@ -1,0 +1,278 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import Synchronization
+
+/// A server-wide budget of bytes (request bodies being collected): reservations succeed
+/// while the total stays within `capacity`, else the caller answers 503 `busy`.
+final class ByteBudget: Sendable {
+    let capacity: Int
+    private let used = Mutex(0)
+    private let metrics: CofferMetrics?
+
+    init(capacity: Int, metrics: CofferMetrics? = nil) {
+        self.capacity = max(0, capacity)
+        self.metrics = metrics
+    }
+
+    /// Takes `bytes` from the budget; false (and nothing taken) when they do not fit.
+    func reserve(_ bytes: Int) -> Bool {
+        guard bytes > 0 else { return true }
+        let ok = used.withLock { used -> Bool in
+            guard bytes <= capacity - used else { return false }
+            used += bytes
+            return true
+        }
+        if ok { metrics?.bodyBytesReserved.increment(by: Double(bytes)) } else { metrics?.busy.increment() }
+        return ok
+    }
+
+    func release(_ bytes: Int) {
+        guard bytes > 0 else { return }
+        used.withLock { $0 = max(0, $0 - bytes) }
+        metrics?.bodyBytesReserved.decrement(by: Double(bytes))
+    }
+
+    var inUse: Int { used.withLock { $0 } }
+}
+
+/// What one request body holds of a ``ByteBudget``: reserved as the body is declared or
+/// arrives, all of it released once (``release()``; the owner calls it in a `defer`, so error,
+/// timeout and cancellation paths release too).
+final class BodyReservation: Sendable {
+    private let budget: ByteBudget?
+    private let held = Mutex(0)
+
+    init(_ budget: ByteBudget?) { self.budget = budget }
+
+    func reserve(_ bytes: Int) -> Bool {
+        guard let budget else { return true }
+        guard budget.reserve(bytes) else { return false }
+        held.withLock { $0 += bytes }
+        return true
+    }
+
+    func release() {
+        let bytes = held.withLock { held -> Int in
+            defer { held = 0 }
+            return held
+        }
+        budget?.release(bytes)
+    }
+
+    deinit { release() }
+}
+
+extension Problem {
+    /// 503 `busy`: the in-flight request-body budget is spent.
+    static func busy(_ seconds: Int = 2) -> Problem {
+        Problem(
+            .serviceUnavailable, "busy", "the server is receiving too many request bodies at once; retry in \(seconds) s",
+            headers: [.retryAfter: String(seconds)])
+    }
+}
+
+/// Gives every request the application's request-body budget (``JSON/decode(_:from:context:limit:timeout:)`` reserves from it).
+struct BodyBudgetMiddleware: RouterMiddleware {
+    typealias Context = CofferRequestContext
+    let budget: ByteBudget
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var context = context
+        context.bodyBudget = budget
+        return try await next(request, context)
+    }
+}
+
+/// Downloads in progress per client address (``CofferConfiguration/maxDownloadsPerAddress``).
+/// A slot is held from the moment a streamed response is created until its body ends — or,
+/// if the body never runs, until the response is dropped (``DownloadSlot`` releases on deinit).
+final class DownloadSlots: Sendable {
+    /// 0: unlimited (still counted, for the `coffer_downloads_in_flight` gauge).
+    let perAddress: Int
+    private let counts = Mutex<[String: Int]>([:])
+    private let metrics: CofferMetrics?
+
+    init(perAddress: Int, metrics: CofferMetrics? = nil) {
+        self.perAddress = max(0, perAddress)
+        self.metrics = metrics
+    }
+
+    /// A slot for `address`, or nil when it already has `perAddress` downloads in progress.
+    func acquire(_ address: String) -> DownloadSlot? {
+        let ok = counts.withLock { counts -> Bool in
+            let n = counts[address, default: 0]
+            guard perAddress == 0 || n < perAddress else { return false }
+            counts[address] = n + 1
+            return true
+        }
+        guard ok else { return nil }
+        metrics?.downloadsInFlight.increment()
+        return DownloadSlot(slots: self, address: address)
+    }
+
+    fileprivate func release(_ address: String) {
+        counts.withLock { counts in
+            let n = counts[address, default: 0] - 1
+            counts[address] = n > 0 ? n : nil
+        }
+        metrics?.downloadsInFlight.decrement()
+    }
+
+    /// Downloads in progress for `address` (all addresses when nil).
+    func inProgress(_ address: String? = nil) -> Int {
+        counts.withLock { counts in address.map { counts[$0, default: 0] } ?? counts.values.reduce(0, +) }
+    }
+}
+
+/// One download's place in ``DownloadSlots``; released exactly once.
+final class DownloadSlot: Sendable {
+    private let slots: DownloadSlots
+    private let address: String
+    private let released = Mutex(false)
+
+    fileprivate init(slots: DownloadSlots, address: String) {
+        self.slots = slots
+        self.address = address
+    }
+
+    func release() {
+        let first = released.withLock { released -> Bool in
+            defer { released = true }
+            return !released
+        }
+        if first { slots.release(address) }
+    }
+
+    deinit { release() }
+}
+
+extension Problem {
+    static func tooManyDownloads(_ limit: Int) -> Problem {
+        Problem(
+            .tooManyRequests, "tooManyDownloads", "\(limit) downloads from this address are in progress; retry when one has finished",
+            headers: [.retryAfter: "2"])
+    }
+}
+
+/// Closes a download's connection when its writes make no progress for `timeout`: a client
+/// that requests a large asset and never reads would otherwise hold the connection, its
+/// descriptor and the chunks in flight forever (the write to a full socket never returns).
+///
+/// One timer per download, re-armed from the last progress when it fires (progress is one
+/// atomic store per write, not a timer per write). Closing the channel fails the pending
+/// write, so the streaming task ends and frees its chunks.
+final class StallWatchdog: Sendable {
+    private struct State {
+        var lastProgress: NIODeadline
+        var scheduled: Scheduled<Void>?
+        var stopped = false
+    }
+
+    private let state: Mutex<State>
+    private let channel: any Channel
+    private let timeout: TimeAmount
+    private let onStall: @Sendable () -> Void
+
+    /// Starts watching; call ``progress()`` after each accepted write and ``stop()`` at the end.
+    init(channel: any Channel, timeout: TimeAmount, onStall: @escaping @Sendable () -> Void) {
+        self.channel = channel
+        self.timeout = timeout
+        self.onStall = onStall
+        let now = NIODeadline.now()
+        self.state = Mutex(State(lastProgress: now))
+        arm(at: now + timeout)
+    }
+
+    func progress() { state.withLock { $0.lastProgress = .now() } }
+
+    func stop() {
+        let scheduled = state.withLock { state -> Scheduled<Void>? in
+            state.stopped = true
+            defer { state.scheduled = nil }
+            return state.scheduled
+        }
+        scheduled?.cancel()
+    }
+
+    private func arm(at deadline: NIODeadline) {
+        let scheduled = channel.eventLoop.scheduleTask(deadline: deadline) { [self] in fire() }
+        let stopped = state.withLock { state -> Bool in
+            if !state.stopped { state.scheduled = scheduled }
+            return state.stopped
+        }
+        if stopped { scheduled.cancel() }
+    }
+
+    private func fire() {
+        enum Action {
+            case nothing
+            case rearm(NIODeadline)
+            case close
+        }
+        let action = state.withLock { state -> Action in
+            guard !state.stopped else { return .nothing }
+            let due = state.lastProgress + timeout
+            if due > .now() { return .rearm(due) }
+            state.stopped = true
+            state.scheduled = nil
+            return .close
+        }
+        switch action {
+        case .nothing: break
+        case .rearm(let due): arm(at: due)
+        case .close:
+            onStall()
+            channel.close(promise: nil)
+        }
+    }
+}
+
+/// Closes any connection whose outbound side stays unwritable (the peer reads nothing and
+/// every buffer is full) for `timeout`. Downloads have their own, shorter watchdog (which
+/// logs the client address); this catches the rest — a response head that cannot be
+/// written, or a client pipelining thousands of small requests it never reads the answers
+/// to — which Hummingbird's idle timeout does not, since a request is in progress.
+final class WriteStallHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+
+    private let timeout: TimeAmount
+    private let logger: Logger
+    private var scheduled: Scheduled<Void>?
+
+    init(timeout: TimeAmount, logger: Logger) {
+        self.timeout = timeout
+        self.logger = logger
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            cancel()
+        } else if scheduled == nil {
+            let peer = context.channel.remoteAddress?.ipAddress.map(IPAddress.normalized) ?? "unknown"
+            scheduled = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
+                scheduled = nil
+                logger.notice(
+                    "connection closed: the peer read nothing", metadata: ["peer": "\(peer)", "seconds": "\(timeout.nanoseconds / 1_000_000_000)"])
+                context.close(promise: nil)
+            }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        cancel()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) { cancel() }
+
+    private func cancel() {
+        scheduled?.cancel()
+        scheduled = nil
+    }
+}
+
+@available(*, unavailable)
+extension WriteStallHandler: Sendable {}
