@@ -40,13 +40,18 @@ public func buildRouter(_ services: CofferServices) -> Router<CofferRequestConte
     router.add(middleware: BodyBudgetMiddleware(budget: ByteBudget(capacity: c.bodyBudgetBytes, metrics: services.metrics)))
 
     router.get("/healthz") { _, _ in try JSON.response(["status": "ok"]) }
-    router.get("/readyz") { _, _ in
+    router.get("/readyz") { _, context in
         do {
             _ = try await services.catalogue.products()
-            return try JSON.response(["status": "ready"])
         } catch {
             throw Problem(.serviceUnavailable, "notReady", "the database is not answering")
         }
+        // Never ready on a ledger changed behind the server's back: it would refuse every write.
+        do { try await services.ledger.sealIntact() } catch {
+            context.logger.critical("the ledger's seal is broken", metadata: ["error": "\(error)"])
+            throw Problem(.serviceUnavailable, "ledgerSealBroken", "the ledger does not end where this server sealed it")
+        }
+        return try JSON.response(["status": "ready"])
     }
     router.get("/metrics") { _, _ in
         Response(

@@ -9,6 +9,9 @@ public struct Problem: HTTPResponseError, Sendable {
     public var code: String
     public var detail: String
     public var headers: HTTPFields
+    /// What went wrong inside the server (a storage error, a broken ledger seal): logged by
+    /// ``ProblemMiddleware``, never sent to the client.
+    public var internalDetail: String?
 
     public init(_ status: HTTPResponse.Status, _ code: String, _ detail: String, headers: HTTPFields = [:]) {
         self.status = status
@@ -28,7 +31,14 @@ public struct Problem: HTTPResponseError, Sendable {
             case .forbidden: .forbidden
             case .unavailable: .serviceUnavailable
             }
-        self.init(status, failure.code, failure.detail)
+        guard failure.kind == .unavailable else {
+            self.init(status, failure.code, failure.detail)
+            return
+        }
+        // The client learns that storage failed, not how: the details (SQLite messages, the
+        // ledger seal's state) go to the log.
+        self.init(status, failure.code, "storage is not available; retry later", headers: [.retryAfter: "1"])
+        internalDetail = failure.detail
     }
 
     /// The RFC 9457 body (keys in alphabetical order, like every Coffer JSON).
@@ -65,10 +75,12 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let problem as Problem {
+            if let internalDetail = problem.internalDetail { context.logger.error("storage failure", metadata: ["error": "\(internalDetail)"]) }
             return try problem.response(from: request, context: context)
         } catch let failure as VaultFailure {
-            if failure.kind == .unavailable { context.logger.error("storage failure", metadata: ["error": "\(failure.detail)"]) }
-            return try Problem(failure).response(from: request, context: context)
+            let problem = Problem(failure)
+            if let internalDetail = problem.internalDetail { context.logger.error("storage failure", metadata: ["error": "\(internalDetail)"]) }
+            return try problem.response(from: request, context: context)
         } catch let error as HTTPError {
             let code: String =
                 switch error.status {

@@ -411,6 +411,13 @@ extension SQLiteLedger {
         try await db.pool.read { db in try ChainStore.schemaProblems(db) }
     }
 
+    /// Throws ``LedgerIntegrityError`` when the chain does not end where this server's key
+    /// sealed it (read-only; readiness probes call it).
+    public func sealIntact() async throws {
+        guard let policy = checkpoints else { return }
+        try await db.pool.read { db in try ChainStore.checkSeal(db, policy: policy) }
+    }
+
     /// Checks the seal before the server starts appending: the chain must end where this
     /// server's key sealed it (see ``LedgerIntegrityError``). A chain from before the seal that
     /// was shut down cleanly (its head under a checkpoint of this key) is sealed now.

@@ -209,6 +209,11 @@ import Testing
             let refused = try await Self.post(client, ["receipt": try Harness.receipt("667")])
             #expect(refused.status == .serviceUnavailable)
             #expect(Harness.code(refused) == "storageUnavailable")
+            let body = String(decoding: refused.body.readableBytesView, as: UTF8.self)
+            #expect(!body.contains("appended") && !body.contains("seal"), "the client learns nothing of the ledger's state: \(body)")
+            let ready = try await client.execute(uri: "/readyz", method: .get)
+            #expect(ready.status == .serviceUnavailable)
+            #expect(Harness.code(ready) == "ledgerSealBroken")
         }
         let report = try await Self.audit(h)
         #expect(report.problem?.kind == .unsealed)
