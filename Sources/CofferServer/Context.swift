@@ -79,11 +79,11 @@ struct ClientAddressMiddleware: RouterMiddleware {
 }
 
 /// IP address literals in one normal form.
-enum IPAddress {
+public enum IPAddress {
     /// The normal form of an IPv4 or IPv6 literal: IPv4 dotted quad; IPv6 as `inet_ntop`
     /// writes it (lowercase hex, longest zero run compressed); an IPv4-mapped IPv6 address
     /// (`::ffff:a.b.c.d`) as its IPv4 address. Nil when `text` is not an address literal.
-    static func parse(_ text: String) -> String? {
+    public static func parse(_ text: String) -> String? {
         guard (2...45).contains(text.utf8.count), text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
         var v4 = in_addr()
         if inet_pton(AF_INET, text, &v4) == 1 { return ntop(AF_INET, &v4) }

@@ -87,9 +87,9 @@ struct ServeCommand: AsyncParsableCommand {
         }
         configuration.tokenKeyBase64 = env["COFFER_TOKEN_KEY"]
         let proxies = !trustedProxies.isEmpty ? trustedProxies : Setting.list(env["COFFER_TRUSTED_PROXIES"]) ?? file.trustedProxies ?? []
-        for proxy in proxies
-        where !proxy.contains(where: { $0 == "." || $0 == ":" }) || proxy.contains(where: { !$0.isHexDigit && $0 != "." && $0 != ":" }) {
-            throw UsageError("trusted proxy \(proxy) is not an IP address")
+        // Parsed, not just checked for address characters: a typo such as 1.2.3 would never match a peer.
+        for proxy in proxies where IPAddress.parse(proxy) == nil {
+            throw UsageError("trusted proxy \(proxy) is not an IPv4 or IPv6 address")
         }
         configuration.trustedProxies = Set(proxies)
         if let n = try rateRedemptions ?? Setting.int(env["COFFER_RATE_REDEMPTIONS"], "COFFER_RATE_REDEMPTIONS") ?? file.rateRedemptions {

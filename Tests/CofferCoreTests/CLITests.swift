@@ -274,6 +274,10 @@ import Testing
         #expect(typo.stderr.contains("tokenTtl"), "\(typo.stderr)")
         #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--port", "70000"], environment: [:]).status == 2)
         #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", "nginx"], environment: [:]).status == 2)
+        for typo in ["1.2.3", "10.0.0.256", "1::2::3", "::ffff:1.2.3"] {
+            #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", typo], environment: [:]).status == 2, "\(typo)")
+        }
+        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", "::FFFF:10.0.0.1"], environment: [:]).status == 0)
         #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--token-ttl", "1"], environment: [:]).status == 2)
         #expect(try coffer(["serve", "--print-config", "--bundle-id", "a"], environment: ["COFFER_PORT": "eighty"]).status == 2)
         let noBundle = try coffer(["serve", "--data-dir", dir.appendingPathComponent("d").path], environment: [:])
