@@ -4,13 +4,13 @@ import Foundation
 public enum ProductType: String, Codable, Sendable, Hashable {
     case consumable, nonConsumable
 
-    /// The catalogue type of a StoreKit 2 transaction `type`; nil for subscriptions and
-    /// unknown types (Coffer sells no subscriptions yet).
-    public init?(storeKitType: String) {
-        switch storeKitType {
-        case "Consumable": self = .consumable
-        case "Non-Consumable": self = .nonConsumable
-        default: return nil
+    /// The catalogue type of an App Store product type; nil for subscriptions (Coffer sells
+    /// none yet).
+    public init?(_ appStore: AppStoreProductType) {
+        switch appStore {
+        case .consumable: self = .consumable
+        case .nonConsumable: self = .nonConsumable
+        case .autoRenewableSubscription, .nonRenewingSubscription: return nil
         }
     }
 }

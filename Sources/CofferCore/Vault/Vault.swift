@@ -109,8 +109,8 @@ public struct Vault: Sendable {
         var revokedAt: Date?
         var format: SourceFormat
         var appAccountToken: String?
-        /// The StoreKit 2 `type` ("Consumable", "Auto-Renewable Subscription", …); nil for legacy receipts.
-        var storeKitType: String?
+        /// The StoreKit 2 product type; nil for legacy receipts (and unknown types).
+        var storeKitType: AppStoreProductType?
         /// A subscription's end (legacy field 1708, JWS `expiresDate`); nil for other purchases.
         var expiresDate: Date?
     }
@@ -221,22 +221,22 @@ public struct Vault: Sendable {
     /// an expired subscription is `expired`, any other subscription a type mismatch.
     static func checkType(_ purchase: Purchase, against product: Product, now: Date) throws(VaultFailure) {
         let subscription =
-            purchase.expiresDate != nil || purchase.storeKitType == "Auto-Renewable Subscription"
-            || purchase.storeKitType == "Non-Renewing Subscription"
+            purchase.expiresDate != nil || purchase.storeKitType == .autoRenewableSubscription
+            || purchase.storeKitType == .nonRenewingSubscription
         if subscription, let expires = purchase.expiresDate, expires <= now {
             throw VaultFailure(
                 .unprocessable, "expired", "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expires))")
         }
         let type: ProductType?
         switch purchase.format {
-        case .signedTransaction: type = purchase.storeKitType.flatMap(ProductType.init(storeKitType:))
+        case .signedTransaction: type = purchase.storeKitType.flatMap(ProductType.init)
         // A legacy receipt does not say whether a purchase is consumable: only subscriptions are told apart.
         case .appReceipt: type = subscription ? nil : product.type
         }
         guard type == product.type else {
             throw VaultFailure(
                 .unprocessable, "productTypeMismatch",
-                "product \(product.productId) is \(product.type.rawValue) but the transaction is \(purchase.storeKitType ?? (subscription ? "a subscription" : "of no known type"))"
+                "product \(product.productId) is \(product.type.rawValue) but the transaction is \(purchase.storeKitType?.rawValue ?? (subscription ? "a subscription" : "of no known type"))"
             )
         }
     }
@@ -294,9 +294,8 @@ public struct Vault: Sendable {
         }
         // The replay key depends on the product's type; a product no longer in the catalogue is
         // keyed by its transaction id (what a consumable would be).
-        let productType = try await transaction.productId.asyncFlatMap { id throws(VaultFailure) in
-            try await storage({ try await catalogue.product(id) })?.type
-        }
+        var productType: ProductType?
+        if let id = transaction.productId { productType = try await storage({ try await catalogue.product(id) })?.type }
         let reason = LedgerText.escaped([type, notification.subtype].compactMap { $0 }.joined(separator: "/"), maxBytes: 128)
         let revocation = Revocation(
             redemptionId: "", transactionId: transactionId, revokedAt: transaction.revocationDate?.date ?? now, reason: reason,
@@ -414,7 +413,7 @@ public struct Vault: Sendable {
             purchase = Purchase(
                 transactionId: transactionId, originalTransactionId: t.originalTransactionId, productId: productId, bundleId: bundleId,
                 environment: environment, purchaseDate: t.purchaseDate?.date, quantity: t.quantity ?? 1, revokedAt: t.revocationDate?.date,
-                format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.type, expiresDate: t.expiresDate?.date)
+                format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.productType, expiresDate: t.expiresDate?.date)
         }
         // Signed is not the same as safe to store: a trusted test root can sign anything.
         for value in [purchase.transactionId, purchase.productId, purchase.bundleId] + [purchase.originalTransactionId].compactMap({ $0 })
@@ -446,12 +445,4 @@ public struct Vault: Sendable {
 
     /// The stored form of a grant secret.
     public static func grantHash(_ grant: String) -> String { SHA256.hash(data: Array(grant.utf8)).hexString }
-}
-
-extension Optional {
-    /// `map` for an async throwing transform.
-    func asyncFlatMap<U, E: Error>(_ transform: (Wrapped) async throws(E) -> U?) async throws(E) -> U? {
-        guard let value = self else { return nil }
-        return try await transform(value)
-    }
 }
