@@ -1,0 +1,72 @@
+import CofferCore
+import Foundation
+import Logging
+
+/// Everything the server needs to know. Filled by `coffer serve` from flags, `COFFER_*`
+/// environment variables and an optional config file (see the README's table).
+public struct CofferConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    /// Holds coffer.sqlite, content/, keys/ (and sandbox/ in demo mode).
+    public var dataDirectory = "coffer-data"
+    public var anchors: [TrustAnchor] = []
+    public var bundleIds: Set<String> = []
+    public var appAppleId: Int64?
+    /// Lifetime of download tokens.
+    public var tokenTTL: TimeInterval = 600
+    /// Largest asset upload, bytes.
+    public var uploadLimit: Int64 = 512 * 1024 * 1024
+    /// Largest JSON request body (a base64 receipt of 4 MiB is ~5.4 MiB).
+    public var jsonBodyLimit = 8 * 1024 * 1024
+    /// Idle connection timeout, seconds: also bounds how long a client may take to send its
+    /// request headers.
+    public var idleTimeoutSeconds: Int64 = 30
+    /// JSON request bodies must arrive within this many seconds (else 408).
+    public var bodyTimeoutSeconds: Int64 = 30
+    public var bodyTimeout: Duration { .seconds(bodyTimeoutSeconds) }
+    /// X-Accel-Redirect mode: when set (e.g. `/_coffer/`), downloads answer with this prefix
+    /// plus the object's path under `DATA/content/` and an empty body, and nginx sends the
+    /// bytes (sendfile, ranges) from an `internal` location. Coffer still checks the token.
+    public var accelRedirectPrefix: String?
+    /// Asset uploads in progress at once; more get 503 `uploadsBusy`.
+    public var maxConcurrentUploads = 4
+    /// Request header limits (bytes of one field, bytes of all fields, number of fields).
+    public var maxHeaderFieldSize = 16 * 1024
+    public var maxHeaderListSize = 32 * 1024
+    public var maxHeaderFieldCount = 100
+    /// A download-token HMAC key given by configuration (base64, ≥ 32 bytes), instead of the key file.
+    public var tokenKeyBase64: String?
+    public var logLevel: Logger.Level = .info
+    /// Peers (exact IP addresses, e.g. the nginx in front) whose `X-Forwarded-For` is believed.
+    public var trustedProxies: Set<String> = []
+    /// Redemption and grant-exchange requests per client address per minute (0: unlimited)…
+    public var redemptionsPerMinute = 600
+    /// …of which this many may come at once.
+    public var redemptionBurst = 200
+    /// Failed authentications per client address per minute before 429 (0: unlimited).
+    public var authFailuresPerMinute = 20
+    /// Notifications (`POST /v1/notifications`) per client address per minute (0: unlimited)…
+    /// Apple posts from a handful of addresses, so the default is generous.
+    public var notificationsPerMinute = 600
+    /// …of which this many may come at once.
+    public var notificationBurst = 600
+    /// A download whose writes make no progress (no chunk accepted by the connection) for this
+    /// many seconds is closed: a client that stops reading cannot hold its connection forever.
+    public var downloadStallTimeoutSeconds: Int64 = 30
+    /// Streamed downloads in progress per client address; more get 429 `tooManyDownloads` (0: unlimited).
+    public var maxDownloadsPerAddress = 16
+    /// Request-body bytes (JSON bodies being collected) held at once by the whole server;
+    /// beyond it requests get 503 `busy` with `Retry-After`. Reserved from `Content-Length`
+    /// before reading, or chunk by chunk for chunked bodies.
+    public var bodyBudgetBytes = 64 * 1024 * 1024
+    /// Sign a ledger checkpoint every this many entries…
+    public var checkpointEvery: Int64 = 1000
+    /// …and every this many seconds when the ledger has grown since the last one.
+    public var checkpointIntervalSeconds: Int64 = 60
+    /// The ledger checkpoint signing key, outside the data directory (`--ledger-key`), so
+    /// that whoever copies the database cannot re-sign a rewritten history. Nil: systemd's
+    /// `$CREDENTIALS_DIRECTORY/ledger-signing.key` when present, else `DATA/keys/ledger-signing.key`.
+    public var ledgerKeyFile: String?
+
+    public init() {}
+}

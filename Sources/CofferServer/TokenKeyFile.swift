@@ -1,0 +1,56 @@
+import CofferCore
+import Crypto
+import Foundation
+
+/// The download-token keys in `DATA/keys/download-tokens.json` (0600), created on first start.
+/// To rotate: add a key and make it active; older keys keep verifying until removed.
+public enum TokenKeyFile {
+    struct File: Codable {
+        struct Entry: Codable {
+            var id: String
+            var secret: String
+        }
+        var active: String
+        var keys: [Entry]
+    }
+
+    public struct KeyError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public static func signer(dataDirectory: String, configured: String?) throws -> TokenSigner {
+        if let configured {
+            guard let bytes = Base64.decode(configured), bytes.count >= 32 else {
+                throw KeyError(description: "the configured token key must be base64 of at least 32 bytes")
+            }
+            return TokenSigner(active: TokenKey(id: "cfg", key: SymmetricKey(data: bytes)))
+        }
+        let dir = (dataDirectory as NSString).appendingPathComponent("keys")
+        let path = (dir as NSString).appendingPathComponent("download-tokens.json")
+        let fm = FileManager.default
+        if !fm.fileExists(atPath: path) {
+            try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let secret = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).base64EncodedString() }
+            let file = File(active: "k1", keys: [.init(id: "k1", secret: secret)])
+            let data = try JSONEncoder().encode(file)
+            guard fm.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+                throw KeyError(description: "cannot create \(path)")
+            }
+        }
+        guard let data = fm.contents(atPath: path), let file = try? JSONDecoder().decode(File.self, from: data) else {
+            throw KeyError(description: "\(path) is not a token key file")
+        }
+        var keys: [TokenKey] = []
+        for entry in file.keys {
+            guard let bytes = Base64.decode(entry.secret), bytes.count >= 32, entry.id.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x2E && $0 < 0x7F })
+            else {
+                throw KeyError(description: "\(path): key \(entry.id) must be base64 of at least 32 bytes, id without dots")
+            }
+            keys.append(TokenKey(id: entry.id, key: SymmetricKey(data: bytes)))
+        }
+        guard let active = keys.first(where: { $0.id == file.active }) else {
+            throw KeyError(description: "\(path): active key \(file.active) is not listed")
+        }
+        return TokenSigner(active: active, retired: keys.filter { $0.id != file.active })
+    }
+}
