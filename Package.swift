@@ -12,6 +12,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
@@ -51,19 +52,36 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The HTTP layer: controllers over the storage seams of CofferCore; names no backend.
         .target(
             name: "CofferServer",
             dependencies: [
                 "CofferCore",
-                "CofferStore",
-                "CofferSandbox",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "_NIOFileSystem", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
+        ),
+        // The composition root: picks the storage implementations and hands the server their protocols.
+        .target(
+            name: "CofferApp",
+            dependencies: [
+                "CofferCore",
+                "CofferServer",
+                "CofferStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // Test doubles: in-memory implementations of every storage protocol.
+        .target(
+            name: "CofferTestSupport",
+            dependencies: ["CofferCore"]
         ),
         .executableTarget(
             name: "coffer",
@@ -72,6 +90,7 @@ let package = Package(
                 "CofferSandbox",
                 "CofferStore",
                 "CofferServer",
+                "CofferApp",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
@@ -83,12 +102,12 @@ let package = Package(
         ),
         .testTarget(
             name: "CofferStoreTests",
-            dependencies: ["CofferCore", "CofferStore"]
+            dependencies: ["CofferCore", "CofferStore", "CofferTestSupport"]
         ),
         .testTarget(
             name: "CofferServerTests",
             dependencies: [
-                "CofferCore", "CofferStore", "CofferServer", "CofferSandbox",
+                "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferSandbox", "CofferTestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]

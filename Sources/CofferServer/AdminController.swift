@@ -1,5 +1,4 @@
 import CofferCore
-import CofferStore
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -7,7 +6,15 @@ import NIOCore
 
 /// Admins: upload asset bytes, define products.
 struct AdminController {
-    let services: CofferServices
+    let vault: Vault
+    let catalogue: any CatalogueRepository
+    let adminLog: any AdminLogRepository
+    let content: any ContentStore
+    /// Uploads in progress.
+    let uploads: Gate
+    /// Largest asset upload, bytes.
+    let uploadLimit: Int64
+    let bodyTimeout: Duration
 
     struct ProductBody: Decodable {
         var bundleId: String
@@ -25,10 +32,10 @@ struct AdminController {
 
     func add(to group: RouterGroup<CofferRequestContext>) {
         group.put("/assets/:assetId") { request, context in try await upload(request, context: context) }
-        group.get("/assets") { _, _ in try JSON.response(try await services.catalogue.assets()) }
+        group.get("/assets") { _, _ in try JSON.response(try await catalogue.assets()) }
         group.get("/assets/:assetId") { _, context in
             let id = context.parameters.get("assetId") ?? ""
-            guard let asset = try await services.catalogue.asset(id) else { throw Problem(.notFound, "unknownAsset", "no asset \(id.prefix(128))") }
+            guard let asset = try await catalogue.asset(id) else { throw Problem(.notFound, "unknownAsset", "no asset \(id.prefix(128))") }
             return try JSON.response(asset)
         }
         group.put("/products/:productId") { request, context in try await putProduct(request, context: context) }
@@ -39,7 +46,7 @@ struct AdminController {
                 /// Needed only when the transaction id was redeemed in more than one environment.
                 var environment: String?
             }
-            let body = try await JSON.decode(Body.self, from: request, context: context, limit: 4096, timeout: services.configuration.bodyTimeout)
+            let body = try await JSON.decode(Body.self, from: request, context: context, limit: 4096, timeout: bodyTimeout)
             guard (1...64).contains(body.transactionId.utf8.count), (1...500).contains(body.reason.utf8.count) else {
                 throw Problem(.badRequest, "malformedRequest", "transactionId must be 1–64 characters and reason 1–500")
             }
@@ -51,7 +58,7 @@ struct AdminController {
             }
             let revocation: Revocation
             do throws(VaultFailure) {
-                revocation = try await services.vault.revoke(
+                revocation = try await vault.revoke(
                     transactionId: body.transactionId, environment: environment, reason: body.reason, by: context.identity?.name ?? "?", now: Date())
             } catch { throw Problem(error) }
             try await audit(context, "redemption.revoke", target: body.transactionId, detail: body.reason)
@@ -59,13 +66,13 @@ struct AdminController {
         }
         group.get("/audit-log") { request, _ in
             let (after, limit) = try Paging.parse(request)
-            let items = try await services.adminLog.actions(after: after, limit: limit)
+            let items = try await adminLog.actions(after: after, limit: limit)
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }
-        group.get("/products") { _, _ in try JSON.response(try await services.catalogue.products()) }
+        group.get("/products") { _, _ in try JSON.response(try await catalogue.products()) }
         group.delete("/products/:productId") { _, context in
             let id = context.parameters.get("productId") ?? ""
-            guard try await services.catalogue.deleteProduct(id) else { throw Problem(.notFound, "unknownProduct", "no product \(id.prefix(128))") }
+            guard try await catalogue.deleteProduct(id) else { throw Problem(.notFound, "unknownProduct", "no product \(id.prefix(128))") }
             try await audit(context, "product.delete", target: id, detail: "")
             return Response(status: .noContent)
         }
@@ -78,7 +85,7 @@ struct AdminController {
         guard Self.validIdentifier(assetId) else {
             throw Problem(.badRequest, "invalidAssetId", "asset ids are 1–128 characters of A–Z a–z 0–9 . _ -")
         }
-        let limit = services.configuration.uploadLimit
+        let limit = uploadLimit
         if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > limit {
             throw Problem(.contentTooLarge, "payloadTooLarge", "asset exceeds the upload limit of \(limit) bytes")
         }
@@ -91,19 +98,19 @@ struct AdminController {
         }
         let name = try Self.assetName(query: request.uri.query) ?? assetId
         let contentType = request.headers[.contentType] ?? "application/octet-stream"
-        guard services.uploads.enter() else {
+        guard uploads.enter() else {
             throw Problem(
-                .serviceUnavailable, "uploadsBusy", "\(services.uploads.capacity) uploads are in progress; retry later",
+                .serviceUnavailable, "uploadsBusy", "\(uploads.capacity) uploads are in progress; retry later",
                 headers: [.retryAfter: "5"])
         }
-        defer { services.uploads.leave() }
-        let writer = try services.content.makeWriter(maxBytes: limit)
+        defer { uploads.leave() }
+        let writer = try await content.makeUpload(maxBytes: limit)
         let stored: (sha256: String, size: Int64)
         do {
             for try await buffer in request.body {
-                try buffer.withUnsafeReadableBytes { try writer.append($0) }
+                try await writer.append(buffer.readableBytesView)
             }
-            stored = try writer.finish(expectedSHA256: expected)
+            stored = try await writer.finish(expectedSHA256: expected)
         } catch ContentStoreError.tooLarge {
             writer.abort()
             throw Problem(.contentTooLarge, "payloadTooLarge", "asset exceeds the upload limit of \(limit) bytes")
@@ -114,7 +121,7 @@ struct AdminController {
             writer.abort()
             throw error
         }
-        let asset = try await services.catalogue.addAssetVersion(
+        let asset = try await catalogue.addAssetVersion(
             assetId: assetId, name: name, contentType: String(contentType.prefix(128)), size: stored.size, sha256: stored.sha256, at: Date())
         try await audit(context, "asset.upload", target: assetId, detail: "version \(asset.version), \(asset.size) bytes, sha256 \(asset.sha256)")
         return try JSON.response(asset, status: .created)
@@ -125,7 +132,7 @@ struct AdminController {
         let entry = AdminAction(
             at: Date(), keyId: context.identity?.keyId ?? "?", keyName: context.identity?.name ?? "?", action: action, target: target, detail: detail,
             clientAddress: context.clientAddress)
-        try await services.adminLog.record(entry)
+        try await adminLog.record(entry)
         context.logger.notice(
             "admin action", metadata: ["action": "\(action)", "target": "\(target)", "detail": "\(detail)", "by": "\(entry.keyName)"])
     }
@@ -198,16 +205,16 @@ struct AdminController {
             throw Problem(.badRequest, "invalidProductId", "product ids are 1–128 characters of A–Z a–z 0–9 . _ -")
         }
         let body = try await JSON.decode(
-            ProductBody.self, from: request, context: context, limit: 64 * 1024, timeout: services.configuration.bodyTimeout)
+            ProductBody.self, from: request, context: context, limit: 64 * 1024, timeout: bodyTimeout)
         guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
             throw Problem(.badRequest, "malformedRequest", "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
         }
-        for id in body.assetIds where try await services.catalogue.asset(id) == nil {
+        for id in body.assetIds where try await catalogue.asset(id) == nil {
             throw Problem(.unprocessableContent, "unknownAsset", "asset \(id.prefix(128)) has not been uploaded")
         }
         let product = Product(
             productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date())
-        try await services.catalogue.putProduct(product)
+        try await catalogue.putProduct(product)
         try await audit(
             context, "product.put", target: productId,
             detail: "bundle \(body.bundleId), \(body.type.rawValue), assets \(body.assetIds.joined(separator: " "))")
@@ -215,167 +222,7 @@ struct AdminController {
     }
 }
 
-/// Auditors (and admins): query and export the ledger.
-struct AuditController {
-    let services: CofferServices
-
-    func add(to group: RouterGroup<CofferRequestContext>) {
-        group.get("/redemptions") { request, _ in
-            let filter = try Self.filter(request)
-            let items = try await services.ledger.redemptions(filter)
-            return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
-        }
-        group.get("/attempts") { request, _ in
-            let filter = try Self.filter(request)
-            let items = try await services.ledger.attempts(filter)
-            return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
-        }
-        group.get("/export") { request, _ in try export(request) }
-        group.get("/revocations") { request, _ in
-            let (after, limit) = try Paging.parse(request)
-            let items = try await services.ledger.revocations(after: after, limit: limit)
-            return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
-        }
-    }
-
-    static func filter(_ request: Request) throws -> AuditFilter {
-        let q = request.uri.queryParameters
-        var f = AuditFilter()
-        f.transactionId = q.get("transactionId")
-        f.originalTransactionId = q.get("originalTransactionId")
-        f.productId = q.get("productId")
-        f.bundleId = q.get("bundleId")
-        f.code = q.get("code")
-        for (key, keyPath) in [("from", \AuditFilter.from), ("to", \AuditFilter.to)] {
-            if let text = q.get(key) {
-                guard let date = RFC3339.parse(text) else { throw Problem(.badRequest, "malformedRequest", "\(key) must be an ISO 8601 date") }
-                f[keyPath: keyPath] = date
-            }
-        }
-        if let limit = q.get("limit") {
-            guard let n = Int(limit), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
-            f.limit = n
-        }
-        if let cursor = q.get("cursor") {
-            guard let n = Int64(cursor), n >= 0 else {
-                throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page")
-            }
-            f.after = n
-        }
-        return f
-    }
-
-    /// Streams every redemption (or attempt, `kind=attempts`) as NDJSON or CSV, page by page.
-    func export(_ request: Request) throws -> Response {
-        let format = request.uri.queryParameters.get("format") ?? "ndjson"
-        let kind = request.uri.queryParameters.get("kind") ?? "redemptions"
-        guard format == "ndjson" || format == "csv" else { throw Problem(.badRequest, "malformedRequest", "format must be ndjson or csv") }
-        guard kind == "redemptions" || kind == "attempts" || kind == "ledger" else {
-            throw Problem(.badRequest, "malformedRequest", "kind must be redemptions, attempts or ledger")
-        }
-        if kind == "ledger" {
-            guard format == "ndjson" else { throw Problem(.badRequest, "malformedRequest", "the ledger export is ndjson") }
-            return LedgerController.export(services)
-        }
-        var firstPage = try Self.filter(request)
-        firstPage.limit = 500
-        let start = firstPage
-        let ledger = services.ledger
-        let body = ResponseBody { writer in
-            var filter = start
-            if format == "csv" {
-                let header =
-                    kind == "redemptions"
-                    ? "sequence,redemptionId,transactionId,originalTransactionId,productId,bundleId,environment,purchaseDate,quantity,receiptSHA256,sourceFormat,redeemedAt,clientAddress,appAccountToken,status\n"
-                    : "sequence,at,code,detail,transactionId,productId,receiptSHA256,clientAddress\n"
-                try await writer.write(ByteBuffer(string: header))
-            }
-            while true {
-                var out = ""
-                let last: Int64?
-                let count: Int
-                if kind == "redemptions" {
-                    let rows = try await ledger.redemptions(filter)
-                    for r in rows { out += format == "csv" ? CSV.line(r) : try CSV.json(r) }
-                    last = rows.last?.sequence
-                    count = rows.count
-                } else {
-                    let rows = try await ledger.attempts(filter)
-                    for a in rows { out += format == "csv" ? CSV.line(a) : try CSV.json(a) }
-                    last = rows.last?.sequence
-                    count = rows.count
-                }
-                if !out.isEmpty { try await writer.write(ByteBuffer(string: out)) }
-                guard let last, count == filter.limit else { break }
-                filter.after = last
-            }
-            try await writer.finish(nil)
-        }
-        return Response(
-            status: .ok, headers: [.contentType: format == "csv" ? "text/csv; charset=utf-8" : "application/x-ndjson"], body: body)
-    }
-}
-
-enum CSV {
-    /// A quoted CSV cell, neutralised against formula injection (OWASP "CSV Injection"): a
-    /// cell that starts with a tab, CR or LF, or whose first character after any leading
-    /// whitespace or control characters is `=`, `+`, `-` or `@` (or their full-width forms),
-    /// gets a leading `'` so spreadsheets show it as text.
-    static func field(_ value: String?) -> String {
-        guard let value else { return "" }
-        var v = value
-        if isFormulaLike(v) { v = "'" + v }
-        return "\"" + v.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-    }
-
-    static func isFormulaLike(_ value: String) -> Bool {
-        guard let first = value.unicodeScalars.first else { return false }
-        if first == "\t" || first == "\r" || first == "\n" { return true }
-        let significant = value.unicodeScalars.first { !($0.properties.isWhitespace || $0.value < 0x20 || (0x7F...0x9F).contains($0.value)) }
-        guard let significant else { return false }
-        return "=+-@\u{FF1D}\u{FF0B}\u{FF0D}\u{FF20}".unicodeScalars.contains(significant)
-    }
-
-    static func line(_ r: Redemption) -> String {
-        [
-            String(r.sequence), field(r.redemptionId), field(r.transactionId), field(r.originalTransactionId), field(r.productId), field(r.bundleId),
-            field(r.environment), field(r.purchaseDate.map(RFC3339.format)), String(r.quantity), field(r.receiptSHA256),
-            field(r.sourceFormat.rawValue),
-            field(RFC3339.format(r.redeemedAt)), field(r.clientAddress), field(r.appAccountToken), field(r.status),
-        ].joined(separator: ",") + "\n"
-    }
-
-    static func line(_ a: RejectedAttempt) -> String {
-        [
-            String(a.sequence), field(RFC3339.format(a.at)), field(a.code), field(a.detail), field(a.transactionId), field(a.productId),
-            field(a.receiptSHA256), field(a.clientAddress),
-        ].joined(separator: ",") + "\n"
-    }
-
-    static func json<T: Encodable>(_ value: T) throws -> String {
-        String(decoding: try JSON.encoder.encode(value), as: UTF8.self) + "\n"
-    }
-}
-
 extension HTTPField.Name {
     /// RFC 9530 `Content-Digest` (the literal is a valid field name).
     static let contentDigest = HTTPField.Name("Content-Digest")!
-}
-
-/// `cursor` and `limit` query parameters.
-enum Paging {
-    static func parse(_ request: Request, defaultLimit: Int = 100) throws -> (after: Int64, limit: Int) {
-        let q = request.uri.queryParameters
-        var limit = defaultLimit
-        if let text = q.get("limit") {
-            guard let n = Int(text), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
-            limit = n
-        }
-        var after: Int64 = 0
-        if let text = q.get("cursor") {
-            guard let n = Int64(text), n >= 0 else { throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page") }
-            after = n
-        }
-        return (after, limit)
-    }
 }

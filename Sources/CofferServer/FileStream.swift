@@ -39,26 +39,10 @@ enum FileStream {
         var slot: DownloadSlot?
     }
 
+    /// Streams bytes `range` of the file at `path`, reading the next chunk while the current
+    /// one is written.
     static func body(path: String, range: ClosedRange<Int64>, watch: Watch) -> ResponseBody {
-        ResponseBody(contentLength: Int(range.upperBound - range.lowerBound + 1)) { writer in
-            defer { watch.slot?.release() }
-            let eventLoop = watch.channel.eventLoop
-            // Every write must be accepted within the stall timeout, or the connection is closed.
-            let watchdog = StallWatchdog(channel: watch.channel, timeout: watch.stallTimeout, onStall: watch.onStall)
-            defer { watchdog.stop() }
-            var slice = Int.max
-            func send(_ chunk: ByteBuffer) async throws {
-                var chunk = chunk
-                while chunk.readableBytes > 0 {
-                    let length = min(slice, chunk.readableBytes)
-                    guard let part = chunk.readSlice(length: length) else { return }
-                    let started = NIODeadline.now()
-                    try await writer.write(part)
-                    try await eventLoop.submit {}.get()
-                    watchdog.progress()
-                    if NIODeadline.now() - started > slowWrite { slice = slowSliceLength }
-                }
-            }
+        body(length: range.upperBound - range.lowerBound + 1, watch: watch) { send in
             try await FileSystem.shared.withFileHandle(forReadingAt: FilePath(path)) { handle in
                 var chunk = try await read(handle, at: range.lowerBound, through: range.upperBound)
                 var offset = range.lowerBound + Int64(chunk.readableBytes)
@@ -70,6 +54,47 @@ enum FileStream {
                     offset += Int64(chunk.readableBytes)
                 }
                 try await send(chunk)
+            }
+        }
+    }
+
+    /// Streams `chunks` (a content store's read of `length` bytes) with the same back-pressure
+    /// and stall watchdog as a file.
+    static func body(chunks: AsyncThrowingStream<[UInt8], any Error>, length: Int64, watch: Watch) -> ResponseBody {
+        body(length: length, watch: watch) { send in
+            var sent: Int64 = 0
+            for try await chunk in chunks {
+                sent += Int64(chunk.count)
+                guard sent <= length else { throw ShortRead() }
+                try await send(ByteBuffer(bytes: chunk))
+            }
+            guard sent == length else { throw ShortRead() }
+        }
+    }
+
+    /// The response body: `produce` hands every chunk to `send`, which writes it, waits until
+    /// the event loop has it (back-pressure), and counts it as progress for the stall watchdog.
+    private static func body(
+        length: Int64, watch: Watch, produce: @escaping @Sendable (_ send: (ByteBuffer) async throws -> Void) async throws -> Void
+    ) -> ResponseBody {
+        ResponseBody(contentLength: Int(length)) { writer in
+            defer { watch.slot?.release() }
+            let eventLoop = watch.channel.eventLoop
+            // Every write must be accepted within the stall timeout, or the connection is closed.
+            let watchdog = StallWatchdog(channel: watch.channel, timeout: watch.stallTimeout, onStall: watch.onStall)
+            defer { watchdog.stop() }
+            var slice = Int.max
+            try await produce { chunk in
+                var chunk = chunk
+                while chunk.readableBytes > 0 {
+                    let length = min(slice, chunk.readableBytes)
+                    guard let part = chunk.readSlice(length: length) else { return }
+                    let started = NIODeadline.now()
+                    try await writer.write(part)
+                    try await eventLoop.submit {}.get()
+                    watchdog.progress()
+                    if NIODeadline.now() - started > slowWrite { slice = slowSliceLength }
+                }
             }
             try await writer.finish(nil)
         }

@@ -1,5 +1,4 @@
 import CofferCore
-import CofferStore
 import Foundation
 import Hummingbird
 import Logging
@@ -9,7 +8,8 @@ import ServiceLifecycle
 /// The tamper-evident ledger for auditors: signed checkpoints, the public key, and the
 /// chained export that `coffer ledger verify --export` checks offline.
 struct LedgerController {
-    let services: CofferServices
+    let ledgerAudit: any LedgerAuditRepository
+    let signer: LedgerSigner
 
     struct PublicKey: Encodable {
         var algorithm = "Ed25519"
@@ -23,58 +23,33 @@ struct LedgerController {
     func add(to group: RouterGroup<CofferRequestContext>) {
         group.get("/checkpoints") { request, _ in
             let (after, limit) = try Paging.parse(request)
-            let items = try await services.ledger.checkpoints(after: after, limit: limit)
+            let items = try await ledgerAudit.checkpoints(after: after, limit: limit)
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }
         group.get("/checkpoints/latest") { _, _ in
-            guard let latest = try await services.ledger.latestCheckpoint() else {
+            guard let latest = try await ledgerAudit.latestCheckpoint() else {
                 throw Problem(.notFound, "noCheckpoint", "no checkpoint has been signed yet (the ledger is empty or younger than the interval)")
             }
             return try JSON.response(latest)
         }
         group.get("/public-key") { _, _ in
-            let key = services.ledgerSigner.publicKey
+            let key = signer.publicKey
             return try JSON.response(
                 PublicKey(
-                    keyId: services.ledgerSigner.keyId, publicKey: key.rawRepresentation.base64EncodedString(),
+                    keyId: signer.keyId, publicKey: key.rawRepresentation.base64EncodedString(),
                     pem: try LedgerKeys.pem(key)))
         }
     }
 
     /// `GET /v1/audit/export?kind=ledger`: header, every chained entry, then the checkpoints
     /// up to the last entry written, streamed page by page.
-    static func export(_ services: CofferServices) -> Response {
-        let ledger = services.ledger
-        let key = services.ledgerSigner.publicKey
+    func export() -> Response {
+        let ledger = ledgerAudit
+        let key = signer.publicKey
         let body = ResponseBody { writer in
             try await ledger.export(publicKey: key, now: Date()) { chunk in try await writer.write(ByteBuffer(string: chunk)) }
             try await writer.finish(nil)
         }
         return Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: body)
-    }
-}
-
-/// Signs a checkpoint every `interval` when the ledger has grown, and a last one at shutdown.
-struct CheckpointService: Service {
-    let ledger: SQLiteLedger
-    let interval: Duration
-    let logger: Logger
-
-    func run() async throws {
-        // The sleep ends early on graceful shutdown, so the last entries get a checkpoint.
-        while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
-            await checkpoint()
-        }
-    }
-
-    func checkpoint() async {
-        do {
-            if let c = try await ledger.checkpointHead(now: Date()) {
-                logger.debug("ledger checkpoint", metadata: ["sequence": "\(c.sequence)", "entryHash": "\(c.entryHash)"])
-            }
-        } catch {
-            logger.error("ledger checkpoint failed", metadata: ["error": "\(error)"])
-        }
     }
 }

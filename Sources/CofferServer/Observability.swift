@@ -15,7 +15,7 @@ public final class CofferMetrics: Sendable {
     let bodyBytesReserved: Gauge
     let busy: Counter
 
-    init() {
+    public init() {
         downloads = registry.makeCounter(descriptor: Self.name("downloads_total", "Downloads served (including HEAD and ranges)"))
         downloadBytes = registry.makeCounter(descriptor: Self.name("download_bytes_total", "Asset bytes served"))
         downloadsInFlight = registry.makeGauge(descriptor: Self.name("downloads_in_flight", "Download bodies being streamed"))

@@ -1,5 +1,4 @@
 import CofferCore
-import CofferStore
 import Foundation
 import Hummingbird
 
@@ -90,7 +89,7 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                 default: "httpError"
                 }
             return try Problem(error.status, code, error.body ?? error.status.reasonPhrase).response(from: request, context: context)
-        } catch  where StorageErrors.isStorageError(error) {
+        } catch let error as any StorageFailure {
             context.logger.error("storage failure", metadata: ["error": "\(error)"])
             return try Problem(.serviceUnavailable, "storageUnavailable", "storage is not available; retry later", headers: [.retryAfter: "1"])
                 .response(from: request, context: context)

@@ -1,3 +1,4 @@
+import CofferCore
 import Foundation
 import GRDB
 
@@ -158,3 +159,6 @@ public enum StorageErrors {
     /// 503 `storageUnavailable`, never a bare 500.
     public static func isStorageError(_ error: any Error) -> Bool { error is DatabaseError }
 }
+
+/// SQLite's errors (busy, I/O, disk full, …) are storage failures: 503 `storageUnavailable`.
+extension DatabaseError: StorageFailure {}

@@ -86,7 +86,7 @@ extension AssetRecord {
 /// `redemptions.transaction_id` backs that up, so two concurrent redemptions of one
 /// transaction can never both succeed.
 public struct SQLiteLedger: LedgerRepository {
-    private let db: CofferDatabase
+    let db: CofferDatabase
     /// Signs checkpoints; nil keeps the hash chain without signing (tools that only read).
     public let checkpoints: CheckpointPolicy?
 

@@ -1,3 +1,4 @@
+import CofferApp
 import CofferCore
 import CofferSandbox
 import CofferServer
@@ -60,7 +61,7 @@ enum Demo {
     /// Keys made before the file existed (by an older Coffer, or if the file was deleted) cannot
     /// be found again — only their hashes are stored — so they are not revoked here: `reused`
     /// says the data directory was used before, and then a warning says so.
-    static func demoKeys(_ services: CofferServices, reused: Bool, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
+    static func demoKeys(_ services: SQLiteStorage, reused: Bool, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
         let path = ((services.configuration.dataDirectory as NSString).appendingPathComponent("sandbox") as NSString)
             .appendingPathComponent(keysFileName)
         var saved: DemoKeys?
@@ -107,7 +108,7 @@ enum Demo {
         }
     }
 
-    static func prepare(_ services: CofferServices, contentDirectory: String, logger: Logger) async throws {
+    static func prepare(_ services: SQLiteStorage, contentDirectory: String, logger: Logger) async throws {
         let manifestPath = (contentDirectory as NSString).appendingPathComponent("manifest.json")
         let manifest: Manifest
         do { manifest = try JSONDecoder().decode(Manifest.self, from: Data(try IO.read(manifestPath))) } catch {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CofferApp
 import CofferCore
 import CofferServer
 import CofferStore

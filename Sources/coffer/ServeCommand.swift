@@ -1,4 +1,5 @@
 import ArgumentParser
+import CofferApp
 import CofferCore
 import CofferSandbox
 import CofferServer
@@ -174,12 +175,12 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.anchors = try TrustRoots.anchors(roots: roots, environments: environments)
         }
 
-        let services: CofferServices
-        do { services = try await CofferServices.open(configuration, logger: logger) } catch {
+        let services: SQLiteStorage
+        do { services = try await SQLiteStorage.open(configuration, logger: logger) } catch {
             throw UsageError("cannot open data directory \(configuration.dataDirectory): \(error)")
         }
         if demo { try await Demo.prepare(services, contentDirectory: content, logger: logger) }
-        let app = buildApplication(services, logger: logger)
+        let app = buildApplication(configuration, dependencies: services.dependencies, logger: logger)
         logger.info(
             "Coffer listening",
             metadata: [
@@ -189,7 +190,7 @@ struct ServeCommand: AsyncParsableCommand {
             ])
         try await app.runService()
         // In-flight requests have finished and the last checkpoint is signed: close the database.
-        do { try services.database.close() } catch { logger.error("closing the database failed", metadata: ["error": "\(error)"]) }
+        do { try services.close() } catch { logger.error("closing the database failed", metadata: ["error": "\(error)"]) }
         logger.info("Coffer stopped")
     }
 }

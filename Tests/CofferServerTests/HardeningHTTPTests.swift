@@ -1,3 +1,4 @@
+import CofferApp
 import CofferCore
 import CofferStore
 import Crypto
@@ -132,7 +133,7 @@ extension Harness {
         var bytes = [UInt8](repeating: 0, count: size)
         for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i &* 131 &+ (i >> 16)) }
         try await store(assetId: assetId, bytes: bytes, contentType: "application/octet-stream")
-        return services.vault.tokens.mint(
+        return services.tokens.mint(
             DownloadClaims(assetId: assetId, sha256: bytes.sha256Hex, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 600))
     }
 }
@@ -263,7 +264,7 @@ extension Harness {
         let store = CapturingLogHandler.Store()
         var logger = Logger(label: "capture") { _ in CapturingLogHandler(store: store) }
         logger.logLevel = .notice
-        try await buildApplication(h.services, logger: logger).test(.live) { client in
+        try await h.application(logger: logger).test(.live) { client in
             let port = try #require(client.port)
             let c = try RawConnection(port: port)
             let requests = String(repeating: "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", count: 60_000)
@@ -369,7 +370,7 @@ extension Harness {
         let store = CapturingLogHandler.Store()
         var logger = Logger(label: "capture") { _ in CapturingLogHandler(store: store) }
         logger.logLevel = .info
-        let app = buildApplication(h.services, logger: logger)
+        let app = h.application(logger: logger)
         let variants = [
             "//v1/downloads/\(token)", "/v1//downloads/\(token)", "/v1/downloads//\(token)", "/v1/downloads/\(token)/", "/v1/./downloads/\(token)",
             "/v1/x/../downloads/\(token)", "/v1/downloads/./\(token)", "/./v1/downloads/\(token)", "/v1/downloads%2F\(token)",

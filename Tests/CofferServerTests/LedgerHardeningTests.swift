@@ -1,3 +1,4 @@
+import CofferApp
 import CofferCore
 import CofferSandbox
 import CofferStore
@@ -109,7 +110,7 @@ import Testing
         let jws = Self.unsignedJWS(#"{"transactionId":"\#(huge)","productId":"\#(huge)","bundleId":"b"}"#)
         for _ in 0..<1000 {
             do {
-                _ = try await h.services.vault.redeem(RedemptionRequest(proof: .signedTransaction(jws), clientAddress: "198.51.100.7"), now: Date())
+                _ = try await h.vault.redeem(RedemptionRequest(proof: .signedTransaction(jws), clientAddress: "198.51.100.7"), now: Date())
                 Issue.record("an unsigned JWS redeemed")
             } catch {
                 #expect(error.kind == .unprocessable || error.kind == .badRequest)
@@ -152,7 +153,7 @@ import Testing
                     """)
         }
         try queue.close()
-        await #expect(throws: LedgerStartupError.self) { _ = try await CofferServices.open(h.services.configuration, logger: .init(label: "t")) }
+        await #expect(throws: LedgerStartupError.self) { _ = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "t")) }
         // Nothing was chained or signed by the refused start, and verify says so.
         let db = try CofferDatabase(readOnlyPath: h.directory.appendingPathComponent("coffer.sqlite").path)
         let report = try await SQLiteLedger(db).audit(publicKey: publicKey)
@@ -223,7 +224,7 @@ import Testing
         // Stopped and restarted: refused, naming the entries.
         try h.services.database.close()
         do {
-            _ = try await CofferServices.open(h.services.configuration, logger: .init(label: "t"))
+            _ = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "t"))
             Issue.record("the server started on a chain it did not seal")
         } catch let error as LedgerStartupError {
             #expect(error.description.contains("entries 6–6 were appended"), "\(error)")
@@ -239,7 +240,7 @@ import Testing
         #expect(afterwards.status == 0)
         #expect(afterwards.stdout.contains("note: an operator adopted rows (ledger.adopt) at entry 7"), "\(afterwards.stdout)")
         #expect(afterwards.stdout.contains("re-sealed over a broken seal"), "\(afterwards.stdout)")
-        let reopened = try await CofferServices.open(h.services.configuration, logger: .init(label: "t"))
+        let reopened = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "t"))
         let adopted = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
         #expect(adopted.intact && adopted.entries == 7)
         #expect(try await reopened.adminLog.actions(after: 0, limit: 10).map(\.action) == ["ledger.adopt"])
@@ -298,7 +299,7 @@ import Testing
         #expect(altered.problem?.detail.contains("attempts_no_delete") == true)
         try h.services.database.close()
         do {
-            _ = try await CofferServices.open(h.services.configuration, logger: .init(label: "t"))
+            _ = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "t"))
             Issue.record("the server started on an altered schema")
         } catch let error as LedgerStartupError {
             #expect(error.description.contains("schema was altered"), "\(error)")

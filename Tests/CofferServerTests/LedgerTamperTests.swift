@@ -1,3 +1,4 @@
+import CofferApp
 import CofferCore
 import CofferStore
 import Crypto
@@ -271,7 +272,7 @@ import Testing
         var configuration = h.services.configuration
         configuration.checkpointEvery = 1000
         do {
-            _ = try await CofferServices.open(configuration, logger: .init(label: "test"))
+            _ = try await SQLiteStorage.open(configuration, logger: .init(label: "test"))
             Issue.record("the server opened a ledger with unchained rows")
         } catch let error as LedgerStartupError {
             let text = error.description
@@ -280,7 +281,7 @@ import Testing
         let adopted = try Self.coffer(["ledger", "adopt", "--data-dir", h.directory.path])
         #expect(adopted.status == 0)
         #expect(adopted.stdout.contains("3 redemption") && adopted.stdout.contains("2 attempt"), "\(adopted.stdout)")
-        let reopened = try await CofferServices.open(configuration, logger: .init(label: "test"))
+        let reopened = try await SQLiteStorage.open(configuration, logger: .init(label: "test"))
         let report = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
         #expect(report.intact, "\(String(describing: report.problem))")
         // The five rows, then the adoption itself.

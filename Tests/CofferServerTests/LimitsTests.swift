@@ -147,8 +147,8 @@ final class RawConnection: @unchecked Sendable {
                     + String(repeating: "x", count: 5000))
             // Wait until it holds the only upload slot (a condition, not a guess at how long that takes).
             let deadline = ContinuousClock.now + .seconds(20)
-            while h.services.uploads.inUse == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-            #expect(h.services.uploads.inUse == 1)
+            while h.runtime.uploadsInProgress == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(h.runtime.uploadsInProgress == 1)
             let second = try await client.execute(
                 uri: "/v1/admin/assets/other", method: .put, headers: h.bearer(h.adminKey), body: ByteBuffer(string: "small"))
             #expect(second.status == .serviceUnavailable)

@@ -1,3 +1,4 @@
+import CofferApp
 import CofferCore
 import CofferServer
 import Crypto

@@ -175,9 +175,9 @@ import Testing
         let h = try await Harness.make()
         defer { h.cleanUp() }
         let sha = h.levelBytes.sha256Hex
-        let good = h.services.vault.tokens.mint(
+        let good = h.services.tokens.mint(
             DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 60))
-        let expired = h.services.vault.tokens.mint(
+        let expired = h.services.tokens.mint(
             DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) - 1))
         let forged = TokenSigner(active: TokenKey(id: "k1", key: .init(size: .bits256)))
             .mint(DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 60))

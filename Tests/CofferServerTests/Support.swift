@@ -1,3 +1,4 @@
+import CofferApp
 import CofferCore
 import CofferSandbox
 import CofferServer
@@ -19,7 +20,9 @@ struct Harness {
     }()
 
     let directory: URL
-    let services: CofferServices
+    let services: SQLiteStorage
+    /// The server's metrics and upload gate (shared by every `app` of this harness).
+    let runtime: ServerRuntime
     let adminKey: String
     let auditorKey: String
     let levelBytes: [UInt8]
@@ -41,11 +44,12 @@ struct Harness {
         configure(&configuration)
         var logger = Logger(label: "coffer-test")
         logger.logLevel = .warning
-        let services = try await CofferServices.open(configuration, logger: logger)
+        let services = try await SQLiteStorage.open(configuration, logger: logger)
         let admin = try await APIKeys.create(role: .admin, name: "test admin", in: services.keys, now: Date())
         let auditor = try await APIKeys.create(role: .auditor, name: "test auditor", in: services.keys, now: Date())
         let level = Array(##"{"level":1,"map":["#S..E#"]}"##.utf8)
-        let harness = Harness(directory: directory, services: services, adminKey: admin, auditorKey: auditor, levelBytes: level)
+        let harness = Harness(
+            directory: directory, services: services, runtime: ServerRuntime(configuration), adminKey: admin, auditorKey: auditor, levelBytes: level)
         try await harness.store(assetId: "level-1", bytes: level, contentType: "application/json")
         try await harness.store(assetId: "tiles", bytes: Array("# wall\n. floor\n".utf8), contentType: "text/plain")
         try await services.catalogue.putProduct(
@@ -60,7 +64,7 @@ struct Harness {
 
     func store(assetId: String, bytes: [UInt8], contentType: String) async throws {
         let writer = try services.content.makeWriter(maxBytes: Int64.max)
-        try bytes.withUnsafeBytes { try writer.append($0) }
+        try writer.append(bytes)
         let stored = try writer.finish(expectedSHA256: nil)
         _ = try await services.catalogue.addAssetVersion(
             assetId: assetId, name: assetId, contentType: contentType, size: stored.size, sha256: stored.sha256, at: Date())
@@ -69,7 +73,19 @@ struct Harness {
     var app: some ApplicationProtocol {
         var logger = Logger(label: "coffer-test")
         logger.logLevel = .warning
-        return buildApplication(services, logger: logger)
+        return application(logger: logger)
+    }
+
+    func application(logger: Logger) -> some ApplicationProtocol {
+        buildApplication(services.configuration, dependencies: services.dependencies, runtime: runtime, logger: logger)
+    }
+
+    /// A vault over the harness's storage, configured like the server's.
+    var vault: Vault {
+        let c = services.configuration
+        return Vault(
+            verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),
+            catalogue: services.catalogue, ledger: services.ledger, tokens: services.tokens, tokenTTL: c.tokenTTL)
     }
 
     func cleanUp() { try? FileManager.default.removeItem(at: directory) }

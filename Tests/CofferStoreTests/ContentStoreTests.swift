@@ -1,9 +1,10 @@
+import CofferCore
 import Foundation
 import Testing
 
 @testable import CofferStore
 
-@Suite("ContentStore")
+@Suite("LocalContentStore")
 struct ContentStoreTests {
     static let helloWorld = Array("hello world".utf8)
     static let helloWorldSHA256 = "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
@@ -25,17 +26,17 @@ struct ContentStoreTests {
     func layout() async throws {
         try await withTemporaryDirectory { dir in
             let root = dir.appendingPathComponent("content").path
-            _ = try ContentStore(root: root)
+            _ = try LocalContentStore(root: root)
             #expect(try Self.permissions(root + "/objects") == 0o700)
             #expect(try Self.permissions(root + "/tmp") == 0o700)
-            _ = try ContentStore(root: root)  // reopening is fine
+            _ = try LocalContentStore(root: root)  // reopening is fine
         }
     }
 
     @Test("write stores the bytes under their SHA-256 and path(sha256:) finds them")
     func writeAndPath() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             #expect(store.path(sha256: Self.helloWorldSHA256) == nil)
             let result = try await store.write(
                 Self.chunks([Array("hello".utf8), [], Array(" world".utf8)]), maxBytes: 11, expectedSHA256: Self.helloWorldSHA256)
@@ -59,7 +60,7 @@ struct ContentStoreTests {
     @Test("the empty object and an upper-case expected digest")
     func emptyObject() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
             let writer = try store.makeWriter(maxBytes: 0)
             let result = try writer.finish(expectedSHA256: empty.uppercased())
@@ -73,7 +74,7 @@ struct ContentStoreTests {
     @Test("more than maxBytes throws tooLarge and leaves nothing in tmp/ or objects/")
     func tooLarge() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             await #expect(throws: ContentStoreError.tooLarge) {
                 _ = try await store.write(Self.chunks([Array("hello".utf8), Array(" world".utf8)]), maxBytes: 10, expectedSHA256: nil)
             }
@@ -92,7 +93,7 @@ struct ContentStoreTests {
     @Test("a digest mismatch throws and leaves nothing behind")
     func digestMismatch() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             await #expect(throws: ContentStoreError.digestMismatch) {
                 _ = try await store.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: String(repeating: "0", count: 64))
             }
@@ -104,7 +105,7 @@ struct ContentStoreTests {
     @Test("abort and a dropped writer delete the temporary file")
     func abortAndDrop() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             let writer = try store.makeWriter(maxBytes: 100)
             try writer.append(Self.helloWorld)
             writer.abort()
@@ -122,7 +123,7 @@ struct ContentStoreTests {
     @Test("cleanTemporaryFiles removes leftovers and counts them")
     func cleanTemporaryFiles() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             _ = try await store.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: nil)
             for name in ["crash-1.part", "crash-2.part", "crash-3.part"] {
                 try Data("partial".utf8).write(to: dir.appendingPathComponent("tmp/" + name))
@@ -137,7 +138,7 @@ struct ContentStoreTests {
     @Test("path(sha256:) only accepts 64 lower-case hex characters")
     func pathValidation() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             _ = try await store.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: nil)
             // Files an attacker would like to reach through a crafted digest.
             try Data("secret".utf8).write(to: dir.appendingPathComponent("objects/passwd"))
@@ -152,10 +153,10 @@ struct ContentStoreTests {
                 "ｂ" + Self.helloWorldSHA256.dropFirst(),
             ]
             for candidate in rejected {
-                #expect(!ContentStore.isValidDigest(candidate), "\(candidate)")
+                #expect(!LocalContentStore.isContentAddress(candidate), "\(candidate)")
                 #expect(store.path(sha256: candidate) == nil, "\(candidate)")
             }
-            #expect(ContentStore.isValidDigest(Self.helloWorldSHA256))
+            #expect(LocalContentStore.isContentAddress(Self.helloWorldSHA256))
             #expect(store.path(sha256: String(repeating: "a", count: 64)) == nil, "valid but absent")
         }
     }
@@ -164,7 +165,7 @@ struct ContentStoreTests {
     func failingSequence() async throws {
         struct Broken: Error {}
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             let stream = AsyncThrowingStream<[UInt8], any Error> { continuation in
                 continuation.yield(Self.helloWorld)
                 continuation.finish(throwing: Broken())
@@ -177,7 +178,7 @@ struct ContentStoreTests {
     @Test("large multi-chunk objects hash like a single buffer")
     func largeObject() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try ContentStore(root: dir.path)
+            let store = try LocalContentStore(root: dir.path)
             var generator = SystemRandomNumberGenerator()
             let bytes = (0..<300_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
             let writer = try store.makeWriter(maxBytes: Int64(bytes.count))

@@ -1,3 +1,4 @@
+import CofferCore
 import Crypto
 import Foundation
 
@@ -9,22 +10,12 @@ import Foundation
     import Darwin
 #endif
 
-/// Errors from ``ContentStore`` and ``ContentWriter``.
-public enum ContentStoreError: Error, Sendable, Hashable {
-    /// More than `maxBytes` were written.
-    case tooLarge
-    /// The bytes do not hash to the expected SHA-256.
-    case digestMismatch
-    /// A file-system operation failed.
-    case io(String)
-}
-
 /// Content-addressed blob storage: each object is stored once under its lower-case hex SHA-256,
 /// at `root/objects/ab/cdef…` (the first two hex characters name a folder).
 ///
 /// Objects are written to `root/tmp`, fsynced, then renamed into place, so a crash never leaves a
 /// partial object visible; leftovers in `root/tmp` are removed by ``cleanTemporaryFiles()``.
-public struct ContentStore: Sendable {
+public struct LocalContentStore: ContentStore {
     /// The root directory.
     public let root: String
     let objectsDirectory: String
@@ -46,33 +37,58 @@ public struct ContentStore: Sendable {
     }
 
     /// Starts writing a new object of at most `maxBytes` bytes.
-    public func makeWriter(maxBytes: Int64) throws -> ContentWriter {
-        try ContentWriter(store: self, maxBytes: maxBytes)
+    public func makeWriter(maxBytes: Int64) throws -> LocalContentUpload {
+        try LocalContentUpload(store: self, maxBytes: maxBytes)
     }
 
-    /// Writes every chunk of `chunks` as one object and returns its digest and size.
-    ///
-    /// Throws ``ContentStoreError/tooLarge`` as soon as more than `maxBytes` arrive and
-    /// ``ContentStoreError/digestMismatch`` when `expectedSHA256` is given and differs; in both
-    /// cases (and when `chunks` throws) nothing is left behind.
-    public func write<S: AsyncSequence>(_ chunks: S, maxBytes: Int64, expectedSHA256: String?) async throws -> (sha256: String, size: Int64)
-    where S.Element == [UInt8] {
-        let writer = try makeWriter(maxBytes: maxBytes)
+    public func makeUpload(maxBytes: Int64) throws -> any ContentUpload { try makeWriter(maxBytes: maxBytes) }
+
+    public func size(sha256: String) throws -> Int64? {
+        guard let path = path(sha256: sha256) else { return nil }
         do {
-            for try await chunk in chunks {
-                try writer.append(chunk)
-            }
-            return try writer.finish(expectedSHA256: expectedSHA256)
+            return (try FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
         } catch {
-            writer.abort()
-            throw error
+            throw ContentStoreError.io("cannot stat \(path): \(error)")
+        }
+    }
+
+    public func localFile(sha256: String) -> LocalContentFile? {
+        guard let path = path(sha256: sha256), let relative = relativePath(sha256: sha256) else { return nil }
+        return LocalContentFile(path: path, relativePath: relative)
+    }
+
+    /// Reads the range in 512 KiB chunks on a detached task. The server streams local files
+    /// through its own file streamer (``localFile(sha256:)``); this is for other readers.
+    public func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error> {
+        let path = path(sha256: sha256)
+        return AsyncThrowingStream { continuation in
+            let task = Task.detached {
+                do {
+                    guard let path, let handle = FileHandle(forReadingAtPath: path) else {
+                        throw ContentStoreError.io("no object \(sha256.prefix(64))")
+                    }
+                    defer { try? handle.close() }
+                    try handle.seek(toOffset: UInt64(range.lowerBound))
+                    var remaining = range.upperBound - range.lowerBound + 1
+                    while remaining > 0, !Task.isCancelled {
+                        let chunk = try handle.read(upToCount: Int(min(remaining, 512 * 1024))) ?? Data()
+                        guard !chunk.isEmpty else { throw ContentStoreError.io("\(path) ended before the range did") }
+                        remaining -= Int64(chunk.count)
+                        continuation.yield(Array(chunk))
+                    }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
         }
     }
 
     /// The path of the object with this digest, or nil when `sha256` is not exactly 64
     /// lower-case hex characters or no such object exists.
     public func path(sha256: String) -> String? {
-        guard Self.isValidDigest(sha256) else { return nil }
+        guard Self.isContentAddress(sha256) else { return nil }
         let path = objectPath(sha256)
         return FileManager.default.fileExists(atPath: path) ? path : nil
     }
@@ -80,7 +96,7 @@ public struct ContentStore: Sendable {
     /// The object's path relative to the store's root (`objects/ab/cdef…`), for a web server
     /// that serves the store's directory itself (X-Accel-Redirect); nil for a malformed digest.
     public func relativePath(sha256: String) -> String? {
-        guard Self.isValidDigest(sha256) else { return nil }
+        guard Self.isContentAddress(sha256) else { return nil }
         return "objects/" + sha256.prefix(2) + "/" + sha256.dropFirst(2)
     }
 
@@ -106,12 +122,6 @@ public struct ContentStore: Sendable {
         return removed
     }
 
-    /// Whether `digest` is exactly 64 lower-case hex characters.
-    static func isValidDigest(_ digest: String) -> Bool {
-        let bytes = Array(digest.utf8)
-        return bytes.count == 64 && bytes.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
-    }
-
     /// `objects/ab` for digest `ab…`; `digest` must be valid.
     func shardDirectory(_ digest: String) -> String {
         objectsDirectory + "/" + digest.prefix(2)
@@ -127,8 +137,8 @@ public struct ContentStore: Sendable {
 /// makes the object durable and visible, ``abort()`` discards it.
 ///
 /// Use a writer from one task at a time. A writer dropped without `finish` or `abort` deletes its temporary file.
-public final class ContentWriter {
-    private let store: ContentStore
+public final class LocalContentUpload: ContentUpload {
+    private let store: LocalContentStore
     private let maxBytes: Int64
     private let temporaryPath: String
     private var descriptor: Int32
@@ -136,7 +146,7 @@ public final class ContentWriter {
     /// The number of bytes appended so far.
     public private(set) var size: Int64 = 0
 
-    init(store: ContentStore, maxBytes: Int64) throws {
+    init(store: LocalContentStore, maxBytes: Int64) throws {
         self.store = store
         self.maxBytes = maxBytes
         temporaryPath = store.temporaryDirectory + "/" + UUID().uuidString.lowercased() + ".part"

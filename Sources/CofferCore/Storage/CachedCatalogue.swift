@@ -1,4 +1,3 @@
-import CofferCore
 import Foundation
 import Synchronization
 

@@ -1,0 +1,30 @@
+import Foundation
+
+/// The replay ledger: one row per redeemed purchase, the rejected attempts and the revocations.
+///
+/// The replay rule: within one environment, at most one redemption per replay key
+/// (``Redemption/effectiveReplayKey``); and none for a purchase revoked before it was redeemed.
+public protocol LedgerRepository: Sendable {
+    /// Inserts a redemption; `.alreadyRedeemed` when its environment and replay key are already
+    /// in the ledger, `.revoked` when a kept revocation matches them; the matching attempt of
+    /// `refusals` (if given) is then recorded in the same write. Returns only once durable.
+    func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome
+    func record(_ attempt: RejectedAttempt) async throws
+    func redemption(grantHash: String) async throws -> Redemption?
+    func redemptions(_ filter: AuditFilter) async throws -> [Redemption]
+    func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt]
+    /// Appends a revocation of the purchase `revocation.environment` / `revocation.replayKey`
+    /// (both required). When it was redeemed, `redemptionId` is filled in from the ledger;
+    /// when not, it is kept (`recordedUnredeemed`) if `keepUnredeemed`, else `notRedeemed`.
+    /// At most one revocation per environment and replay key.
+    func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome
+    /// The revocation of a redemption (by its id, or by its environment and replay key), if any.
+    func revocation(of redemption: Redemption) async throws -> Revocation?
+    /// Revocations after `after`, oldest first.
+    func revocations(after: Int64, limit: Int) async throws -> [Revocation]
+}
+
+extension LedgerRepository {
+    /// Inserts a redemption, recording nothing when it is refused.
+    public func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome { try await insert(redemption, refusals: nil) }
+}

@@ -1,0 +1,108 @@
+import CofferCore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+/// Auditors (and admins): query and export the ledger.
+struct AuditController {
+    let ledger: any LedgerRepository
+    /// Streams the chained export (`kind=ledger`).
+    let ledgerExport: LedgerController
+
+    func add(to group: RouterGroup<CofferRequestContext>) {
+        group.get("/redemptions") { request, _ in
+            let filter = try Self.filter(request)
+            let items = try await ledger.redemptions(filter)
+            return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
+        }
+        group.get("/attempts") { request, _ in
+            let filter = try Self.filter(request)
+            let items = try await ledger.attempts(filter)
+            return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
+        }
+        group.get("/export") { request, _ in try export(request) }
+        group.get("/revocations") { request, _ in
+            let (after, limit) = try Paging.parse(request)
+            let items = try await ledger.revocations(after: after, limit: limit)
+            return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
+        }
+    }
+
+    static func filter(_ request: Request) throws -> AuditFilter {
+        let q = request.uri.queryParameters
+        var f = AuditFilter()
+        f.transactionId = q.get("transactionId")
+        f.originalTransactionId = q.get("originalTransactionId")
+        f.productId = q.get("productId")
+        f.bundleId = q.get("bundleId")
+        f.code = q.get("code")
+        for (key, keyPath) in [("from", \AuditFilter.from), ("to", \AuditFilter.to)] {
+            if let text = q.get(key) {
+                guard let date = RFC3339.parse(text) else { throw Problem(.badRequest, "malformedRequest", "\(key) must be an ISO 8601 date") }
+                f[keyPath: keyPath] = date
+            }
+        }
+        if let limit = q.get("limit") {
+            guard let n = Int(limit), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
+            f.limit = n
+        }
+        if let cursor = q.get("cursor") {
+            guard let n = Int64(cursor), n >= 0 else {
+                throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page")
+            }
+            f.after = n
+        }
+        return f
+    }
+
+    /// Streams every redemption (or attempt, `kind=attempts`) as NDJSON or CSV, page by page.
+    func export(_ request: Request) throws -> Response {
+        let format = request.uri.queryParameters.get("format") ?? "ndjson"
+        let kind = request.uri.queryParameters.get("kind") ?? "redemptions"
+        guard format == "ndjson" || format == "csv" else { throw Problem(.badRequest, "malformedRequest", "format must be ndjson or csv") }
+        guard kind == "redemptions" || kind == "attempts" || kind == "ledger" else {
+            throw Problem(.badRequest, "malformedRequest", "kind must be redemptions, attempts or ledger")
+        }
+        if kind == "ledger" {
+            guard format == "ndjson" else { throw Problem(.badRequest, "malformedRequest", "the ledger export is ndjson") }
+            return ledgerExport.export()
+        }
+        var firstPage = try Self.filter(request)
+        firstPage.limit = 500
+        let start = firstPage
+        let ledger = self.ledger
+        let body = ResponseBody { writer in
+            var filter = start
+            if format == "csv" {
+                let header =
+                    kind == "redemptions"
+                    ? "sequence,redemptionId,transactionId,originalTransactionId,productId,bundleId,environment,purchaseDate,quantity,receiptSHA256,sourceFormat,redeemedAt,clientAddress,appAccountToken,status\n"
+                    : "sequence,at,code,detail,transactionId,productId,receiptSHA256,clientAddress\n"
+                try await writer.write(ByteBuffer(string: header))
+            }
+            while true {
+                var out = ""
+                let last: Int64?
+                let count: Int
+                if kind == "redemptions" {
+                    let rows = try await ledger.redemptions(filter)
+                    for r in rows { out += format == "csv" ? CSV.line(r) : try CSV.json(r) }
+                    last = rows.last?.sequence
+                    count = rows.count
+                } else {
+                    let rows = try await ledger.attempts(filter)
+                    for a in rows { out += format == "csv" ? CSV.line(a) : try CSV.json(a) }
+                    last = rows.last?.sequence
+                    count = rows.count
+                }
+                if !out.isEmpty { try await writer.write(ByteBuffer(string: out)) }
+                guard let last, count == filter.limit else { break }
+                filter.after = last
+            }
+            try await writer.finish(nil)
+        }
+        return Response(
+            status: .ok, headers: [.contentType: format == "csv" ? "text/csv; charset=utf-8" : "application/x-ndjson"], body: body)
+    }
+}

@@ -1,0 +1,110 @@
+import CofferCore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+/// Token-authorised downloads, streamed from the content store, with single Range support.
+/// A streamed body holds one of its address's download slots and is closed when the client
+/// stops reading for the stall timeout.
+struct DownloadController {
+    let tokens: TokenSigner
+    let content: any ContentStore
+    let catalogue: any CatalogueRepository
+    let metrics: CofferMetrics
+    let slots: DownloadSlots
+    /// X-Accel-Redirect mode (``CofferConfiguration/accelRedirectPrefix``).
+    let accelRedirectPrefix: String?
+    let stallTimeoutSeconds: Int64
+
+    func add(to router: Router<CofferRequestContext>) {
+        router.get("/v1/downloads/:token") { request, context in try await download(request, context: context, head: false) }
+        router.head("/v1/downloads/:token") { request, context in try await download(request, context: context, head: true) }
+    }
+
+    func download(_ request: Request, context: CofferRequestContext, head: Bool) async throws -> Response {
+        let claims = try verify(context.parameters.get("token") ?? "")
+        guard let size = try? await content.size(sha256: claims.sha256) else {
+            throw Problem(.notFound, "assetMissing", "the asset's bytes are not in the content store")
+        }
+        let asset = try? await catalogue.asset(claims.assetId)
+        var headers: HTTPFields = [
+            .contentType: asset?.sha256 == claims.sha256 ? asset?.contentType ?? "application/octet-stream" : "application/octet-stream",
+            .eTag: "\"\(claims.sha256)\"",
+            .acceptRanges: "bytes",
+            .cacheControl: "private, no-store",
+        ]
+        if let prefix = accelRedirectPrefix, let file = content.localFile(sha256: claims.sha256) {
+            // nginx serves the bytes (and any Range) from its internal location.
+            headers[.xAccelRedirect] = prefix + file.relativePath
+            metrics.downloads.increment()
+            return Response(status: .ok, headers: headers, body: .init())
+        }
+        let (status, range) = try Self.range(request.headers[.range], size: size, headers: &headers)
+        let length = range.map { $0.upperBound - $0.lowerBound + 1 } ?? 0
+        headers[.contentLength] = String(length)
+        guard let range, !head, length > 0 else {
+            metrics.downloads.increment()
+            return Response(status: status, headers: headers, body: .init())
+        }
+        let watch = try watch(context)
+        metrics.downloads.increment()
+        metrics.downloadBytes.increment(by: length)
+        if let file = content.localFile(sha256: claims.sha256) {
+            return Response(status: status, headers: headers, body: FileStream.body(path: file.path, range: range, watch: watch))
+        }
+        let chunks = content.read(sha256: claims.sha256, range: range)
+        return Response(status: status, headers: headers, body: FileStream.body(chunks: chunks, length: length, watch: watch))
+    }
+
+    /// The token's claims; 403 `tokenExpired` or `tokenInvalid` otherwise.
+    func verify(_ token: String) throws -> DownloadClaims {
+        do { return try tokens.verify(token, now: Date()) } catch {
+            switch error {
+            case .expired: throw Problem(.forbidden, "tokenExpired", "the download token has expired: redeem again or exchange the grant")
+            case .invalid: throw Problem(.forbidden, "tokenInvalid", "the download token is not valid")
+            }
+        }
+    }
+
+    /// The status and byte range to send (nil for an empty object); a single satisfiable
+    /// `Range` gives 206 and `Content-Range`, an unsatisfiable one 416.
+    static func range(_ header: String?, size: Int64, headers: inout HTTPFields) throws -> (HTTPResponse.Status, ClosedRange<Int64>?) {
+        let whole = size > 0 ? 0...(size - 1) : nil
+        guard let header else { return (.ok, whole) }
+        switch ByteRange.parse(header, size: size) {
+        case .ignore: return (.ok, whole)
+        case .unsatisfiable:
+            throw Problem(
+                .rangeNotSatisfiable, "rangeNotSatisfiable", "range \(header.prefix(64)) is outside 0–\(size)",
+                headers: [.contentRange: "bytes */\(size)"])
+        case .range(let r):
+            headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound)/\(size)"
+            return (.partialContent, r)
+        }
+    }
+
+    /// One of the client address's download slots and the stall watchdog's settings; 429
+    /// `tooManyDownloads` when the address has none left.
+    func watch(_ context: CofferRequestContext) throws -> FileStream.Watch {
+        guard let slot = slots.acquire(context.clientAddress) else {
+            metrics.rateLimited(route: "downloads")
+            context.logger.notice("too many downloads", metadata: ["client": "\(context.clientAddress)", "limit": "\(slots.perAddress)"])
+            throw Problem.tooManyDownloads(slots.perAddress)
+        }
+        let client = context.clientAddress
+        let logger = context.logger
+        let metrics = metrics
+        let timeout = stallTimeoutSeconds
+        return FileStream.Watch(
+            channel: context.channel, stallTimeout: .seconds(timeout),
+            onStall: {
+                metrics.downloadStalls.increment()
+                logger.notice("download stalled: no progress, connection closed", metadata: ["client": "\(client)", "seconds": "\(timeout)"])
+            }, slot: slot)
+    }
+}
+
+extension HTTPField.Name {
+    static let xAccelRedirect = HTTPField.Name("X-Accel-Redirect")!
+}

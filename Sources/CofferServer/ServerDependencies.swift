@@ -1,0 +1,48 @@
+import CofferCore
+
+/// What the HTTP layer is built over: the storage seams (protocols — SQLite today, PostgreSQL
+/// and object stores next, in-memory doubles in tests) and the keys. The composition root
+/// (`CofferApp`) opens the implementations and hands them to ``buildApplication(_:dependencies:runtime:logger:)``;
+/// each controller takes only what it uses.
+public struct ServerDependencies: Sendable {
+    public var catalogue: any CatalogueRepository
+    public var ledger: any LedgerRepository
+    public var ledgerAudit: any LedgerAuditRepository
+    public var keys: any KeyRepository
+    public var adminLog: any AdminLogRepository
+    public var content: any ContentStore
+    /// Signs and verifies download tokens.
+    public var tokens: TokenSigner
+    /// The ledger checkpoint key (its public half is served to auditors).
+    public var ledgerSigner: LedgerSigner
+
+    public init(
+        catalogue: any CatalogueRepository, ledger: any LedgerRepository, ledgerAudit: any LedgerAuditRepository, keys: any KeyRepository,
+        adminLog: any AdminLogRepository, content: any ContentStore, tokens: TokenSigner, ledgerSigner: LedgerSigner
+    ) {
+        self.catalogue = catalogue
+        self.ledger = ledger
+        self.ledgerAudit = ledgerAudit
+        self.keys = keys
+        self.adminLog = adminLog
+        self.content = content
+        self.tokens = tokens
+        self.ledgerSigner = ledgerSigner
+    }
+}
+
+/// The server's own in-process state, shared by the routes of one application: metrics and
+/// the upload gate. Tests make their own to observe it.
+public struct ServerRuntime: Sendable {
+    public let metrics: CofferMetrics
+    /// Uploads in progress (``CofferConfiguration/maxConcurrentUploads``).
+    let uploads: Gate
+
+    public init(_ configuration: CofferConfiguration, metrics: CofferMetrics = CofferMetrics()) {
+        self.metrics = metrics
+        self.uploads = Gate(capacity: configuration.maxConcurrentUploads)
+    }
+
+    /// Uploads in progress now (tests wait on it instead of sleeping).
+    public var uploadsInProgress: Int { uploads.inUse }
+}
