@@ -34,7 +34,7 @@ public struct Problem: HTTPResponseError, Sendable {
             self.init(status, failure.code, failure.detail)
             return
         }
-        // The client learns that storage failed, not how: the details (SQLite messages, the
+        // The client learns that storage failed, not how: the details (database messages, the
         // ledger seal's state) go to the log.
         self.init(status, failure.code, "storage is not available; retry later", headers: [.retryAfter: "1"])
         internalDetail = failure.detail

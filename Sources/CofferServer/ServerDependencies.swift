@@ -1,6 +1,6 @@
 import CofferCore
 
-/// What the HTTP layer is built over: the storage seams (protocols — SQLite today, PostgreSQL
+/// What the HTTP layer is built over: the storage seams (protocols — the embedded database today, PostgreSQL
 /// and object stores next, in-memory doubles in tests) and the keys. The composition root
 /// (`CofferApp`) opens the implementations and hands them to ``buildApplication(_:dependencies:runtime:logger:)``;
 /// each controller takes only what it uses.
