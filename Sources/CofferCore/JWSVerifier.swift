@@ -92,16 +92,7 @@ extension AppStoreVerifier {
         }
 
         // Policy: bundle, app Apple ID, environment.
-        switch signed {
-        case .transaction(let t): try checkBundle(t.bundleId)
-        case .appTransaction(let a):
-            try checkBundle(a.bundleId)
-            try checkAppAppleId(a.appAppleId)
-        case .notification(let n):
-            try checkBundle(n.data?.bundleId ?? n.summary?.bundleId)
-            try checkAppAppleId(n.data?.appAppleId ?? n.summary?.appAppleId)
-        case .renewalInfo: break  // carries no bundle id; checked via its notification
-        }
+        try checkApp(signed)
         guard let environment = evidence.environment else {
             throw VerificationError(.environmentNotAllowed, "environment \(claimedEnvironment.map { "'\($0)'" } ?? "(absent)") is not recognised")
         }
@@ -111,36 +102,52 @@ extension AppStoreVerifier {
         if case .notification(var notification) = signed {
             guard !nested else { throw VerificationError(.malformed, "notification nested in a notification") }
             if let inner = notification.data?.signedTransactionInfo {
-                var nestedEvidence = Evidence()
-                do { try await verifyJWS(Array(inner.utf8)[...], now: now, validateAt: validateAt, nested: true, into: &nestedEvidence) } catch {
-                    throw VerificationError(error.code, "signedTransactionInfo: \(error.detail)")
+                notification.transaction = try await verifyNested(
+                    inner, field: "signedTransactionInfo", expected: "a transaction", environment: environment, now: now, validateAt: validateAt
+                ) {
+                    if case .transaction(let transaction) = $0 { transaction } else { nil }
                 }
-                guard case .transaction(let transaction) = nestedEvidence.signed else {
-                    throw VerificationError(.malformed, "signedTransactionInfo is not a transaction")
-                }
-                guard nestedEvidence.environment == environment else {
-                    throw VerificationError(
-                        .environmentMismatch,
-                        "signedTransactionInfo claims \(nestedEvidence.environment?.rawValue ?? "?"), notification \(environment.rawValue)")
-                }
-                notification.transaction = transaction
             }
             if let inner = notification.data?.signedRenewalInfo {
-                var nestedEvidence = Evidence()
-                do { try await verifyJWS(Array(inner.utf8)[...], now: now, validateAt: validateAt, nested: true, into: &nestedEvidence) } catch {
-                    throw VerificationError(error.code, "signedRenewalInfo: \(error.detail)")
+                notification.renewalInfo = try await verifyNested(
+                    inner, field: "signedRenewalInfo", expected: "renewal info", environment: environment, now: now, validateAt: validateAt
+                ) {
+                    if case .renewalInfo(let renewal) = $0 { renewal } else { nil }
                 }
-                guard case .renewalInfo(let renewal) = nestedEvidence.signed else {
-                    throw VerificationError(.malformed, "signedRenewalInfo is not renewal info")
-                }
-                guard nestedEvidence.environment == environment else {
-                    throw VerificationError(
-                        .environmentMismatch,
-                        "signedRenewalInfo claims \(nestedEvidence.environment?.rawValue ?? "?"), notification \(environment.rawValue)")
-                }
-                notification.renewalInfo = renewal
             }
             evidence.signed = .notification(notification)
+        }
+    }
+
+    /// A JWS nested in a notification (`field`): verified on its own like any JWS, it must be
+    /// `expected` (what `extract` finds in it) and claim the notification's environment.
+    private func verifyNested<Payload>(
+        _ inner: String, field: String, expected: String, environment: Environment, now: Date, validateAt: Date?,
+        _ extract: (SignedPayload?) -> Payload?
+    ) async throws(VerificationError) -> Payload {
+        var nestedEvidence = Evidence()
+        do { try await verifyJWS(Array(inner.utf8)[...], now: now, validateAt: validateAt, nested: true, into: &nestedEvidence) } catch {
+            throw VerificationError(error.code, "\(field): \(error.detail)")
+        }
+        guard let payload = extract(nestedEvidence.signed) else { throw VerificationError(.malformed, "\(field) is not \(expected)") }
+        guard nestedEvidence.environment == environment else {
+            throw VerificationError(
+                .environmentMismatch, "\(field) claims \(nestedEvidence.environment?.rawValue ?? "?"), notification \(environment.rawValue)")
+        }
+        return payload
+    }
+
+    /// The bundle id and app Apple ID the payload is for must be this app's.
+    private func checkApp(_ signed: SignedPayload) throws(VerificationError) {
+        switch signed {
+        case .transaction(let t): try checkBundle(t.bundleId)
+        case .appTransaction(let a):
+            try checkBundle(a.bundleId)
+            try checkAppAppleId(a.appAppleId)
+        case .notification(let n):
+            try checkBundle(n.data?.bundleId ?? n.summary?.bundleId)
+            try checkAppAppleId(n.data?.appAppleId ?? n.summary?.appAppleId)
+        case .renewalInfo: break  // carries no bundle id; checked via its notification
         }
     }
 

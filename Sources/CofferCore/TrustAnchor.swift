@@ -212,29 +212,13 @@ extension TrustAnchor {
         var order: [[UInt8]] = []
         var vouched: [[UInt8]: (name: String, environments: Set<Environment>)] = [:]
         for root in configured {
-            let isApple = AppleRoots.isAppleRoot(root.der)
-            let offered: Set<Environment>
-            switch (root.scope, isApple) {
-            case (.some(let scope), true):
-                guard scope == .production || scope == .sandbox else {
-                    throw ConfigurationError(
-                        description: "\(root.name): Apple's roots vouch only for Production and Sandbox data, not \(scope.rawValue)")
-                }
-                offered = [scope]
-            case (.some(let scope), false):
-                guard scope != .production else {
-                    throw ConfigurationError(description: "\(root.name): only Apple's roots may vouch for Production data")
-                }
-                offered = [scope]
-            case (nil, true): offered = requested.isEmpty ? [.production] : [.production, .sandbox]
-            case (nil, false): offered = [.localTesting]
-            }
+            let offered = try offered(by: root, requested: requested)
             let environments = requested.isEmpty ? offered : offered.intersection(requested)
             if environments.isEmpty {
                 if builtIn { continue }
                 let accepted = requested.sorted().map(\.rawValue).joined(separator: ", ")
                 let hint =
-                    root.scope == nil && !isApple
+                    root.scope == nil && !AppleRoots.isAppleRoot(root.der)
                     ? " (a non-Apple root vouches for LocalTesting only; scope it, e.g. Sandbox=\(root.name))" : ""
                 throw ConfigurationError(
                     description:
@@ -248,40 +232,59 @@ extension TrustAnchor {
                 vouched[root.der] = (root.name, environments)
             }
         }
-        let covered = vouched.values.reduce(into: Set<Environment>()) { $0.formUnion($1.environments) }
-        if let missing = requested.subtracting(covered).sorted().first {
-            let why: String
-            switch missing {
-            case .production: why = "only Apple's roots may"
-            case .sandbox: why = "Apple's roots, or a root given as Sandbox=FILE"
-            case .xcode: why = "give Xcode's StoreKit certificate as Xcode=FILE"
-            case .localTesting: why = "give Coffer's sandbox root as --root FILE"
-            }
-            throw ConfigurationError(description: "no configured root vouches for \(missing.rawValue) (\(why))")
-        }
-        var anchors: [TrustAnchor] = []
-        for der in order {
-            guard let (name, environments) = vouched[der] else { continue }
-            if AppleRoots.isAppleRoot(der) {
-                anchors.append(try .apple(der, environments: environments))
-                continue
-            }
-            guard let certificate = try? Certificate(derEncoded: der) else {
-                throw ConfigurationError(description: "\(name) is not a DER X.509 certificate")
-            }
-            let signsItself = certificate.subject == certificate.issuer && allowsDigitalSignature(certificate)
-            if environments.contains(.xcode) && signsItself {
-                guard environments == [.xcode] else {
-                    throw ConfigurationError(
-                        description: "\(name) signs directly (like Xcode's StoreKit certificate), so it may vouch for Xcode only")
-                }
-                anchors.append(try .xcode(der))
-            } else {
-                anchors.append(try .custom(der, environments: environments, requireAppleExtensions: true))
-            }
-        }
+        try checkCovered(requested, by: vouched.values.reduce(into: Set<Environment>()) { $0.formUnion($1.environments) })
+        let anchors = try order.compactMap { der in try vouched[der].map { try anchor(der, name: $0.name, environments: $0.environments) } }
         guard !anchors.isEmpty else { throw ConfigurationError(description: "no trust root can vouch for the accepted environments") }
         return anchors
+    }
+
+    /// The environments a configured root may vouch for: its scope (Production for Apple's
+    /// roots only), or by default Production (and Sandbox when asked for) for Apple's roots
+    /// and LocalTesting for any other.
+    static func offered(by root: ConfiguredRoot, requested: Set<Environment>) throws -> Set<Environment> {
+        switch (root.scope, AppleRoots.isAppleRoot(root.der)) {
+        case (.some(let scope), true):
+            guard scope == .production || scope == .sandbox else {
+                throw ConfigurationError(description: "\(root.name): Apple's roots vouch only for Production and Sandbox data, not \(scope.rawValue)")
+            }
+            return [scope]
+        case (.some(let scope), false):
+            guard scope != .production else {
+                throw ConfigurationError(description: "\(root.name): only Apple's roots may vouch for Production data")
+            }
+            return [scope]
+        case (nil, true): return requested.isEmpty ? [.production] : [.production, .sandbox]
+        case (nil, false): return [.localTesting]
+        }
+    }
+
+    /// Every requested environment must have a root, or configuration fails naming what would give one.
+    static func checkCovered(_ requested: Set<Environment>, by covered: Set<Environment>) throws {
+        guard let missing = requested.subtracting(covered).sorted().first else { return }
+        let why: String
+        switch missing {
+        case .production: why = "only Apple's roots may"
+        case .sandbox: why = "Apple's roots, or a root given as Sandbox=FILE"
+        case .xcode: why = "give Xcode's StoreKit certificate as Xcode=FILE"
+        case .localTesting: why = "give Coffer's sandbox root as --root FILE"
+        }
+        throw ConfigurationError(description: "no configured root vouches for \(missing.rawValue) (\(why))")
+    }
+
+    /// The anchor for one root certificate and the environments it vouches for.
+    static func anchor(_ der: [UInt8], name: String, environments: Set<Environment>) throws -> TrustAnchor {
+        if AppleRoots.isAppleRoot(der) { return try .apple(der, environments: environments) }
+        guard let certificate = try? Certificate(derEncoded: der) else {
+            throw ConfigurationError(description: "\(name) is not a DER X.509 certificate")
+        }
+        let signsItself = certificate.subject == certificate.issuer && allowsDigitalSignature(certificate)
+        guard environments.contains(.xcode) && signsItself else {
+            return try .custom(der, environments: environments, requireAppleExtensions: true)
+        }
+        guard environments == [.xcode] else {
+            throw ConfigurationError(description: "\(name) signs directly (like Xcode's StoreKit certificate), so it may vouch for Xcode only")
+        }
+        return try .xcode(der)
     }
 }
 

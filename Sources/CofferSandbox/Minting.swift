@@ -142,28 +142,34 @@ extension SandboxCA {
 
     /// Wraps any payload bytes in a signed PKCS#7 envelope.
     public func wrapReceipt(payload: [UInt8], encoding: ReceiptEncoding = .init()) throws -> [UInt8] {
-        let digestOID: [UInt]
-        let digestBytes: [UInt8]
-        let signature: _RSA.Signing.RSASignature
-        var signedAttributes: [UInt8]?
-        func oid(_ digest: DigestAlgorithm) -> [UInt] {
-            switch digest {
-            case .sha1: [1, 3, 14, 3, 2, 26]
-            case .sha256: [2, 16, 840, 1, 101, 3, 4, 2, 1]
-            case .sha384: [2, 16, 840, 1, 101, 3, 4, 2, 2]
-            case .sha512: [2, 16, 840, 1, 101, 3, 4, 2, 3]
-            }
-        }
-        digestOID = oid(encoding.digest)
-        switch encoding.digest {
-        case .sha1: digestBytes = Array(Insecure.SHA1.hash(data: payload))
-        case .sha256: digestBytes = Array(SHA256.hash(data: payload))
-        case .sha384: digestBytes = Array(SHA384.hash(data: payload))
-        case .sha512: digestBytes = Array(SHA512.hash(data: payload))
-        }
+        var certificates: [ASN1Value] = [.raw(try Self.der(receiptSigner)), .raw(try Self.der(intermediate))]
+        if encoding.duplicateIntermediate { certificates.append(.raw(try Self.der(intermediate))) }
+        certificates.append(.raw(try Self.der(root)))
+        var signedDataFields: [ASN1Value] = [
+            .integer(encoding.signedDataVersion),
+            .set([.sequence([.oid(encoding.digest.oid), .null])] + encoding.extraDigestAlgorithms.map { .sequence([.oid($0.oid), .null]) }),
+            .sequence([
+                .oid([1, 2, 840, 113549, 1, 7, 1]),
+                .constructed(tag: 0xA0, children: [.chunkedOctetString(payload, chunkSize: max(1, encoding.chunkSize))]),
+            ]),
+            .constructed(tag: 0xA0, children: certificates),
+        ]
+        if encoding.crls { signedDataFields.append(.constructed(tag: 0xA1, children: [])) }
+        signedDataFields.append(.set([try signerInfo(payload: payload, encoding: encoding)]))
+        let contentInfo = ASN1Value.sequence([
+            .oid([1, 2, 840, 113549, 1, 7, 2]),
+            .constructed(tag: 0xA0, children: [.sequence(signedDataFields)]),
+        ])
+        return contentInfo.encoded(ber: encoding.ber)
+    }
+
+    /// The SignerInfo over `payload`: the receipt key's RSA PKCS#1 v1.5 signature of the
+    /// payload, or of the signed attributes (content type, message digest) when the encoding has them.
+    func signerInfo(payload: [UInt8], encoding: ReceiptEncoding) throws -> ASN1Value {
         var toSign = payload
+        var signedAttributes: [UInt8]?
         if encoding.signedAttributes {
-            var messageDigest = digestBytes
+            var messageDigest = encoding.digest.hash(payload)
             if encoding.corruptMessageDigest { messageDigest[0] ^= 0xFF }
             let attrs = ASN1Value.set([
                 .sequence([.oid([1, 2, 840, 113549, 1, 9, 3]), .set([.oid([1, 2, 840, 113549, 1, 7, 1])])]),
@@ -172,12 +178,7 @@ extension SandboxCA {
             signedAttributes = attrs
             toSign = attrs
         }
-        switch encoding.digest {
-        case .sha1: signature = try receiptKey.signature(for: Insecure.SHA1.hash(data: toSign), padding: .insecurePKCS1v1_5)
-        case .sha256: signature = try receiptKey.signature(for: SHA256.hash(data: toSign), padding: .insecurePKCS1v1_5)
-        case .sha384: signature = try receiptKey.signature(for: SHA384.hash(data: toSign), padding: .insecurePKCS1v1_5)
-        case .sha512: signature = try receiptKey.signature(for: SHA512.hash(data: toSign), padding: .insecurePKCS1v1_5)
-        }
+        let signature = try encoding.digest.sign(toSign, with: receiptKey)
         let signerCert = encoding.signerIsIntermediate ? intermediate : receiptSigner
         var issuerSerializer = DER.Serializer()
         try issuerSerializer.serialize(signerCert.issuer)
@@ -185,48 +186,53 @@ extension SandboxCA {
             .raw(issuerSerializer.serializedBytes),
             .primitive(tag: 0x02, bytes: Self.integerContent(signerCert.serialNumber.bytes)),
         ])
-        var signerFields: [ASN1Value] = [
-            .integer(encoding.signerInfoVersion), sid, .sequence([.oid(digestOID), .null]),
-        ]
-        if let signedAttributes {
-            signerFields.append(.raw([0xA0] + signedAttributes.dropFirst()))
-        }
-        let signatureOID: [UInt]
-        switch (encoding.signatureAlgorithmNamesDigest, encoding.digest) {
-        case (false, _): signatureOID = [1, 2, 840, 113549, 1, 1, 1]
-        case (true, .sha1): signatureOID = [1, 2, 840, 113549, 1, 1, 5]
-        case (true, .sha256): signatureOID = [1, 2, 840, 113549, 1, 1, 11]
-        case (true, .sha384): signatureOID = [1, 2, 840, 113549, 1, 1, 12]
-        case (true, .sha512): signatureOID = [1, 2, 840, 113549, 1, 1, 13]
-        }
-        signerFields += [
-            .sequence([.oid(signatureOID), .null]),
-            .octetString(Array(signature.rawRepresentation)),
-        ]
+        var signerFields: [ASN1Value] = [.integer(encoding.signerInfoVersion), sid, .sequence([.oid(encoding.digest.oid), .null])]
+        if let signedAttributes { signerFields.append(.raw([0xA0] + signedAttributes.dropFirst())) }
+        let signatureOID: [UInt] =
+            switch (encoding.signatureAlgorithmNamesDigest, encoding.digest) {
+            case (false, _): [1, 2, 840, 113549, 1, 1, 1]
+            case (true, .sha1): [1, 2, 840, 113549, 1, 1, 5]
+            case (true, .sha256): [1, 2, 840, 113549, 1, 1, 11]
+            case (true, .sha384): [1, 2, 840, 113549, 1, 1, 12]
+            case (true, .sha512): [1, 2, 840, 113549, 1, 1, 13]
+            }
+        signerFields += [.sequence([.oid(signatureOID), .null]), .octetString(Array(signature.rawRepresentation))]
         if encoding.unsignedAttributes {
             // One attribute: 1.2.840.113549.1.9.6 (countersignature) holding an empty SET member.
             signerFields.append(.constructed(tag: 0xA1, children: [.sequence([.oid([1, 2, 840, 113549, 1, 9, 6]), .set([.null])])]))
         }
-        var certificates: [ASN1Value] = [.raw(try Self.der(receiptSigner)), .raw(try Self.der(intermediate))]
-        if encoding.duplicateIntermediate { certificates.append(.raw(try Self.der(intermediate))) }
-        certificates.append(.raw(try Self.der(root)))
-        var signedDataFields: [ASN1Value] = [
-            .integer(encoding.signedDataVersion),
-            .set([.sequence([.oid(digestOID), .null])] + encoding.extraDigestAlgorithms.map { .sequence([.oid(oid($0)), .null]) }),
-            .sequence([
-                .oid([1, 2, 840, 113549, 1, 7, 1]),
-                .constructed(tag: 0xA0, children: [.chunkedOctetString(payload, chunkSize: max(1, encoding.chunkSize))]),
-            ]),
-            .constructed(tag: 0xA0, children: certificates),
-        ]
-        if encoding.crls { signedDataFields.append(.constructed(tag: 0xA1, children: [])) }
-        signedDataFields.append(.set([.sequence(signerFields)]))
-        let signedData = ASN1Value.sequence(signedDataFields)
-        let contentInfo = ASN1Value.sequence([
-            .oid([1, 2, 840, 113549, 1, 7, 2]),
-            .constructed(tag: 0xA0, children: [signedData]),
-        ])
-        return contentInfo.encoded(ber: encoding.ber)
+        return .sequence(signerFields)
+    }
+}
+
+extension DigestAlgorithm {
+    /// The algorithm's OID arcs.
+    var oid: [UInt] {
+        switch self {
+        case .sha1: [1, 3, 14, 3, 2, 26]
+        case .sha256: [2, 16, 840, 1, 101, 3, 4, 2, 1]
+        case .sha384: [2, 16, 840, 1, 101, 3, 4, 2, 2]
+        case .sha512: [2, 16, 840, 1, 101, 3, 4, 2, 3]
+        }
+    }
+
+    func hash(_ bytes: [UInt8]) -> [UInt8] {
+        switch self {
+        case .sha1: Array(Insecure.SHA1.hash(data: bytes))
+        case .sha256: Array(SHA256.hash(data: bytes))
+        case .sha384: Array(SHA384.hash(data: bytes))
+        case .sha512: Array(SHA512.hash(data: bytes))
+        }
+    }
+
+    /// RSA PKCS#1 v1.5 over this digest of `bytes`.
+    func sign(_ bytes: [UInt8], with key: _RSA.Signing.PrivateKey) throws -> _RSA.Signing.RSASignature {
+        switch self {
+        case .sha1: try key.signature(for: Insecure.SHA1.hash(data: bytes), padding: .insecurePKCS1v1_5)
+        case .sha256: try key.signature(for: SHA256.hash(data: bytes), padding: .insecurePKCS1v1_5)
+        case .sha384: try key.signature(for: SHA384.hash(data: bytes), padding: .insecurePKCS1v1_5)
+        case .sha512: try key.signature(for: SHA512.hash(data: bytes), padding: .insecurePKCS1v1_5)
+        }
     }
 }
 

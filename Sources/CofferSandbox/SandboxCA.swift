@@ -106,31 +106,39 @@ public struct SandboxCA: Sendable {
             extensions: try Certificate.Extensions(intermediateExtensions),
             issuerPrivateKey: .init(rootKey))
         func leaf(_ name: String, _ key: Certificate.PublicKey, serial: Certificate.SerialNumber, byRoot: Bool = false) throws -> Certificate {
-            var extensions = [
-                try Certificate.Extension(
-                    options.leavesAreCAs ? BasicConstraints.isCertificateAuthority(maxPathLength: nil) : BasicConstraints.notCertificateAuthority,
-                    critical: true),
-                try Certificate.Extension(KeyUsage(digitalSignature: true), critical: true),
-            ]
-            if options.leafAppleExtension {
-                extensions.append(Certificate.Extension(oid: [1, 2, 840, 113635, 100, 6, 11, 1], critical: false, value: [0x05, 0x00]))
-            }
-            return try Certificate(
-                version: .v3, serialNumber: serial, publicKey: key,
-                notValidBefore: notBefore, notValidAfter: notAfter,
-                issuer: byRoot ? rootName : intermediateName,
-                subject: try DistinguishedName {
-                    CommonName("\(options.commonNamePrefix) \(name)")
-                    OrganizationName("Coffer")
-                },
-                signatureAlgorithm: .ecdsaWithSHA256, extensions: try Certificate.Extensions(extensions),
-                issuerPrivateKey: .init(byRoot ? rootKey : intermediateKey))
+            try Self.leaf(
+                name, key, serial: serial, issuer: byRoot ? rootName : intermediateName, issuerKey: byRoot ? rootKey : intermediateKey,
+                validity: (notBefore, notAfter), options: options)
         }
         return SandboxCA(
             root: root, intermediate: intermediate,
             receiptSigner: try leaf("Receipt Signing", .init(receiptKey.publicKey), serial: receiptSerial),
             jwsSigner: try leaf("StoreKit Signing", .init(jwsKey.publicKey), serial: jwsSerial, byRoot: options.jwsLeafIssuedByRoot),
             rootKey: rootKey, intermediateKey: intermediateKey, receiptKey: receiptKey, jwsKey: jwsKey)
+    }
+
+    /// A leaf certificate for `name` (digital signature only, unless the options make leaves CAs).
+    static func leaf(
+        _ name: String, _ key: Certificate.PublicKey, serial: Certificate.SerialNumber, issuer: DistinguishedName,
+        issuerKey: P256.Signing.PrivateKey, validity: (notBefore: Date, notAfter: Date), options: Options
+    ) throws -> Certificate {
+        var extensions = [
+            try Certificate.Extension(
+                options.leavesAreCAs ? BasicConstraints.isCertificateAuthority(maxPathLength: nil) : BasicConstraints.notCertificateAuthority,
+                critical: true),
+            try Certificate.Extension(KeyUsage(digitalSignature: true), critical: true),
+        ]
+        if options.leafAppleExtension {
+            extensions.append(Certificate.Extension(oid: [1, 2, 840, 113635, 100, 6, 11, 1], critical: false, value: [0x05, 0x00]))
+        }
+        return try Certificate(
+            version: .v3, serialNumber: serial, publicKey: key,
+            notValidBefore: validity.notBefore, notValidAfter: validity.notAfter, issuer: issuer,
+            subject: try DistinguishedName {
+                CommonName("\(options.commonNamePrefix) \(name)")
+                OrganizationName("Coffer")
+            },
+            signatureAlgorithm: .ecdsaWithSHA256, extensions: try Certificate.Extensions(extensions), issuerPrivateKey: .init(issuerKey))
     }
 
     /// DER bytes of the root certificate: what a verifier is configured to trust.
