@@ -64,19 +64,11 @@ extension AppReceipt {
     /// Decodes a receipt payload. Throws ``VerificationError`` with code `malformed` or
     /// `limitExceeded` for anything that is not a well-formed receipt.
     public static func decode(_ bytes: ArraySlice<UInt8>, limits: VerificationLimits = .init()) throws(VerificationError) -> AppReceipt {
-        var outer = DERCursor(bytes)
-        let set = try outer.next(tag: 0x31, "receipt payload")
-        guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after the receipt payload") }
         var receipt = AppReceipt()
         var seen: UInt32 = 0
         var elements = 0
-        var reader = outer.children(of: set)
-        while !reader.isAtEnd {
-            let (type, value) = try attribute(&reader)
-            elements += 1
-            guard elements <= limits.maxElements else {
-                throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes")
-            }
+        try forEachAttribute(of: bytes, "receipt payload", trailing: "the receipt payload", limits: limits, elements: &elements) {
+            (type, value, elements) throws(VerificationError) in
             switch type {
             case 0, 1, 2, 3, 4, 5, 12, 19, 21:
                 let bit: UInt32 = 1 << UInt32(type)
@@ -101,7 +93,7 @@ extension AppReceipt {
                 receipt.inApp.append(try inAppPurchase(value, limits: limits, elements: &elements))
             case 19: receipt.originalAppVersion = try string(value, type)
             case 21: receipt.expirationDate = try date(value, type)
-            default: continue
+            default: break
             }
         }
         return receipt
@@ -110,17 +102,9 @@ extension AppReceipt {
     private static func inAppPurchase(
         _ bytes: ArraySlice<UInt8>, limits: VerificationLimits, elements: inout Int
     ) throws(VerificationError) -> InAppPurchase {
-        var outer = DERCursor(bytes)
-        let set = try outer.next(tag: 0x31, "in-app record")
-        guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after an in-app record") }
         var purchase = InAppPurchase()
-        var reader = outer.children(of: set)
-        while !reader.isAtEnd {
-            let (type, value) = try attribute(&reader)
-            elements += 1
-            guard elements <= limits.maxElements else {
-                throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes")
-            }
+        try forEachAttribute(of: bytes, "in-app record", trailing: "an in-app record", limits: limits, elements: &elements) {
+            (type, value, _) throws(VerificationError) in
             switch type {
             case 1701: purchase.quantity = try integer(value, type)
             case 1702: purchase.productId = try string(value, type)
@@ -132,10 +116,30 @@ extension AppReceipt {
             case 1711: purchase.webOrderLineItemId = try integer(value, type)
             case 1712: purchase.cancellationDate = try date(value, type)
             case 1719: purchase.isInIntroOfferPeriod = try integer(value, type).map { $0 != 0 }
-            default: continue
+            default: break
             }
         }
         return purchase
+    }
+
+    /// Walks the attribute SET that is all of `bytes` (`what` names it in errors), counting
+    /// every attribute against `limits.maxElements` (in-app records count into the receipt's total).
+    private static func forEachAttribute(
+        of bytes: ArraySlice<UInt8>, _ what: String, trailing: String, limits: VerificationLimits, elements: inout Int,
+        _ body: (Int, ArraySlice<UInt8>, inout Int) throws(VerificationError) -> Void
+    ) throws(VerificationError) {
+        var outer = DERCursor(bytes)
+        let set = try outer.next(tag: 0x31, what)
+        guard outer.isAtEnd else { throw VerificationError(.malformed, "trailing bytes after \(trailing)") }
+        var reader = outer.children(of: set)
+        while !reader.isAtEnd {
+            let (type, value) = try attribute(&reader)
+            elements += 1
+            guard elements <= limits.maxElements else {
+                throw VerificationError(.limitExceeded, "more than \(limits.maxElements) receipt attributes")
+            }
+            try body(type, value, &elements)
+        }
     }
 
     /// Reads `SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }`.
