@@ -73,6 +73,7 @@ let package = Package(
                 "CofferStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // Test doubles: in-memory implementations of every storage protocol.

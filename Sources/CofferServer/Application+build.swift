@@ -3,11 +3,16 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import ServiceLifecycle
 
 /// Builds the Coffer HTTP application over storage seams. `coffer serve` (through the
 /// composition root, `CofferApp`) and the tests call this same function.
+///
+/// `services` run beside the server and are stopped after it, in reverse order: the
+/// composition root passes the one that closes the storage.
 public func buildApplication(
-    _ configuration: CofferConfiguration, dependencies: ServerDependencies, runtime: ServerRuntime? = nil, logger: Logger
+    _ configuration: CofferConfiguration, dependencies: ServerDependencies, runtime: ServerRuntime? = nil, services: [any Service] = [],
+    logger: Logger
 ) -> some ApplicationProtocol {
     // A connection the peer stops reading is closed after twice the download stall timeout
     // (downloads are closed by their own watchdog first, which logs the client address).
@@ -22,7 +27,8 @@ public func buildApplication(
                     maxHeaderFieldSize: configuration.maxHeaderFieldSize, maxHeaderListSize: configuration.maxHeaderListSize,
                     maxHeaderFieldCount: configuration.maxHeaderFieldCount))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Coffer"),
-        services: [
+        // Stopped in reverse order: the server first, then the last checkpoint, then `services`.
+        services: services + [
             CheckpointService(ledger: dependencies.ledgerAudit, interval: .seconds(configuration.checkpointIntervalSeconds), logger: logger)
         ],
         logger: logger)

@@ -180,7 +180,8 @@ struct ServeCommand: AsyncParsableCommand {
             throw UsageError("cannot open data directory \(configuration.dataDirectory): \(error)")
         }
         if demo { try await Demo.prepare(services, contentDirectory: content, logger: logger) }
-        let app = buildApplication(configuration, dependencies: services.dependencies, logger: logger)
+        let app = buildApplication(
+            configuration, dependencies: services.dependencies, services: [StorageService(services, logger: logger)], logger: logger)
         logger.info(
             "Coffer listening",
             metadata: [
@@ -189,8 +190,6 @@ struct ServeCommand: AsyncParsableCommand {
                 "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
             ])
         try await app.runService()
-        // In-flight requests have finished and the last checkpoint is signed: close the database.
-        do { try services.close() } catch { logger.error("closing the database failed", metadata: ["error": "\(error)"]) }
         logger.info("Coffer stopped")
     }
 }
