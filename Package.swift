@@ -76,10 +76,10 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        // Test doubles: in-memory implementations of every storage protocol.
+        // Test doubles: in-memory implementations of every storage protocol; helpers shared by the test targets.
         .target(
             name: "CofferTestSupport",
-            dependencies: ["CofferCore"]
+            dependencies: ["CofferCore", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .executableTarget(
             name: "coffer",
@@ -95,19 +95,26 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The CLI tests run the built `coffer` executable: the dependency makes `swift test` build it.
         .testTarget(
             name: "CofferCoreTests",
-            dependencies: ["CofferCore", "CofferSandbox", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["CofferCore", "CofferSandbox", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.copy("Fixtures")]
         ),
         .testTarget(
             name: "CofferStoreTests",
             dependencies: ["CofferCore", "CofferStore", "CofferTestSupport", .product(name: "GRDB", package: "GRDB.swift")]
         ),
+        // One contract, every backend: the same tests over the in-memory and the SQLite
+        // implementation of each storage protocol (a new backend adds a `Backend` case).
+        .testTarget(
+            name: "CofferContractTests",
+            dependencies: ["CofferCore", "CofferStore", "CofferTestSupport", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         .testTarget(
             name: "CofferServerTests",
             dependencies: [
-                "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferSandbox", "CofferTestSupport",
+                "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferSandbox", "CofferTestSupport", "coffer",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -1,25 +1,32 @@
 import CofferCore
 import Foundation
 
-/// In-memory catalogue: a test double and the reference behaviour for other stores.
+/// In-memory catalogue with the SQLite catalogue's behaviour: ids compared and sorted byte for
+/// byte, every asset version kept, an asset's digest 64 characters and its size not negative.
 public actor InMemoryCatalogue: CatalogueRepository {
-    private var productsById: [String: Product] = [:]
-    private var assetVersions: [String: [Asset]] = [:]
+    private var productsById: [[UInt8]: Product] = [:]
+    private var assetVersions: [[UInt8]: [Asset]] = [:]
 
     public init() {}
 
-    public func putProduct(_ product: Product) { productsById[product.productId] = product }
-    public func product(_ productId: String) -> Product? { productsById[productId] }
-    public func products() -> [Product] { productsById.values.sorted { $0.productId < $1.productId } }
-    public func deleteProduct(_ productId: String) -> Bool { productsById.removeValue(forKey: productId) != nil }
+    public func putProduct(_ product: Product) { productsById[Array(product.productId.utf8)] = product }
+    public func product(_ productId: String) -> Product? { productsById[Array(productId.utf8)] }
+    public func products() -> [Product] { productsById.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map(\.value) }
+    public func deleteProduct(_ productId: String) -> Bool { productsById.removeValue(forKey: Array(productId.utf8)) != nil }
 
-    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) -> Asset {
-        let version = (assetVersions[assetId]?.last?.version ?? 0) + 1
+    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) throws -> Asset {
+        guard sha256.unicodeScalars.count == 64, size >= 0 else {
+            throw InMemoryStorageError.invalidValue("asset \(assetId): size \(size), sha256 \(sha256)")
+        }
+        let key = Array(assetId.utf8)
+        let version = (assetVersions[key]?.last?.version ?? 0) + 1
         let asset = Asset(assetId: assetId, version: version, name: name, contentType: contentType, size: size, sha256: sha256, createdAt: at)
-        assetVersions[assetId, default: []].append(asset)
+        assetVersions[key, default: []].append(asset)
         return asset
     }
 
-    public func asset(_ assetId: String) -> Asset? { assetVersions[assetId]?.last }
-    public func assets() -> [Asset] { assetVersions.values.compactMap(\.last).sorted { $0.assetId < $1.assetId } }
+    public func asset(_ assetId: String) -> Asset? { assetVersions[Array(assetId.utf8)]?.last }
+    public func assets() -> [Asset] {
+        assetVersions.sorted { $0.key.lexicographicallyPrecedes($1.key) }.compactMap(\.value.last)
+    }
 }

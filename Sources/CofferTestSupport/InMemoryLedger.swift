@@ -1,65 +1,99 @@
 import CofferCore
 import Foundation
 
-/// In-memory ledger with the same uniqueness rule as the SQLite schema.
+/// The in-memory ledger: redemptions, attempts, revocations and the admin log, every row
+/// chained in one hash chain (``InMemoryChain``) with checkpoints and a seal when it has a
+/// signer. It behaves as the SQLite ledger does (the contract tests run both): the replay
+/// rule per environment and replay key — also for rows from before replay keys, matched by
+/// original transaction id —, kept revocations, unique redemption ids and grant hashes,
+/// identifiers compared byte for byte.
+///
+/// Also the admin log (``AdminLogRepository``) and the audit side (``LedgerAuditRepository``):
+/// pass the same instance for all three.
+///
+///     let ledger = InMemoryLedger(signer: LedgerSigner(privateKey: .init()), checkpointEvery: 10)
+///     _ = try await ledger.insert(redemption)
 public actor InMemoryLedger: LedgerRepository {
-    private var rows: [Redemption] = []
-    /// Row index by "environment / replay key".
-    private var byKey: [String: Int] = [:]
-    private var attemptRows: [RejectedAttempt] = []
+    var chain: InMemoryChain
+    var redemptionRows: [Redemption] = []
+    var attemptRows: [RejectedAttempt] = []
+    var revocationRows: [Revocation] = []
+    var adminRows: [AdminAction] = []
 
-    public init() {}
-
-    static func key(_ environment: String?, _ replayKey: String) -> String { "\(environment ?? "")\u{0}\(replayKey)" }
-
-    public func insert(_ redemption: Redemption, refusals: InsertRefusals?) -> LedgerInsertOutcome {
-        let key = Self.key(redemption.environment, redemption.effectiveReplayKey)
-        if let revoked = revocationRows.first(where: { Self.key($0.environment, $0.replayKey ?? $0.transactionId) == key }) {
-            if let refusals { record(refusals.revoked) }
-            return .revoked(revoked)
-        }
-        guard byKey[key] == nil else {
-            if let refusals { record(refusals.replay) }
-            return .alreadyRedeemed
-        }
-        var row = redemption
-        row.sequence = Int64(rows.count + 1)
-        byKey[key] = rows.count
-        rows.append(row)
-        return .inserted(row)
+    /// `signer` signs a checkpoint every `checkpointEvery` entries and the seal after every
+    /// write; nil keeps the chain unsigned (like a SQLite ledger opened without a key).
+    public init(signer: LedgerSigner? = nil, checkpointEvery: Int64 = 1000) {
+        chain = InMemoryChain(signer: signer, every: checkpointEvery)
     }
 
-    public func record(_ attempt: RejectedAttempt) {
+    /// Runs a write between a seal check and a new seal, as the SQLite ledger's transactions do.
+    func sealed<T>(now: Date, _ body: () throws -> T) throws -> T {
+        try chain.checkSeal()
+        let result = try body()
+        try chain.sealHead(now: now)
+        return result
+    }
+
+    public func insert(_ redemption: Redemption, refusals: InsertRefusals?) throws -> LedgerInsertOutcome {
+        try sealed(now: redemption.redeemedAt) {
+            let key = redemption.effectiveReplayKey
+            if isRedeemed(environment: redemption.environment, replayKey: key) {
+                if let refusals { try append(refusals.replay) }
+                return .alreadyRedeemed
+            }
+            if let revocation = keyedRevocation(environment: redemption.environment, replayKey: key) {
+                if let refusals { try append(refusals.revoked) }
+                return .revoked(revocation)
+            }
+            if redemptionRows.contains(where: { $0.redemptionId.sameBytes(redemption.redemptionId) }) {
+                throw InMemoryStorageError.duplicate("redemption id \(redemption.redemptionId)")
+            }
+            if redemptionRows.contains(where: { $0.grantHash.sameBytes(redemption.grantHash) }) {
+                throw InMemoryStorageError.duplicate("grant hash \(redemption.grantHash)")
+            }
+            var row = redemption
+            row.sequence = Int64(redemptionRows.count + 1)
+            let stored = row
+            try chain.append(now: redemption.redeemedAt) { .redemption(stored, sequence: $0) }
+            redemptionRows.append(stored)
+            return .inserted(stored)
+        }
+    }
+
+    public func record(_ attempt: RejectedAttempt) throws {
+        try sealed(now: attempt.at) { try append(attempt) }
+    }
+
+    /// Stores an attempt and chains it (inside a sealed write).
+    private func append(_ attempt: RejectedAttempt) throws {
         var row = attempt
         row.sequence = Int64(attemptRows.count + 1)
-        attemptRows.append(row)
+        let stored = row
+        try chain.append(now: attempt.at) { .attempt(stored, sequence: $0) }
+        attemptRows.append(stored)
     }
 
-    public func redemption(grantHash: String) -> Redemption? { rows.first { $0.grantHash == grantHash } }
+    public func redemption(grantHash: String) -> Redemption? { redemptionRows.first { $0.grantHash.sameBytes(grantHash) } }
 
-    private var revocationRows: [Revocation] = []
-
-    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) -> RevocationOutcome {
-        let key = Self.key(revocation.environment, revocation.replayKey ?? revocation.transactionId)
-        guard !revocationRows.contains(where: { Self.key($0.environment, $0.replayKey ?? $0.transactionId) == key }) else { return .alreadyRevoked }
-        var row = revocation
-        row.sequence = Int64(revocationRows.count + 1)
-        guard let index = byKey[key] else {
-            guard keepUnredeemed else { return .notRedeemed }
-            row.redemptionId = ""
-            revocationRows.append(row)
-            return .recordedUnredeemed(row)
+    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) throws -> RevocationOutcome {
+        let key = revocation.replayKey ?? revocation.transactionId
+        return try sealed(now: revocation.recordedAt) {
+            if self.revocation(environment: revocation.environment, replayKey: key) != nil { return .alreadyRevoked }
+            let redemptionId = redemptionIds(environment: revocation.environment ?? "", replayKey: key).first
+            if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
+            var row = revocation
+            row.redemptionId = redemptionId ?? ""
+            row.sequence = Int64(revocationRows.count + 1)
+            let stored = row
+            try chain.append(now: revocation.recordedAt) { .revocation(stored, sequence: $0) }
+            revocationRows.append(stored)
+            return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
         }
-        row.redemptionId = rows[index].redemptionId
-        revocationRows.append(row)
-        return .revoked(row)
     }
 
     public func revocation(of redemption: Redemption) -> Revocation? {
-        let key = Self.key(redemption.environment, redemption.effectiveReplayKey)
-        return revocationRows.first {
-            $0.redemptionId == redemption.redemptionId || Self.key($0.environment, $0.replayKey ?? $0.transactionId) == key
-        }
+        revocationRows.first { $0.redemptionId.sameBytes(redemption.redemptionId) }
+            ?? revocation(environment: redemption.environment, replayKey: redemption.effectiveReplayKey)
     }
 
     public func revocations(after: Int64, limit: Int) -> [Revocation] {
@@ -68,22 +102,27 @@ public actor InMemoryLedger: LedgerRepository {
 
     public func redemptions(_ f: AuditFilter) -> [Redemption] {
         Array(
-            rows.lazy.filter { r in
-                r.sequence > f.after && (f.transactionId.map { $0 == r.transactionId } ?? true)
-                    && (f.originalTransactionId.map { $0 == r.originalTransactionId } ?? true)
-                    && (f.productId.map { $0 == r.productId } ?? true) && (f.bundleId.map { $0 == r.bundleId } ?? true)
+            redemptionRows.lazy.filter { r in
+                r.sequence > f.after && Self.matches(f.transactionId, r.transactionId)
+                    && Self.matches(f.originalTransactionId, r.originalTransactionId)
+                    && Self.matches(f.productId, r.productId) && Self.matches(f.bundleId, r.bundleId)
                     && (f.from.map { r.redeemedAt >= $0 } ?? true) && (f.to.map { r.redeemedAt < $0 } ?? true)
             }
-            .prefix(f.limit))
+            .prefix(max(0, f.limit)))
     }
 
     public func attempts(_ f: AuditFilter) -> [RejectedAttempt] {
         Array(
             attemptRows.lazy.filter { a in
-                a.sequence > f.after && (f.transactionId.map { $0 == a.transactionId } ?? true)
-                    && (f.productId.map { $0 == a.productId } ?? true) && (f.code.map { $0 == a.code } ?? true)
-                    && (f.from.map { a.at >= $0 } ?? true) && (f.to.map { a.at < $0 } ?? true)
+                a.sequence > f.after && Self.matches(f.transactionId, a.transactionId) && Self.matches(f.productId, a.productId)
+                    && Self.matches(f.code, a.code) && (f.from.map { a.at >= $0 } ?? true) && (f.to.map { a.at < $0 } ?? true)
             }
-            .prefix(f.limit))
+            .prefix(max(0, f.limit)))
+    }
+
+    /// An unset filter field matches everything; a set one only the same bytes.
+    private static func matches(_ wanted: String?, _ value: String?) -> Bool {
+        guard let wanted else { return true }
+        return value?.sameBytes(wanted) == true
     }
 }

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -8,18 +9,6 @@ import Testing
 /// What is hashed is what is stored: random text (controls, NUL, combining marks, astral
 /// planes, separators) round-trips through the store, the export and the verifier.
 @Suite struct LedgerTextTests {
-    /// Deterministic, so a failure names a reproducible string.
-    struct SplitMix64: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// A string of 0–40 scalars drawn from the awkward corners of Unicode.
     static func awkward(_ rng: inout SplitMix64) -> String {
         let pools: [ClosedRange<UInt32>] = [

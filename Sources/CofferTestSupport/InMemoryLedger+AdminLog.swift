@@ -1,0 +1,25 @@
+import CofferCore
+import Foundation
+
+// The admin log is chained in the ledger's hash chain (as in the SQLite store), so the
+// ledger itself is the admin log.
+extension InMemoryLedger: AdminLogRepository {
+    /// Records an action with its text fields escaped and capped as the SQLite admin log does.
+    public func record(_ a: AdminAction) throws {
+        var action = a
+        action.keyName = LedgerText.escaped(a.keyName, maxBytes: 128)
+        action.target = LedgerText.escaped(a.target, maxBytes: 512)
+        action.detail = LedgerText.escaped(a.detail, maxBytes: 1024)
+        action.action = LedgerText.escaped(a.action, maxBytes: 64)
+        action.sequence = Int64(adminRows.count + 1)
+        let stored = action
+        try sealed(now: a.at) {
+            try chain.append(now: a.at) { .adminAction(stored, sequence: $0) }
+            adminRows.append(stored)
+        }
+    }
+
+    public func actions(after: Int64, limit: Int) -> [AdminAction] {
+        Array(adminRows.lazy.filter { $0.sequence > after }.prefix(max(0, limit)))
+    }
+}

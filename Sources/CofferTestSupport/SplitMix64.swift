@@ -1,0 +1,18 @@
+/// A seeded random number generator (SplitMix64): the same seed gives the same sequence on
+/// every run, so a failure names a reproducible input.
+///
+///     var rng = SplitMix64(state: 0x5EED)
+///     let byte = UInt8.random(in: 0...255, using: &rng)
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    public var state: UInt64
+
+    public init(state: UInt64) { self.state = state }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,46 @@
+import CofferCore
+import CofferStore
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// The implementations the storage contract runs against. Every contract test takes a
+/// `Backend` argument (`@Test(arguments: Backend.allCases)`), so a new backend — PostgreSQL —
+/// is one case here and its branch in ``withStorage(signer:checkpointEvery:_:)``: the whole
+/// contract then runs on it, and the backend is done when it passes.
+enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    /// The doubles of CofferTestSupport.
+    case inMemory
+    /// The embedded deployment: SQLite and the local content store in a temporary directory.
+    case sqlite
+
+    var testDescription: String { rawValue }
+
+    /// Runs `body` over fresh, empty storage of this backend, and disposes of it afterwards.
+    /// `signer` signs the ledger's checkpoints (every `checkpointEvery` entries) and its seal;
+    /// nil keeps the chain unsigned.
+    func withStorage<T>(
+        signer: LedgerSigner? = nil, checkpointEvery: Int64 = 1000, _ body: (ContractStorage) async throws -> T
+    ) async throws -> T {
+        switch self {
+        case .inMemory:
+            let ledger = InMemoryLedger(signer: signer, checkpointEvery: checkpointEvery)
+            return try await body(
+                ContractStorage(
+                    catalogue: InMemoryCatalogue(), ledger: ledger, ledgerAudit: ledger, adminLog: ledger, keys: InMemoryKeys(),
+                    content: InMemoryContentStore(chunkSize: 7)))
+        case .sqlite:
+            return try await withTemporaryDirectory(prefix: "coffer-contract") { directory in
+                let database = try CofferDatabase(path: directory.appendingPathComponent("coffer.sqlite").path)
+                defer { try? database.close() }
+                let policy = signer.map { CheckpointPolicy(signer: $0, every: checkpointEvery) }
+                let ledger = SQLiteLedger(database, checkpoints: policy)
+                return try await body(
+                    ContractStorage(
+                        catalogue: SQLiteCatalogue(database), ledger: ledger, ledgerAudit: ledger,
+                        adminLog: SQLiteAdminLog(database, checkpoints: policy), keys: SQLiteKeys(database),
+                        content: try LocalContentStore(root: directory.appendingPathComponent("content").path)))
+            }
+        }
+    }
+}

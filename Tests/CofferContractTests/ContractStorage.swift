@@ -1,0 +1,12 @@
+import CofferCore
+
+/// One backend's implementation of every storage protocol, over one store: the ledger, its
+/// audit side and the admin log share one hash chain.
+struct ContractStorage: Sendable {
+    var catalogue: any CatalogueRepository
+    var ledger: any LedgerRepository
+    var ledgerAudit: any LedgerAuditRepository
+    var adminLog: any AdminLogRepository
+    var keys: any KeyRepository
+    var content: any ContentStore
+}
