@@ -1,5 +1,6 @@
 import CofferCore
 import CofferSandbox
+import CofferTestSupport
 import Foundation
 import Testing
 
@@ -10,18 +11,6 @@ import Testing
 /// bytes of one run: every single-bit flip of the sandbox receipts is tried (DER and BER), and
 /// fixed-seed samples of flips for the real vectors and JWS.
 @Suite struct MutationTests {
-    /// Deterministic, so a failure names a reproducible mutation.
-    struct SplitMix64: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Keys and serial numbers from a fixed seed; the RSA receipt key and the ECDSA signature
     /// nonces are still fresh each run.
     static let seededCA: SandboxCA = {

@@ -2,6 +2,7 @@ import CofferApp
 import CofferCore
 import CofferStore
 import Crypto
+import CofferTestSupport
 import Foundation
 import GRDB
 import Hummingbird
@@ -568,7 +569,7 @@ extension Harness {
     }
 
     @Test func quickselectFindsTheRankedValue() {
-        var rng = HostileHTTPTests.SplitMix64(state: 42)
+        var rng = SplitMix64(state: 42)
         for n in [1, 2, 3, 10, 101, 1000] {
             let values = (0..<n).map { _ in Double(Int.random(in: 0..<50, using: &rng)) }
             for rank in Set([0, n / 2, n - 1]) {

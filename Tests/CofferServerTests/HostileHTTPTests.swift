@@ -1,5 +1,6 @@
 import CofferCore
 import CofferSandbox
+import CofferTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -8,17 +9,6 @@ import Testing
 /// Mutated receipts and JWS over HTTP: never accepted, never a 5xx; and a valid receipt sent
 /// in many small transfer chunks is the same receipt.
 @Suite struct HostileHTTPTests {
-    struct SplitMix64: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Bit flips, truncations and length-byte edits of one DER receipt.
     static func mutations(of bytes: [UInt8], rng: inout SplitMix64) -> [[UInt8]] {
         var out: [[UInt8]] = []
