@@ -1,55 +1,14 @@
 import CofferCore
+import CofferTestSupport
 import Foundation
 import Testing
 
 /// Drives the built `coffer` executable the way scripts and operators do.
 @Suite struct CLITests {
-    struct Run {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-    }
-
-    static var binary: URL {
-        get throws {
-            let dir = Bundle.module.bundleURL.deletingLastPathComponent()
-            let url = dir.appendingPathComponent("coffer")
-            try #require(FileManager.default.isExecutableFile(atPath: url.path), "build the coffer executable first (swift build)")
-            return url
-        }
-    }
-
-    func coffer(_ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil) throws -> Run {
-        let process = Process()
-        process.executableURL = try Self.binary
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        let input = Pipe()
-        process.standardInput = input
-        try process.run()
-        if let stdin { input.fileHandleForWriting.write(stdin) }
-        try input.fileHandleForWriting.close()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(
-            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
-    }
-
     func fixture(_ path: String) throws -> String { try Fixtures.root.appendingPathComponent(path).path }
 
-    func temporaryDirectory() throws -> URL {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-cli-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return dir
-    }
-
     @Test func inspectValidRealReceiptAsJSON() throws {
-        let run = try coffer(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--json"])
+        let run = try CofferExecutable.run(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--json"])
         #expect(run.status == 0, "\(run.stderr)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
         #expect(object["verdict"] as? String == "valid")
@@ -69,7 +28,7 @@ import Testing
     }
 
     @Test func inspectInvalidExitsOneAndStillDecodes() throws {
-        let run = try coffer([
+        let run = try CofferExecutable.run([
             "receipt", "inspect", try fixture("legacy/L03_tp_sandbox_nutcall_187iap_2020.der"), "--environment", "Sandbox", "--at",
             "2026-11-22T00:00:00Z", "--json",
         ])
@@ -81,7 +40,7 @@ import Testing
     }
 
     @Test func inspectNotificationDecodesNestedJWS() throws {
-        let run = try coffer([
+        let run = try CofferExecutable.run([
             "receipt", "inspect", try fixture("jws/J23_real_sandbox_notification_REFUND_1760592122788_session.jws"), "--environment", "Sandbox",
             "--json",
         ])
@@ -94,62 +53,71 @@ import Testing
     }
 
     @Test func usageAndIOErrorsExitTwo() throws {
-        #expect(try coffer(["receipt", "inspect", "/nonexistent/receipt"]).status == 2)
-        #expect(try coffer(["receipt", "inspect"]).status == 2)
-        #expect(try coffer(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--at", "yesterday"]).status == 2)
-        #expect(try coffer(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--environment", "Prod"]).status == 2)
-        #expect(try coffer(["receipt", "inspect", "--no-such-flag", "x"]).status == 2)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "/nonexistent/receipt"]).status == 2)
+        #expect(try CofferExecutable.run(["receipt", "inspect"]).status == 2)
+        #expect(
+            try CofferExecutable.run(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--at", "yesterday"]).status
+                == 2)
+        #expect(
+            try CofferExecutable.run(["receipt", "inspect", try fixture("legacy/L01_tp_production_getpure_2024.der"), "--environment", "Prod"]).status
+                == 2)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "--no-such-flag", "x"]).status == 2)
     }
 
     @Test func unsupportedFormatIsAnInvalidVerdict() throws {
-        let run = try coffer(["receipt", "inspect", try fixture("negative/N01_rc_unsupportedReceipt1_old_transaction_receipt.bin"), "--json"])
+        let run = try CofferExecutable.run([
+            "receipt", "inspect", try fixture("negative/N01_rc_unsupportedReceipt1_old_transaction_receipt.bin"), "--json",
+        ])
         #expect(run.status == 1)
         #expect(run.stdout.contains("\"unsupportedFormat\""))
     }
 
     @Test func sandboxRoundTrip() throws {
-        let dir = try temporaryDirectory()
+        let dir = try makeTemporaryDirectory(prefix: "coffer-cli")
         defer { try? FileManager.default.removeItem(at: dir) }
         let ca = dir.appendingPathComponent("ca").path
-        #expect(try coffer(["sandbox", "init", "--dir", ca]).status == 0)
-        #expect(try coffer(["sandbox", "init", "--dir", ca]).status == 2, "never silently overwrites a CA")
+        #expect(try CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 0)
+        #expect(try CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 2, "never silently overwrites a CA")
         let keyMode = try FileManager.default.attributesOfItem(atPath: ca + "/receipt-signer-key.pem")[.posixPermissions] as? Int
         #expect(keyMode == 0o600)
 
         let receipt = dir.appendingPathComponent("r.der").path
-        let mint = try coffer([
+        let mint = try CofferExecutable.run([
             "sandbox", "receipt", "--dir", ca, "--bundle-id", "com.coffer.demo", "--purchase", "level.pack.1:1000",
             "--purchase", "level.pack.2:1001", "--ber", "--digest", "sha1", "--out", receipt,
         ])
         #expect(mint.status == 0, "\(mint.stderr)")
-        let ok = try coffer([
+        let ok = try CofferExecutable.run([
             "receipt", "inspect", receipt, "--root", ca + "/root.pem", "--environment", "LocalTesting", "--bundle-id", "com.coffer.demo",
         ])
         #expect(ok.status == 0, "\(ok.stdout)\(ok.stderr)")
         #expect(ok.stdout.contains("level.pack.2 transaction 1001"))
         // Apple's roots (the default) never trust it, and Production is refused for a non-Apple root.
-        #expect(try coffer(["receipt", "inspect", receipt]).status == 1)
-        #expect(try coffer(["receipt", "inspect", receipt, "--root", ca + "/root.cer", "--environment", "Production"]).status == 2)
-        #expect(try coffer(["receipt", "inspect", receipt, "--root", ca + "/root.cer", "--bundle-id", "com.other"]).status == 1)
+        #expect(try CofferExecutable.run(["receipt", "inspect", receipt]).status == 1)
+        #expect(try CofferExecutable.run(["receipt", "inspect", receipt, "--root", ca + "/root.cer", "--environment", "Production"]).status == 2)
+        #expect(try CofferExecutable.run(["receipt", "inspect", receipt, "--root", ca + "/root.cer", "--bundle-id", "com.other"]).status == 1)
 
-        let jws = try coffer([
+        let jws = try CofferExecutable.run([
             "sandbox", "transaction", "--dir", ca, "--bundle-id", "com.coffer.demo", "--product", "level.pack.1", "--transaction-id", "77",
         ])
         #expect(jws.status == 0)
-        let checked = try coffer(["receipt", "inspect", "-", "--root", ca + "/root.cer", "--json"], stdin: Data(jws.stdout.utf8))
+        let checked = try CofferExecutable.run(["receipt", "inspect", "-", "--root", ca + "/root.cer", "--json"], stdin: Data(jws.stdout.utf8))
         #expect(checked.status == 0, "\(checked.stdout)")
         #expect(checked.stdout.contains("\"kind\" : \"transaction\""))
 
-        let refund = try coffer([
+        let refund = try CofferExecutable.run([
             "sandbox", "notification", "--dir", ca, "--type", "REFUND", "--bundle-id", "com.coffer.demo", "--product", "level.pack.1",
             "--transaction-id", "77",
         ])
-        let refundChecked = try coffer(["receipt", "inspect", "-", "--root", ca + "/root.cer", "--json"], stdin: Data(refund.stdout.utf8))
+        let refundChecked = try CofferExecutable.run(
+            ["receipt", "inspect", "-", "--root", ca + "/root.cer", "--json"], stdin: Data(refund.stdout.utf8))
         #expect(refundChecked.status == 0)
         #expect(refundChecked.stdout.contains("revocationDate"))
 
         let many = dir.appendingPathComponent("many").path
-        let batch = try coffer(["sandbox", "receipt", "--dir", ca, "--bundle-id", "b", "--purchase", "p:500", "--count", "3", "--out-dir", many])
+        let batch = try CofferExecutable.run([
+            "sandbox", "receipt", "--dir", ca, "--bundle-id", "b", "--purchase", "p:500", "--count", "3", "--out-dir", many,
+        ])
         #expect(batch.status == 0)
         #expect(try FileManager.default.contentsOfDirectory(atPath: many).sorted() == ["500.der", "501.der", "502.der"])
     }
@@ -157,7 +125,7 @@ import Testing
     /// Apple's roots vouch for Production only unless Sandbox is named; a non-Apple `--root`
     /// vouches for LocalTesting only unless scoped (`--root Sandbox=FILE`).
     @Test func rootsAndEnvironments() throws {
-        func verdict(_ run: Run) throws -> (String?, String?) {
+        func verdict(_ run: CofferExecutable.Run) throws -> (String?, String?) {
             let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any], "\(run.stderr)")
             return (object["verdict"] as? String, (object["error"] as? [String: Any])?["code"] as? String)
         }
@@ -165,29 +133,29 @@ import Testing
         let production = try fixture("legacy/L01_tp_production_getpure_2024.der")
         let sandbox = try fixture("legacy/L11_rc_sandbox_revenuecat_sample1_2020.der")
         let sandboxJWS = try fixture("jws/J02_real_sandbox_transaction_consumable_goodheart_2025_mingos.jws")
-        #expect(try coffer(["receipt", "inspect", production, "--json"]).status == 0)
-        let refused = try coffer(["receipt", "inspect", sandbox, "--json"])
+        #expect(try CofferExecutable.run(["receipt", "inspect", production, "--json"]).status == 0)
+        let refused = try CofferExecutable.run(["receipt", "inspect", sandbox, "--json"])
         #expect(refused.status == 1)
         #expect(try verdict(refused) == ("invalid", "environmentNotAllowed"))
-        let refusedJWS = try coffer(["receipt", "inspect", sandboxJWS, "--json"])
+        let refusedJWS = try CofferExecutable.run(["receipt", "inspect", sandboxJWS, "--json"])
         #expect(try verdict(refusedJWS) == ("invalid", "environmentNotAllowed"))
         // Named: exactly what is named.
-        #expect(try coffer(["receipt", "inspect", sandbox, "--environment", "sandbox", "--json"]).status == 0)
-        #expect(try coffer(["receipt", "inspect", sandboxJWS, "--environment", "Sandbox", "--json"]).status == 0)
-        #expect(try coffer(["receipt", "inspect", production, "--environment", "Sandbox", "--json"]).status == 1)
-        #expect(try coffer(["receipt", "inspect", production, "--environment", "Production", "--environment", "Sandbox"]).status == 0)
-        #expect(try coffer(["receipt", "inspect", production, "--environment", "Xcode"]).status == 2, "no root vouches for Xcode")
+        #expect(try CofferExecutable.run(["receipt", "inspect", sandbox, "--environment", "sandbox", "--json"]).status == 0)
+        #expect(try CofferExecutable.run(["receipt", "inspect", sandboxJWS, "--environment", "Sandbox", "--json"]).status == 0)
+        #expect(try CofferExecutable.run(["receipt", "inspect", production, "--environment", "Sandbox", "--json"]).status == 1)
+        #expect(try CofferExecutable.run(["receipt", "inspect", production, "--environment", "Production", "--environment", "Sandbox"]).status == 0)
+        #expect(try CofferExecutable.run(["receipt", "inspect", production, "--environment", "Xcode"]).status == 2, "no root vouches for Xcode")
 
         // A sandbox root: LocalTesting unless scoped.
-        let dir = try temporaryDirectory()
+        let dir = try makeTemporaryDirectory(prefix: "coffer-cli")
         defer { try? FileManager.default.removeItem(at: dir) }
         let ca = dir.appendingPathComponent("ca").path
-        let created = try coffer(["sandbox", "init", "--dir", ca])
+        let created = try CofferExecutable.run(["sandbox", "init", "--dir", ca])
         #expect(created.status == 0)
         #expect(created.stdout.contains("--root \(ca)/root.cer"), "\(created.stdout)")
         #expect(created.stdout.contains("Sandbox=\(ca)/root.cer"), "the advice names the scoped form")
         func mint(_ environment: String) throws -> Data {
-            let run = try coffer([
+            let run = try CofferExecutable.run([
                 "sandbox", "transaction", "--dir", ca, "--bundle-id", "com.coffer.demo", "--product", "p", "--transaction-id", "9",
                 "--environment", environment,
             ])
@@ -197,32 +165,34 @@ import Testing
         let local = try mint("LocalTesting")
         let staged = try mint("Sandbox")
         let root = ca + "/root.cer"
-        #expect(try coffer(["receipt", "inspect", "-", "--root", root], stdin: local).status == 0)
-        let unscoped = try coffer(["receipt", "inspect", "-", "--root", root, "--json"], stdin: staged)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "-", "--root", root], stdin: local).status == 0)
+        let unscoped = try CofferExecutable.run(["receipt", "inspect", "-", "--root", root, "--json"], stdin: staged)
         #expect(try verdict(unscoped) == ("invalid", "environmentNotAllowed"))
-        #expect(try coffer(["receipt", "inspect", "-", "--root", "Sandbox=" + root], stdin: staged).status == 0)
-        #expect(try coffer(["receipt", "inspect", "-", "--root", "sandbox=" + root], stdin: local).status == 1, "scoped: Sandbox only")
+        #expect(try CofferExecutable.run(["receipt", "inspect", "-", "--root", "Sandbox=" + root], stdin: staged).status == 0)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "-", "--root", "sandbox=" + root], stdin: local).status == 1, "scoped: Sandbox only")
         let both = ["--root", "SANDBOX=" + root, "--root", "localtesting=" + root]
-        #expect(try coffer(["receipt", "inspect", "-"] + both, stdin: staged).status == 0)
-        #expect(try coffer(["receipt", "inspect", "-"] + both, stdin: local).status == 0)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "-"] + both, stdin: staged).status == 0)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "-"] + both, stdin: local).status == 0)
         // Never Production; an unscoped root cannot be stretched by --environment.
-        #expect(try coffer(["receipt", "inspect", "-", "--root", "Production=" + root], stdin: local).status == 2)
-        let stretched = try coffer(["receipt", "inspect", "-", "--root", root, "--environment", "Sandbox"], stdin: staged)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "-", "--root", "Production=" + root], stdin: local).status == 2)
+        let stretched = try CofferExecutable.run(["receipt", "inspect", "-", "--root", root, "--environment", "Sandbox"], stdin: staged)
         #expect(stretched.status == 2)
         #expect(stretched.stderr.contains("Sandbox="), "\(stretched.stderr)")
         // A path containing '=' whose prefix is not an environment is a path.
         let odd = dir.appendingPathComponent("a=b")
         try FileManager.default.createDirectory(at: odd, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: root, toPath: odd.appendingPathComponent("root=1.cer").path)
-        #expect(try coffer(["receipt", "inspect", "-", "--root", odd.appendingPathComponent("root=1.cer").path], stdin: local).status == 0)
         #expect(
-            try coffer(["receipt", "inspect", "-", "--root", "Xcode=" + odd.appendingPathComponent("root=1.cer").path], stdin: local).status == 1)
-        #expect(try coffer(["receipt", "inspect", "-", "--root", "Sandbox="], stdin: local).status == 2)
+            try CofferExecutable.run(["receipt", "inspect", "-", "--root", odd.appendingPathComponent("root=1.cer").path], stdin: local).status == 0)
+        #expect(
+            try CofferExecutable.run(["receipt", "inspect", "-", "--root", "Xcode=" + odd.appendingPathComponent("root=1.cer").path], stdin: local)
+                .status == 1)
+        #expect(try CofferExecutable.run(["receipt", "inspect", "-", "--root", "Sandbox="], stdin: local).status == 2)
     }
 
     /// Flags beat COFFER_* variables, which beat the config file, which beats the defaults.
     @Test func serveConfigurationPrecedence() throws {
-        let dir = try temporaryDirectory()
+        let dir = try makeTemporaryDirectory(prefix: "coffer-cli")
         defer { try? FileManager.default.removeItem(at: dir) }
         let file = dir.appendingPathComponent("coffer.json")
         try Data(
@@ -230,7 +200,7 @@ import Testing
                 .utf8
         ).write(to: file)
         func resolved(_ args: [String], _ env: [String: String]) throws -> [String: Any] {
-            let run = try coffer(["serve", "--print-config"] + args, environment: env)
+            let run = try CofferExecutable.run(["serve", "--print-config"] + args, environment: env)
             #expect(run.status == 0, "\(run.stderr)")
             return try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
         }
@@ -265,22 +235,26 @@ import Testing
     }
 
     @Test func serveRejectsBadConfiguration() throws {
-        let dir = try temporaryDirectory()
+        let dir = try makeTemporaryDirectory(prefix: "coffer-cli")
         defer { try? FileManager.default.removeItem(at: dir) }
         let file = dir.appendingPathComponent("typo.json")
         try Data(#"{"bundleIds":["com.x"],"tokenTtl":60}"#.utf8).write(to: file)
-        let typo = try coffer(["serve", "--print-config", "--config", file.path], environment: [:])
+        let typo = try CofferExecutable.run(["serve", "--print-config", "--config", file.path], environment: [:])
         #expect(typo.status == 2)
         #expect(typo.stderr.contains("tokenTtl"), "\(typo.stderr)")
-        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--port", "70000"], environment: [:]).status == 2)
-        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", "nginx"], environment: [:]).status == 2)
+        #expect(try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a", "--port", "70000"], environment: [:]).status == 2)
+        #expect(try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", "nginx"], environment: [:]).status == 2)
         for typo in ["1.2.3", "10.0.0.256", "1::2::3", "::ffff:1.2.3"] {
-            #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", typo], environment: [:]).status == 2, "\(typo)")
+            #expect(
+                try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", typo], environment: [:]).status == 2,
+                "\(typo)")
         }
-        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", "::FFFF:10.0.0.1"], environment: [:]).status == 0)
-        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a", "--token-ttl", "1"], environment: [:]).status == 2)
-        #expect(try coffer(["serve", "--print-config", "--bundle-id", "a"], environment: ["COFFER_PORT": "eighty"]).status == 2)
-        let noBundle = try coffer(["serve", "--data-dir", dir.appendingPathComponent("d").path], environment: [:])
+        #expect(
+            try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a", "--trusted-proxy", "::FFFF:10.0.0.1"], environment: [:]).status
+                == 0)
+        #expect(try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a", "--token-ttl", "1"], environment: [:]).status == 2)
+        #expect(try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a"], environment: ["COFFER_PORT": "eighty"]).status == 2)
+        let noBundle = try CofferExecutable.run(["serve", "--data-dir", dir.appendingPathComponent("d").path], environment: [:])
         #expect(noBundle.status == 2)
         #expect(noBundle.stderr.contains("no bundle id"))
     }

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferTestSupport
 import Foundation
 import GRDB
 import Hummingbird
@@ -26,7 +27,7 @@ import Testing
             FileManager.default.createFile(atPath: log.path, contents: nil)
             let handle = try FileHandle(forWritingTo: log)
             process = Process()
-            process.executableURL = try LedgerTamperTests.binary
+            process.executableURL = try CofferExecutable.url
             process.arguments =
                 [
                     "serve", "--demo", "--data-dir", dataDirectory.path, "--port", "0", "--content", Self.contentDirectory.path, "--rate-redemptions",
@@ -66,12 +67,6 @@ import Testing
         }
     }
 
-    static func temporaryDirectory() throws -> URL {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-crash-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return dir
-    }
-
     /// Hands out receipts to the storm's workers.
     actor Queue {
         var items: [(String, String)]
@@ -82,13 +77,13 @@ import Testing
     }
 
     @Test func sigkillDuringARedemptionStormLosesNoAcknowledgedRedemption() async throws {
-        let root = try Self.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
         // 600 unique sandbox receipts, minted with the server's own demo CA.
         let receipts = root.appendingPathComponent("receipts")
-        let mint = try LedgerTamperTests.coffer([
+        let mint = try CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:700000", "--count", "600", "--out-dir", receipts.path,
         ])
@@ -132,14 +127,14 @@ import Testing
         let db = try DatabaseQueue(path: data.appendingPathComponent("coffer.sqlite").path)
         let stored = Set(try await db.read { try String.fetchAll($0, sql: "SELECT transaction_id FROM redemptions") })
         #expect(acknowledged.isSubset(of: stored), "lost: \(acknowledged.subtracting(stored).sorted().prefix(10))")
-        let verify = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", data.path])
+        let verify = try CofferExecutable.run(["ledger", "verify", "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)")
         restarted.kill(SIGTERM)
         #expect(try await restarted.waitForExit(seconds: 20) == 0)
     }
 
     @Test func sigkillDuringALargeUploadLeavesNoPartialAsset() async throws {
-        let root = try Self.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
@@ -174,12 +169,12 @@ import Testing
     }
 
     @Test func sigtermLetsInFlightRequestsFinishAndClosesTheDatabase() async throws {
-        let root = try Self.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
         // A redemption so the ledger has an entry after the last periodic checkpoint.
-        let receipt = try LedgerTamperTests.coffer([
+        let receipt = try CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:800000", "--base64",
         ])

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferTestSupport
 import Foundation
 import GRDB
 import Hummingbird
@@ -11,32 +12,6 @@ import Testing
 
 /// `coffer serve --demo` restarts and `coffer keys revoke` from stdin, on the real executable.
 @Suite(.serialized) struct HardeningCLITests {
-    struct Run {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-    }
-
-    static func coffer(_ arguments: [String], stdin: String?) throws -> Run {
-        let process = Process()
-        process.executableURL = try LedgerTamperTests.binary
-        process.arguments = arguments
-        let out = Pipe()
-        let err = Pipe()
-        let input = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = input
-        try process.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(
-            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
-    }
-
     /// Live (unrevoked) keys named like the demo's, per role.
     static func liveDemoKeys(_ data: URL) throws -> [String: Int] {
         let db = try DatabaseQueue(path: data.appendingPathComponent("coffer.sqlite").path)
@@ -61,7 +36,7 @@ import Testing
     /// starts leave exactly one live admin and one live auditor demo key, the ones printed.
     /// A demo key revoked in between is replaced on the next start, the other one kept.
     @Test func demoRestartsReuseTheirKeys() async throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
 
@@ -87,7 +62,7 @@ import Testing
         #expect(mode.intValue & 0o777 == 0o600)
 
         // The admin key is revoked (from stdin): the next start replaces it and keeps the auditor's.
-        #expect(try Self.coffer(["keys", "revoke", "--data-dir", data.path], stdin: admin + "\n").status == 0)
+        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", data.path], stdin: Data((admin + "\n").utf8)).status == 0)
         let third = try await CrashSafetyTests.Server(dataDirectory: data)
         #expect(third.adminKey != admin)
         #expect(try Self.printedAuditorKey(third) == auditor)
@@ -109,21 +84,21 @@ import Testing
         let h = try await Harness.make()
         defer { h.cleanUp() }
         let dir = h.directory.path
-        let created = try Self.coffer(["keys", "create", "--data-dir", dir, "--role", "auditor", "--name", "stdin auditor"], stdin: nil)
+        let created = try CofferExecutable.run(["keys", "create", "--data-dir", dir, "--role", "auditor", "--name", "stdin auditor"])
         #expect(created.status == 0)
         let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         try await h.app.test(.router) { client in
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .ok)
-            let revoked = try Self.coffer(["keys", "revoke", "--data-dir", dir], stdin: "  \(key)  \n")
+            let revoked = try CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data("  \(key)  \n".utf8))
             #expect(revoked.status == 0, "\(revoked.stderr)")
             #expect(revoked.stdout.contains("revoked auditor key 'stdin auditor'"))
             #expect(!revoked.stdout.contains(key) && !revoked.stderr.contains(key), "the key is not echoed")
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .unauthorized)
         }
-        #expect(try Self.coffer(["keys", "revoke", "--data-dir", dir], stdin: key).status == 1, "already revoked")
-        #expect(try Self.coffer(["keys", "revoke", "--data-dir", dir], stdin: "").status == 2, "nothing on stdin")
-        #expect(try Self.coffer(["keys", "revoke", "--data-dir", dir, "--key", h.adminKey], stdin: nil).status == 0, "--key still works")
-        let help = try Self.coffer(["keys", "revoke", "--help"], stdin: nil)
+        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data(key.utf8)).status == 1, "already revoked")
+        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data("".utf8)).status == 2, "nothing on stdin")
+        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", dir, "--key", h.adminKey]).status == 0, "--key still works")
+        let help = try CofferExecutable.run(["keys", "revoke", "--help"])
         #expect(help.stdout.contains("stdin") && help.stdout.contains("--key"))
     }
 
@@ -132,13 +107,13 @@ import Testing
     /// X-Forwarded-For reaches the ledger — and the peer itself is recorded as `127.0.0.1`.
     @Test(.enabled(if: FileManager.default.fileExists(atPath: "/proc/net/if_inet6")))
     func aMappedIPv4PeerIsTheTrustedProxy() async throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let log = root.appendingPathComponent("serve.log")
         FileManager.default.createFile(atPath: log.path, contents: nil)
         let process = Process()
-        process.executableURL = try LedgerTamperTests.binary
+        process.executableURL = try CofferExecutable.url
         process.arguments = [
             "serve", "--demo", "--data-dir", data.path, "--host", "::", "--port", "0", "--content", CrashSafetyTests.Server.contentDirectory.path,
             "--trusted-proxy", "127.0.0.1",
@@ -158,11 +133,11 @@ import Testing
         }
         try #require(started, "\((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
         let mint = { (id: String) throws -> String in
-            let run = try Self.coffer(
+            let run = try CofferExecutable.run(
                 [
                     "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo", "--purchase",
                     "com.coffer.demo.levelpack1:\(id)", "--base64",
-                ], stdin: nil)
+                ])
             return "{\"receipt\":\"\(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}"
         }
         for (id, forwarded) in [("8901", "X-Forwarded-For: 203.0.113.77\r\n"), ("8902", "")] {
@@ -181,7 +156,7 @@ import Testing
 
     /// Every new setting is read from its flag, its `COFFER_*` variable and its config key.
     @Test func newSettingsComeFromFlagsEnvironmentAndConfigFile() throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let config = root.appendingPathComponent("coffer.json")
         try Data(
@@ -189,16 +164,7 @@ import Testing
                 .utf8
         ).write(to: config)
         func resolved(_ arguments: [String], environment: [String: String]) throws -> [String: Any] {
-            let process = Process()
-            process.executableURL = try LedgerTamperTests.binary
-            process.arguments = ["serve", "--print-config"] + arguments
-            process.environment = environment
-            let out = Pipe()
-            process.standardOutput = out
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let data = out.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
+            let data = Data(try CofferExecutable.run(["serve", "--print-config"] + arguments, environment: environment).stdout.utf8)
             return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         }
         let defaults = try resolved(["--bundle-id", "a"], environment: [:])
@@ -237,7 +203,7 @@ import Testing
         for bad in [
             ["--download-stall-timeout", "0"], ["--body-budget", "1000"], ["--downloads-per-address", "-1"], ["--rate-notification-burst", "0"],
         ] {
-            #expect(try Self.coffer(["serve", "--print-config", "--bundle-id", "a"] + bad, stdin: nil).status == 2, "\(bad)")
+            #expect(try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a"] + bad).status == 2, "\(bad)")
         }
     }
 }

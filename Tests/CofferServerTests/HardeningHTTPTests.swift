@@ -1,8 +1,8 @@
 import CofferApp
 import CofferCore
 import CofferStore
-import Crypto
 import CofferTestSupport
+import Crypto
 import Foundation
 import GRDB
 import Hummingbird
@@ -150,7 +150,7 @@ extension Harness {
     /// end (`coffer_downloads_in_flight` 0), each is logged, and a client reading normally at
     /// the same time gets the whole file.
     @Test func fortyStalledDownloadsAreClosedAndTheirDescriptorsFreed() async throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await CrashSafetyTests.Server(

@@ -2,6 +2,7 @@ import CofferApp
 import CofferCore
 import CofferSandbox
 import CofferStore
+import CofferTestSupport
 import Foundation
 import GRDB
 import Hummingbird
@@ -229,14 +230,14 @@ import Testing
         } catch let error as LedgerStartupError {
             #expect(error.description.contains("entries 6–6 were appended"), "\(error)")
         }
-        let verify = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
+        let verify = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
         // `adopt` does not seal over it silently: refused unless the operator says --reseal,
         // and then the old seal and the range are in the chain for auditors to see.
-        let refusedAdopt = try LedgerTamperTests.coffer(["ledger", "adopt", "--data-dir", h.directory.path])
+        let refusedAdopt = try CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
         #expect(refusedAdopt.status == 1 && refusedAdopt.stdout.contains("--reseal"), "\(refusedAdopt.stdout)")
-        #expect(try LedgerTamperTests.coffer(["ledger", "adopt", "--data-dir", h.directory.path, "--reseal"]).status == 0)
-        let afterwards = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(try CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path, "--reseal"]).status == 0)
+        let afterwards = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(afterwards.status == 0)
         #expect(afterwards.stdout.contains("note: an operator adopted rows (ledger.adopt) at entry 7"), "\(afterwards.stdout)")
         #expect(afterwards.stdout.contains("re-sealed over a broken seal"), "\(afterwards.stdout)")
@@ -314,10 +315,10 @@ import Testing
         _ = try LedgerKeyFile.create(at: keyPath)
         let h = try await Harness.make { $0.ledgerKeyFile = keyPath }
         defer { h.cleanUp() }
-        let refused = try LedgerTamperTests.coffer(["keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "mallory"])
+        let refused = try CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "mallory"])
         #expect(refused.status == 2)
         #expect(!FileManager.default.fileExists(atPath: LedgerKeyFile.path(dataDirectory: h.directory.path)), "no stray key")
-        let created = try LedgerTamperTests.coffer([
+        let created = try CofferExecutable.run([
             "keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "alice", "--ledger-key", keyPath,
         ])
         #expect(created.status == 0)
@@ -332,7 +333,7 @@ import Testing
         defer { h.cleanUp() }
         try await h.app.test(.router) { client in
             #expect(try await Self.post(client, ["receipt": try Harness.receipt("9200")]).status == .created)
-            let created = try LedgerTamperTests.coffer(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "cli"])
+            let created = try CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "cli"])
             #expect(created.status == 0)
             #expect(try await Self.post(client, ["receipt": try Harness.receipt("9201")]).status == .created)
         }
@@ -362,7 +363,7 @@ import Testing
             }
         }
         let before = try checksum()
-        let intact = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path])
+        let intact = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path])
         #expect(intact.status == 0)
         #expect(intact.stdout.contains("pinned checkpoints still extended: 3"), "\(intact.stdout)")
         #expect(try checksum() == before, "verify wrote to the database it audits")
@@ -378,8 +379,8 @@ import Testing
         let forgedRun = [
             "ledger", "verify", "--data-dir", forged.directory.path, "--ledger-key", LedgerKeyFile.path(dataDirectory: h.directory.path),
         ]
-        #expect(try LedgerTamperTests.coffer(forgedRun).status == 0, "without pins the re-signed history looks intact")
-        let caught = try LedgerTamperTests.coffer(forgedRun + ["--checkpoint", saved.path])
+        #expect(try CofferExecutable.run(forgedRun).status == 0, "without pins the re-signed history looks intact")
+        let caught = try CofferExecutable.run(forgedRun + ["--checkpoint", saved.path])
         #expect(caught.status == 1)
         #expect(caught.stdout.contains("checkpointMismatch"), "\(caught.stdout)")
 
@@ -391,7 +392,7 @@ import Testing
             try db.execute(sql: "DROP TRIGGER attempts_no_delete; DROP TRIGGER redemptions_no_delete")
             try db.execute(sql: "DELETE FROM attempts WHERE sequence > 1; DELETE FROM redemptions WHERE sequence > 2")
         }
-        let sealed = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
+        let sealed = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(sealed.status == 1 && sealed.stdout.contains("truncated"), "the seal covers the cut tail: \(sealed.stdout)")
         // …so the thief deletes the seal as well, and puts the triggers back: without pins,
         // nothing is left to tell.
@@ -403,13 +404,13 @@ import Testing
             }
         }
         try queue.close()
-        let unpinned = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path])
+        let unpinned = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(unpinned.status == 0, "a cut tail without its checkpoints and seal is invisible without pins: \(unpinned.stdout)")
-        let truncated = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
+        let truncated = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
         #expect(truncated.status == 1)
         #expect(truncated.stdout.contains("\"truncated\""), "\(truncated.stdout)")
         // Not a checkpoint file: a usage error.
-        #expect(try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", database]).status == 2)
+        #expect(try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", database]).status == 2)
     }
 
     /// `ledger verify` never migrates: a database from an older schema is refused as such and left unchanged.
@@ -427,7 +428,7 @@ import Testing
         try migrator.migrate(queue)
         try queue.close()
         _ = try LedgerKeyFile.signer(dataDirectory: dir.path)
-        let run = try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", dir.path])
+        let run = try CofferExecutable.run(["ledger", "verify", "--data-dir", dir.path])
         #expect(run.status == 2)
         let reopened = try DatabaseQueue(path: path)
         let applied = try await reopened.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY identifier") }
@@ -438,9 +439,9 @@ import Testing
     @Test func theLedgerKeyCanLiveOutsideTheDataDirectory() async throws {
         let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-\(UUID().uuidString).key").path
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
-        let keygen = try LedgerTamperTests.coffer(["ledger", "keygen", "--out", keyPath])
+        let keygen = try CofferExecutable.run(["ledger", "keygen", "--out", keyPath])
         #expect(keygen.status == 0 && keygen.stdout.hasPrefix("-----BEGIN PUBLIC KEY-----"))
-        #expect(try LedgerTamperTests.coffer(["ledger", "keygen", "--out", keyPath]).status == 2, "never overwritten")
+        #expect(try CofferExecutable.run(["ledger", "keygen", "--out", keyPath]).status == 2, "never overwritten")
         let external = try LedgerKeyFile.load(keyPath)
         let h = try await Harness.make(checkpointEvery: 1) { $0.ledgerKeyFile = keyPath }
         defer { h.cleanUp() }

@@ -1,6 +1,7 @@
 import CofferApp
 import CofferCore
 import CofferStore
+import CofferTestSupport
 import Crypto
 import Foundation
 import GRDB
@@ -14,38 +15,6 @@ import Testing
 /// and `coffer ledger verify` catching each kind of tampering in a real database and in an
 /// exported file.
 @Suite struct LedgerTamperTests {
-    /// The built `coffer` executable, beside the test bundle.
-    static var binary: URL {
-        get throws {
-            var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-            for _ in 0..<4 {
-                let candidate = dir.appendingPathComponent("coffer")
-                if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-                dir = dir.deletingLastPathComponent()
-            }
-            try #require(Bool(false), "build the coffer executable first (swift build)")
-            return dir
-        }
-    }
-
-    struct Run {
-        var status: Int32
-        var stdout: String
-    }
-
-    static func coffer(_ arguments: [String]) throws -> Run {
-        let process = Process()
-        process.executableURL = try binary
-        process.arguments = arguments
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(status: process.terminationStatus, stdout: String(decoding: data, as: UTF8.self))
-    }
-
     /// A harness whose ledger holds 3 redemptions and 2 refused replays (5 entries),
     /// with a checkpoint signed every 2 entries (2, 4) and one at shutdown (5).
     static func populated() async throws -> Harness {
@@ -121,7 +90,7 @@ import Testing
 
     /// Tampering by someone who can write the file (drops the triggers first).
     @Test func verifyCatchesTamperingInTheDatabase() async throws {
-        func tampered(_ sql: String) async throws -> (LedgerAuditReport, Run) {
+        func tampered(_ sql: String) async throws -> (LedgerAuditReport, CofferExecutable.Run) {
             let h = try await Self.populated()
             defer { h.cleanUp() }
             let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
@@ -132,11 +101,11 @@ import Testing
                 try db.execute(sql: sql)
             }
             let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
-            return (report, try LedgerTamperTests.coffer(["ledger", "verify", "--data-dir", h.directory.path]))
+            return (report, try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path]))
         }
         let intact = try await Self.populated()
         defer { intact.cleanUp() }
-        let ok = try Self.coffer(["ledger", "verify", "--data-dir", intact.directory.path])
+        let ok = try CofferExecutable.run(["ledger", "verify", "--data-dir", intact.directory.path])
         #expect(ok.status == 0, "\(ok.stdout)")
         #expect(ok.stdout.contains("ledger intact"))
 
@@ -196,12 +165,12 @@ import Testing
         #expect(lines.count == 1 + 5 + 3, "header, 5 entries, 3 checkpoints")
         let header = lines.removeFirst()
 
-        func verify(_ name: String, _ body: [String]) throws -> Run {
+        func verify(_ name: String, _ body: [String]) throws -> CofferExecutable.Run {
             let file = dir.appendingPathComponent(name)
             try Data(([header] + body).map { $0 + "\n" }.joined().utf8).write(to: file)
-            return try Self.coffer(["ledger", "verify", "--export", file.path, "--public-key", keyFile.path, "--json"])
+            return try CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", keyFile.path, "--json"])
         }
-        func firstBad(_ run: Run) throws -> Int? {
+        func firstBad(_ run: CofferExecutable.Run) throws -> Int? {
             let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
             return (object["problem"] as? [String: Any])?["firstBadSequence"] as? Int
         }
@@ -239,17 +208,17 @@ import Testing
         let otherKey = dir.appendingPathComponent("other.pub")
         try Data(try LedgerKeys.pem(Curve25519.Signing.PrivateKey().publicKey).utf8).write(to: otherKey)
         let file = dir.appendingPathComponent("intact.ndjson")
-        #expect(try Self.coffer(["ledger", "verify", "--export", file.path, "--public-key", otherKey.path]).status == 1)
+        #expect(try CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", otherKey.path]).status == 1)
         // Usage errors exit 2.
-        #expect(try Self.coffer(["ledger", "verify"]).status == 2)
-        #expect(try Self.coffer(["ledger", "verify", "--export", file.path, "--public-key", "nonsense"]).status == 2)
+        #expect(try CofferExecutable.run(["ledger", "verify"]).status == 2)
+        #expect(try CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", "nonsense"]).status == 2)
 
         // The CLI's own export of the same database verifies too.
         let cliExport = dir.appendingPathComponent("cli.ndjson")
-        #expect(try Self.coffer(["ledger", "export", "--data-dir", h.directory.path, "--out", cliExport.path]).status == 0)
-        let publicKey = try Self.coffer(["ledger", "public-key", "--data-dir", h.directory.path])
+        #expect(try CofferExecutable.run(["ledger", "export", "--data-dir", h.directory.path, "--out", cliExport.path]).status == 0)
+        let publicKey = try CofferExecutable.run(["ledger", "public-key", "--data-dir", h.directory.path])
         #expect(publicKey.stdout == pem)
-        #expect(try Self.coffer(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)
+        #expect(try CofferExecutable.run(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)
     }
 
     /// Rows no event chains (a database from before the chain, or rows inserted behind the
@@ -278,7 +247,7 @@ import Testing
             let text = error.description
             #expect(text.contains("redemption row 1") && text.contains("coffer ledger adopt"), "\(text)")
         }
-        let adopted = try Self.coffer(["ledger", "adopt", "--data-dir", h.directory.path])
+        let adopted = try CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
         #expect(adopted.status == 0)
         #expect(adopted.stdout.contains("3 redemption") && adopted.stdout.contains("2 attempt"), "\(adopted.stdout)")
         let reopened = try await SQLiteStorage.open(configuration, logger: .init(label: "test"))
@@ -296,15 +265,15 @@ import Testing
     @Test func keysCreatedAndRevokedFromTheCLIAreLogged() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }
-        let created = try Self.coffer(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "ci auditor"])
+        let created = try CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "ci auditor"])
         #expect(created.status == 0)
         let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(key.hasPrefix("cof_auditor_") && !key.contains("\n"), "only the key on stdout")
         try await h.app.test(.router) { client async throws -> Void in
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .ok)
-            #expect(try Self.coffer(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 0)
+            #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 0)
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .unauthorized)
-            #expect(try Self.coffer(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 1, "already revoked")
+            #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 1, "already revoked")
         }
         let log = try await h.services.adminLog.actions(after: 0, limit: 10)
         #expect(log.map(\.action) == ["key.create", "key.revoke"])

@@ -1,6 +1,7 @@
 import CofferApp
 import CofferCore
 import CofferServer
+import CofferTestSupport
 import Crypto
 import Foundation
 import Hummingbird
@@ -61,7 +62,7 @@ import Testing
     /// parallel in this process cannot disturb the number): a 48 MB upload streamed in and
     /// the same asset downloaded whole and in 4 MB ranges.
     @Test func largeAssetInRangesReassemblesWithFlatMemory() async throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await CrashSafetyTests.Server(dataDirectory: data)
@@ -107,7 +108,7 @@ import Testing
     /// Hummingbird's FileIO the chunks piled up ahead of the event loop: RSS peaks of
     /// 220–840 MB under this load in release builds.)
     @Test func concurrentFastDownloadsKeepServerMemoryBounded() async throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await CrashSafetyTests.Server(dataDirectory: data)

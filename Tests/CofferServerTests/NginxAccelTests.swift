@@ -1,4 +1,5 @@
 import CofferCore
+import CofferTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -44,7 +45,7 @@ import Testing
     }
 
     @Test(.enabled(if: nginx != nil)) func nginxSendsTheBytesCofferAuthorises() async throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await CrashSafetyTests.Server(dataDirectory: data, arguments: ["--accel-redirect", "/_coffer/"])
@@ -97,7 +98,7 @@ import Testing
         defer { Task { try? await client.shutdown() } }
 
         // Redeem through nginx, then download: the body comes from nginx's sendfile.
-        let receipt = try LedgerTamperTests.coffer([
+        let receipt = try CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:880000", "--base64",
         ])
@@ -140,7 +141,7 @@ extension NginxAccelTests {
     /// the spelling; a download URL in another spelling is never served; and the access log
     /// never holds a token.
     @Test(.enabled(if: nginx != nil)) func deployConfigKeepsMetricsPrivateAndTokensOutOfTheLog() async throws {
-        let root = try CrashSafetyTests.temporaryDirectory()
+        let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await CrashSafetyTests.Server(dataDirectory: data)
@@ -201,7 +202,7 @@ extension NginxAccelTests {
             #expect(!String(buffer: r.body ?? ByteBuffer()).contains("coffer_"), "\(path)")
         }
 
-        let receipt = try LedgerTamperTests.coffer([
+        let receipt = try CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:880001", "--base64",
         ])
