@@ -114,17 +114,10 @@ struct CatalogueContractTests {
     func concurrentAssetVersions(backend: Backend) async throws {
         try await backend.withStorage { storage async throws in
             let catalogue = storage.catalogue
-            let versions = try await withThrowingTaskGroup(of: Int.self) { group in
-                for index in 0..<16 {
-                    group.addTask {
-                        try await catalogue.addAssetVersion(
-                            assetId: "shared", name: "v\(index)", contentType: "text/plain", size: 1, sha256: fakeHash("\(index)"), at: instant(0)
-                        ).version
-                    }
-                }
-                var all: [Int] = []
-                for try await version in group { all.append(version) }
-                return all
+            let versions = try await concurrently(16) { index in
+                try await catalogue.addAssetVersion(
+                    assetId: "shared", name: "v\(index)", contentType: "text/plain", size: 1, sha256: fakeHash("\(index)"), at: instant(0)
+                ).version
             }
             #expect(versions.sorted() == Array(1...16))
             #expect(try await catalogue.asset("shared")?.version == 16)

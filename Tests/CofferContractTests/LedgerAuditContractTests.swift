@@ -126,17 +126,12 @@ struct LedgerAuditContractTests {
         try await backend.withStorage(signer: Self.signer, checkpointEvery: 100) { storage async throws in
             let ledger = storage.ledger
             let log = storage.adminLog
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for index in 0..<520 {
-                    group.addTask {
-                        if index % 10 == 0 {
-                            try await log.record(AdminLogContractTests.action(index))
-                        } else {
-                            try await ledger.record(makeAttempt(code: "replay", transactionId: "t\(index)", at: Double(index)))
-                        }
-                    }
+            _ = try await concurrently(520) { index in
+                if index % 10 == 0 {
+                    try await log.record(AdminLogContractTests.action(index))
+                } else {
+                    try await ledger.record(makeAttempt(code: "replay", transactionId: "t\(index)", at: Double(index)))
                 }
-                try await group.waitForAll()
             }
             #expect(try await ledger.attempts(AuditFilter()).count == 100, "the default limit")
             #expect(try await storage.adminLog.actions(after: 0, limit: 1000).count == 52)

@@ -89,6 +89,7 @@ struct LedgerContractTests {
             gems2.replayKey = Vault.replayKey(type: .consumable, transactionId: "601", original: "599")
             #expect(try await ledger.insert(gems1).inserted != nil)
             #expect(try await ledger.insert(gems2).inserted != nil)
+            #expect(try await ledger.redemptions(AuditFilter()).map(\.effectiveReplayKey) == ["500", "600", "601"])
         }
     }
 
@@ -159,18 +160,11 @@ struct LedgerContractTests {
     func concurrentReplays(backend: Backend) async throws {
         try await backend.withStorage { storage async throws in
             let ledger = storage.ledger
-            let outcomes = try await withThrowingTaskGroup(of: LedgerInsertOutcome.self) { group in
-                for index in 0..<64 {
-                    group.addTask {
-                        var redemption = makeRedemption("2000000001", at: Double(index))
-                        redemption.redemptionId = "r-\(index)"
-                        redemption.grantHash = fakeHash("grant-\(index)")
-                        return try await ledger.insert(redemption, refusals: Self.refusals)
-                    }
-                }
-                var all: [LedgerInsertOutcome] = []
-                for try await outcome in group { all.append(outcome) }
-                return all
+            let outcomes = try await concurrently(64) { index in
+                var redemption = makeRedemption("2000000001", at: Double(index))
+                redemption.redemptionId = "r-\(index)"
+                redemption.grantHash = fakeHash("grant-\(index)")
+                return try await ledger.insert(redemption, refusals: Self.refusals)
             }
             #expect(outcomes.count == 64)
             #expect(outcomes.compactMap(\.inserted).count == 1)

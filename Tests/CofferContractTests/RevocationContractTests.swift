@@ -56,10 +56,10 @@ struct RevocationContractTests {
             refusal.sequence = 1
             #expect(try await ledger.attempts(AuditFilter()) == [refusal], "the revoked refusal, in the same call")
             #expect(try await ledger.revocation(of: makeRedemption("200")) == kept, "found by environment and key")
-            // Another environment is another purchase.
-            var production = makeRedemption("200")
-            production.environment = "Production"
-            #expect(try await ledger.insert(production).inserted != nil)
+            var inProduction = makeRedemption("200")
+            inProduction.environment = "Production"
+            let production = try #require(try await ledger.insert(inProduction).inserted, "another environment is another purchase")
+            #expect(try await ledger.revocation(of: production) == nil)
         }
     }
 
