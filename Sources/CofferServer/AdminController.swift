@@ -35,7 +35,7 @@ struct AdminController {
         group.get("/assets") { _, _ in try JSON.response(try await catalogue.assets()) }
         group.get("/assets/:assetId") { _, context in
             let id = context.parameters.get("assetId") ?? ""
-            guard let asset = try await catalogue.asset(id) else { throw Problem(.notFound, "unknownAsset", "no asset \(id.prefix(128))") }
+            guard let asset = try await catalogue.asset(id) else { throw Problem(.unknownAsset, "no asset \(id.prefix(128))") }
             return try JSON.response(asset)
         }
         group.put("/products/:productId") { request, context in try await putProduct(request, context: context) }
@@ -48,20 +48,17 @@ struct AdminController {
             }
             let body = try await JSON.decode(Body.self, from: request, context: context, limit: 4096, timeout: bodyTimeout)
             guard (1...64).contains(body.transactionId.utf8.count), (1...500).contains(body.reason.utf8.count) else {
-                throw Problem(.badRequest, "malformedRequest", "transactionId must be 1–64 characters and reason 1–500")
+                throw Problem(.malformedRequest, "transactionId must be 1–64 characters and reason 1–500")
             }
             let environment = try body.environment.map { name in
                 guard let environment = Environment(rawValue: name) else {
-                    throw Problem(.badRequest, "malformedRequest", "environment must be Production, Sandbox, Xcode or LocalTesting")
+                    throw Problem(.malformedRequest, "environment must be Production, Sandbox, Xcode or LocalTesting")
                 }
                 return environment
             }
-            let revocation: Revocation
-            do throws(VaultFailure) {
-                revocation = try await vault.revoke(
-                    transactionId: body.transactionId, environment: environment, reason: body.reason, by: context.identity?.name ?? "?", now: Date())
-            } catch { throw Problem(error) }
-            try await audit(context, "redemption.revoke", target: body.transactionId, detail: body.reason)
+            let revocation = try await vault.revoke(
+                transactionId: body.transactionId, environment: environment, reason: body.reason, by: context.identity?.name ?? "?", now: Date())
+            try await audit(context, .redemptionRevoke, target: body.transactionId, detail: body.reason)
             return try JSON.response(revocation, status: .created)
         }
         group.get("/audit-log") { request, _ in
@@ -72,8 +69,8 @@ struct AdminController {
         group.get("/products") { _, _ in try JSON.response(try await catalogue.products()) }
         group.delete("/products/:productId") { _, context in
             let id = context.parameters.get("productId") ?? ""
-            guard try await catalogue.deleteProduct(id) else { throw Problem(.notFound, "unknownProduct", "no product \(id.prefix(128))") }
-            try await audit(context, "product.delete", target: id, detail: "")
+            guard try await catalogue.deleteProduct(id) else { throw Problem(.unknownProduct, "no product \(id.prefix(128))") }
+            try await audit(context, .productDelete, target: id, detail: "")
             return Response(status: .noContent)
         }
     }
@@ -83,16 +80,16 @@ struct AdminController {
     func upload(_ request: Request, context: CofferRequestContext) async throws -> Response {
         let assetId = context.parameters.get("assetId") ?? ""
         guard Self.validIdentifier(assetId) else {
-            throw Problem(.badRequest, "invalidAssetId", "asset ids are 1–128 characters of A–Z a–z 0–9 . _ -")
+            throw Problem(.invalidAssetId, "asset ids are 1–128 characters of A–Z a–z 0–9 . _ -")
         }
         let limit = uploadLimit
         if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > limit {
-            throw Problem(.contentTooLarge, "payloadTooLarge", "asset exceeds the upload limit of \(limit) bytes")
+            throw Problem(.payloadTooLarge, "asset exceeds the upload limit of \(limit) bytes")
         }
         var expected: String?
         if let digest = request.headers[.contentDigest] {
             guard let hex = Self.sha256(fromContentDigest: digest) else {
-                throw Problem(.badRequest, "malformedRequest", "Content-Digest must be sha-256=:<base64>:")
+                throw Problem(.malformedRequest, "Content-Digest must be sha-256=:<base64>:")
             }
             expected = hex
         }
@@ -100,7 +97,7 @@ struct AdminController {
         let contentType = request.headers[.contentType] ?? "application/octet-stream"
         guard uploads.enter() else {
             throw Problem(
-                .serviceUnavailable, "uploadsBusy", "\(uploads.capacity) uploads are in progress; retry later",
+                .uploadsBusy, "\(uploads.capacity) uploads are in progress; retry later",
                 headers: [.retryAfter: "5"])
         }
         defer { uploads.leave() }
@@ -113,22 +110,22 @@ struct AdminController {
             stored = try await writer.finish(expectedSHA256: expected)
         } catch ContentStoreError.tooLarge {
             writer.abort()
-            throw Problem(.contentTooLarge, "payloadTooLarge", "asset exceeds the upload limit of \(limit) bytes")
+            throw Problem(.payloadTooLarge, "asset exceeds the upload limit of \(limit) bytes")
         } catch ContentStoreError.digestMismatch {
             writer.abort()
-            throw Problem(.badRequest, "digestMismatch", "the body does not match Content-Digest")
+            throw Problem(.digestMismatch, "the body does not match Content-Digest")
         } catch {
             writer.abort()
             throw error
         }
         let asset = try await catalogue.addAssetVersion(
             assetId: assetId, name: name, contentType: String(contentType.prefix(128)), size: stored.size, sha256: stored.sha256, at: Date())
-        try await audit(context, "asset.upload", target: assetId, detail: "version \(asset.version), \(asset.size) bytes, sha256 \(asset.sha256)")
+        try await audit(context, .assetUpload, target: assetId, detail: "version \(asset.version), \(asset.size) bytes, sha256 \(asset.sha256)")
         return try JSON.response(asset, status: .created)
     }
 
     /// Records an admin action in the admin log (and the server log).
-    func audit(_ context: CofferRequestContext, _ action: String, target: String, detail: String) async throws {
+    func audit(_ context: CofferRequestContext, _ action: AdminActionName, target: String, detail: String) async throws {
         let entry = AdminAction(
             at: Date(), keyId: context.identity?.keyId ?? "?", keyName: context.identity?.name ?? "?", action: action, target: target, detail: detail,
             clientAddress: context.clientAddress)
@@ -171,7 +168,7 @@ struct AdminController {
         return name
     }
 
-    private static func invalidAssetName(_ detail: String) -> Problem { Problem(.badRequest, "invalidAssetName", detail) }
+    private static func invalidAssetName(_ detail: String) -> Problem { Problem(.invalidAssetName, detail) }
 
     /// `%XX` decoded (no `+` for space, as Hummingbird reads queries); nil for a malformed escape.
     static func percentDecodedStrictly(_ text: some Collection<UInt8>) -> [UInt8]? {
@@ -202,21 +199,21 @@ struct AdminController {
     func putProduct(_ request: Request, context: CofferRequestContext) async throws -> Response {
         let productId = context.parameters.get("productId") ?? ""
         guard Self.validIdentifier(productId) else {
-            throw Problem(.badRequest, "invalidProductId", "product ids are 1–128 characters of A–Z a–z 0–9 . _ -")
+            throw Problem(.invalidProductId, "product ids are 1–128 characters of A–Z a–z 0–9 . _ -")
         }
         let body = try await JSON.decode(
             ProductBody.self, from: request, context: context, limit: 64 * 1024, timeout: bodyTimeout)
         guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
-            throw Problem(.badRequest, "malformedRequest", "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
+            throw Problem(.malformedRequest, "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
         }
         for id in body.assetIds where try await catalogue.asset(id) == nil {
-            throw Problem(.unprocessableContent, "unknownAsset", "asset \(id.prefix(128)) has not been uploaded")
+            throw Problem(.unknownAsset, "asset \(id.prefix(128)) has not been uploaded", status: .unprocessableContent)
         }
         let product = Product(
             productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date())
         try await catalogue.putProduct(product)
         try await audit(
-            context, "product.put", target: productId,
+            context, .productPut, target: productId,
             detail: "bundle \(body.bundleId), \(body.type.rawValue), assets \(body.assetIds.joined(separator: " "))")
         return try JSON.response(product)
     }

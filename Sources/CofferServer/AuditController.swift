@@ -39,17 +39,17 @@ struct AuditController {
         f.code = q.get("code")
         for (key, keyPath) in [("from", \AuditFilter.from), ("to", \AuditFilter.to)] {
             if let text = q.get(key) {
-                guard let date = RFC3339.parse(text) else { throw Problem(.badRequest, "malformedRequest", "\(key) must be an ISO 8601 date") }
+                guard let date = RFC3339.parse(text) else { throw Problem(.malformedRequest, "\(key) must be an ISO 8601 date") }
                 f[keyPath: keyPath] = date
             }
         }
         if let limit = q.get("limit") {
-            guard let n = Int(limit), (1...1000).contains(n) else { throw Problem(.badRequest, "malformedRequest", "limit must be 1–1000") }
+            guard let n = Int(limit), (1...1000).contains(n) else { throw Problem(.malformedRequest, "limit must be 1–1000") }
             f.limit = n
         }
         if let cursor = q.get("cursor") {
             guard let n = Int64(cursor), n >= 0 else {
-                throw Problem(.badRequest, "malformedRequest", "cursor must be a cursor from a previous page")
+                throw Problem(.malformedRequest, "cursor must be a cursor from a previous page")
             }
             f.after = n
         }
@@ -60,12 +60,12 @@ struct AuditController {
     func export(_ request: Request) throws -> Response {
         let format = request.uri.queryParameters.get("format") ?? "ndjson"
         let kind = request.uri.queryParameters.get("kind") ?? "redemptions"
-        guard format == "ndjson" || format == "csv" else { throw Problem(.badRequest, "malformedRequest", "format must be ndjson or csv") }
+        guard format == "ndjson" || format == "csv" else { throw Problem(.malformedRequest, "format must be ndjson or csv") }
         guard kind == "redemptions" || kind == "attempts" || kind == "ledger" else {
-            throw Problem(.badRequest, "malformedRequest", "kind must be redemptions, attempts or ledger")
+            throw Problem(.malformedRequest, "kind must be redemptions, attempts or ledger")
         }
         if kind == "ledger" {
-            guard format == "ndjson" else { throw Problem(.badRequest, "malformedRequest", "the ledger export is ndjson") }
+            guard format == "ndjson" else { throw Problem(.malformedRequest, "the ledger export is ndjson") }
             return ledgerExport.export()
         }
         var firstPage = try Self.filter(request)

@@ -32,7 +32,7 @@ struct APIKeyMiddleware: RouterMiddleware {
             throw problem
         }
         guard roles.contains(key.role) else {
-            throw Problem(.forbidden, "forbidden", "a \(key.role.rawValue) key may not do this")
+            throw Problem(.forbidden, "a \(key.role.rawValue) key may not do this")
         }
         var context = context
         context.identity = key
@@ -42,17 +42,17 @@ struct APIKeyMiddleware: RouterMiddleware {
     /// The live key the request carries, or a 401 problem.
     private func authenticate(_ request: Request) async throws -> APIKey {
         guard let header = request.headers[.authorization], let secret = Self.bearerCredentials(header) else {
-            throw Problem(.unauthorized, "unauthenticated", "send Authorization: Bearer <key>", headers: [.wwwAuthenticate: "Bearer"])
+            throw Problem(.unauthenticated, "send Authorization: Bearer <key>", headers: [.wwwAuthenticate: "Bearer"])
         }
         guard !secret.isEmpty, secret.utf8.count <= 256 else {
-            throw Problem(.unauthorized, "unauthenticated", "malformed bearer key", headers: [.wwwAuthenticate: "Bearer"])
+            throw Problem(.unauthenticated, "malformed bearer key", headers: [.wwwAuthenticate: "Bearer"])
         }
         let key: APIKey?
         do { key = try await keys.key(secretHash: APIKeys.hash(secret)) } catch {
-            throw Problem(.serviceUnavailable, "storageUnavailable", "key lookup failed")
+            throw Problem.unavailable(internalDetail: "key lookup failed: \(error)")
         }
         guard let key, key.revokedAt == nil else {
-            throw Problem(.unauthorized, "unauthenticated", "unknown or revoked key", headers: [.wwwAuthenticate: "Bearer"])
+            throw Problem(.unauthenticated, "unknown or revoked key", headers: [.wwwAuthenticate: "Bearer"])
         }
         return key
     }

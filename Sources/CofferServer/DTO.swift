@@ -19,7 +19,8 @@ enum JSON {
         return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
-    /// Collects a JSON body (up to `limit` bytes) and decodes it; any failure is a 400/413 problem.
+    /// Collects a JSON body (up to `limit` bytes) and decodes it: 413 only for a body over
+    /// `limit`, 400 for one that cannot be read or decoded.
     /// The body must arrive within `timeout` (slow clients cannot pin a connection): 408.
     /// Its bytes are held against the server's request-body budget (`context.bodyBudget`)
     /// until decoding is done: 503 `busy` when the budget is spent.
@@ -30,7 +31,7 @@ enum JSON {
         defer { reservation.release() }
         let buffer: ByteBuffer
         do { buffer = try await collect(request, limit: limit, timeout: timeout, reservation: reservation) } catch let problem as Problem
-            where problem.code == "busy"
+            where problem.code == .busy
         {
             context.logger.notice(
                 "request body budget spent: 503 busy",
@@ -38,7 +39,7 @@ enum JSON {
             throw problem
         }
         do { return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView)) } catch {
-            throw Problem(.badRequest, "malformedRequest", "request body is not the expected JSON: \(Self.describe(error))")
+            throw Problem(.malformedRequest, "request body is not the expected JSON: \(Self.describe(error))")
         }
     }
 
@@ -51,7 +52,7 @@ enum JSON {
     static func collect(_ request: Request, limit: Int, timeout: Duration, reservation: BodyReservation) async throws -> ByteBuffer {
         let declared = request.headers[.contentLength].flatMap(Int.init)
         if let declared, declared > limit {
-            throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
+            throw Problem(.payloadTooLarge, "request body exceeds \(limit) bytes")
         }
         if let declared, !reservation.reserve(declared) { throw Problem.busy() }
         let outcome = await withTaskGroup(of: Result<ByteBuffer, any Error>?.self) { group in
@@ -81,10 +82,11 @@ enum JSON {
         switch outcome {
         case .success(let buffer)?: return buffer
         case .failure(let error)? where error is OverBudget: throw Problem.busy()
-        case .failure?: throw Problem(.contentTooLarge, "payloadTooLarge", "request body exceeds \(limit) bytes")
+        case .failure(let error)? where error is TooLarge: throw Problem(.payloadTooLarge, "request body exceeds \(limit) bytes")
+        case .failure(let error)?: throw Problem(.malformedRequest, "the request body could not be read: \(type(of: error))")
         case nil:
             throw Problem(
-                .requestTimeout, "requestTimeout", "the request body did not arrive within \(timeout.components.seconds) s",
+                .requestTimeout, "the request body did not arrive within \(timeout.components.seconds) s",
                 headers: [.connection: "close"])
         }
     }

@@ -25,7 +25,7 @@ struct DownloadController {
     func download(_ request: Request, context: CofferRequestContext, head: Bool) async throws -> Response {
         let claims = try verify(context.parameters.get("token") ?? "")
         guard let size = try? await content.size(sha256: claims.sha256) else {
-            throw Problem(.notFound, "assetMissing", "the asset's bytes are not in the content store")
+            throw Problem(.assetMissing, "the asset's bytes are not in the content store")
         }
         let asset = try? await catalogue.asset(claims.assetId)
         var headers: HTTPFields = [
@@ -61,8 +61,8 @@ struct DownloadController {
     func verify(_ token: String) throws -> DownloadClaims {
         do { return try tokens.verify(token, now: Date()) } catch {
             switch error {
-            case .expired: throw Problem(.forbidden, "tokenExpired", "the download token has expired: redeem again or exchange the grant")
-            case .invalid: throw Problem(.forbidden, "tokenInvalid", "the download token is not valid")
+            case .expired: throw Problem(.tokenExpired, "the download token has expired: redeem again or exchange the grant")
+            case .invalid: throw Problem(.tokenInvalid, "the download token is not valid")
             }
         }
     }
@@ -76,7 +76,7 @@ struct DownloadController {
         case .ignore: return (.ok, whole)
         case .unsatisfiable:
             throw Problem(
-                .rangeNotSatisfiable, "rangeNotSatisfiable", "range \(header.prefix(64)) is outside 0–\(size)",
+                .rangeNotSatisfiable, "range \(header.prefix(64)) is outside 0–\(size)",
                 headers: [.contentRange: "bytes */\(size)"])
         case .range(let r):
             headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound)/\(size)"

@@ -22,12 +22,12 @@ struct HealthController {
         do {
             _ = try await catalogue.products()
         } catch {
-            throw Problem(.serviceUnavailable, "notReady", "the database is not answering")
+            throw Problem(.notReady, "the database is not answering")
         }
         // Never ready on a ledger changed behind the server's back: it would refuse every write.
         do { try await ledgerAudit.sealIntact() } catch {
             context.logger.critical("the ledger's seal is broken", metadata: ["error": "\(error)"])
-            throw Problem(.serviceUnavailable, "ledgerSealBroken", "the ledger does not end where this server sealed it")
+            throw Problem(.ledgerSealBroken, "the ledger does not end where this server sealed it")
         }
         return try JSON.response(["status": "ready"])
     }

@@ -28,7 +28,7 @@ struct LedgerController {
         }
         group.get("/checkpoints/latest") { _, _ in
             guard let latest = try await ledgerAudit.latestCheckpoint() else {
-                throw Problem(.notFound, "noCheckpoint", "no checkpoint has been signed yet (the ledger is empty or younger than the interval)")
+                throw Problem(.noCheckpoint, "no checkpoint has been signed yet (the ledger is empty or younger than the interval)")
             }
             return try JSON.response(latest)
         }

@@ -68,7 +68,7 @@ extension Problem {
     /// 503 `busy`: the in-flight request-body budget is spent.
     static func busy(_ seconds: Int = 2) -> Problem {
         Problem(
-            .serviceUnavailable, "busy", "the server is receiving too many request bodies at once; retry in \(seconds) s",
+            .busy, "the server is receiving too many request bodies at once; retry in \(seconds) s",
             headers: [.retryAfter: String(seconds)])
     }
 }
@@ -151,7 +151,7 @@ final class DownloadSlot: Sendable {
 extension Problem {
     static func tooManyDownloads(_ limit: Int) -> Problem {
         Problem(
-            .tooManyRequests, "tooManyDownloads", "\(limit) downloads from this address are in progress; retry when one has finished",
+            .tooManyDownloads, "\(limit) downloads from this address are in progress; retry when one has finished",
             headers: [.retryAfter: "2"])
     }
 }

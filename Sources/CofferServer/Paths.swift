@@ -116,9 +116,7 @@ enum PathPolicy {
 struct CanonicalPathMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard PathPolicy.isCanonical(request.uri.path) else {
-            throw Problem(
-                .badRequest, "nonCanonicalPath",
-                "the path is not in canonical form (empty, '.' or '..' segments, a trailing slash or percent-encoding)")
+            throw Problem(.nonCanonicalPath, "the path is not in canonical form (empty, '.' or '..' segments, a trailing slash or percent-encoding)")
         }
         return try await next(request, context)
     }

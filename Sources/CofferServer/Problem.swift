@@ -2,42 +2,43 @@ import CofferCore
 import Foundation
 import Hummingbird
 
-/// An RFC 9457 problem: every error Coffer returns, with a stable machine-readable `code`.
+/// An RFC 9457 problem: every error Coffer returns, with a stable machine-readable
+/// ``ProblemCode`` whose status comes from one table (``ProblemCode/status``).
 public struct Problem: HTTPResponseError, Sendable {
+    public var code: ProblemCode
     public var status: HTTPResponse.Status
-    public var code: String
     public var detail: String
     public var headers: HTTPFields
     /// What went wrong inside the server (a storage error, a broken ledger seal): logged by
     /// ``ProblemMiddleware``, never sent to the client.
     public var internalDetail: String?
 
-    public init(_ status: HTTPResponse.Status, _ code: String, _ detail: String, headers: HTTPFields = [:]) {
-        self.status = status
+    /// A problem with `code`'s status. Every 503 (the server's state, not the request) carries
+    /// `Retry-After` (1 s unless `headers` say otherwise): this is the one path to a 503.
+    /// `status` overrides the table only where the API has always differed (see
+    /// ``ProblemCode``'s tests): a framework error's own status, `unknownAsset` named by a product.
+    public init(_ code: ProblemCode, _ detail: String, headers: HTTPFields = [:], status: HTTPResponse.Status? = nil) {
         self.code = code
+        self.status = status ?? HTTPResponse.Status(code: code.status)
         self.detail = detail
         self.headers = headers
+        if self.status == .serviceUnavailable && self.headers[.retryAfter] == nil { self.headers[.retryAfter] = "1" }
+    }
+
+    /// 503: storage (or the ledger behind it) failed. The client learns that it failed, not
+    /// how: `internalDetail` (database messages, the seal's state) goes to the log.
+    public static func unavailable(_ code: ProblemCode = .storageUnavailable, internalDetail: String) -> Problem {
+        var problem = Problem(code, "storage is not available; retry later")
+        problem.internalDetail = internalDetail
+        return problem
     }
 
     public init(_ failure: VaultFailure) {
-        let status: HTTPResponse.Status =
-            switch failure.kind {
-            case .badRequest: .badRequest
-            case .unprocessable: .unprocessableContent
-            case .notFound: .notFound
-            case .conflict: .conflict
-            case .gone: .gone
-            case .forbidden: .forbidden
-            case .unavailable: .serviceUnavailable
-            }
-        guard failure.kind == .unavailable else {
-            self.init(status, failure.code, failure.detail)
+        guard !failure.isUnavailable else {
+            self = .unavailable(failure.code, internalDetail: failure.detail)
             return
         }
-        // The client learns that storage failed, not how: the details (database messages, the
-        // ledger seal's state) go to the log.
-        self.init(status, failure.code, "storage is not available; retry later", headers: [.retryAfter: "1"])
-        internalDetail = failure.detail
+        self.init(failure.code, failure.detail, status: HTTPResponse.Status(code: failure.status))
     }
 
     /// The RFC 9457 body (keys in alphabetical order, like every Coffer JSON).
@@ -59,8 +60,8 @@ public struct Problem: HTTPResponseError, Sendable {
 
     public func response(from request: Request, context: some RequestContext) throws -> Response {
         let body = Body(
-            code: code, detail: detail, instance: Self.instance(request.uri.path), status: status.code,
-            title: status.reasonPhrase, type: "https://coffer.invalid/problems/\(code)")
+            code: code.rawValue, detail: detail, instance: Self.instance(request.uri.path), status: status.code,
+            title: status.reasonPhrase, type: "https://coffer.invalid/problems/\(code.rawValue)")
         let data = (try? JSON.encoder.encode(body)) ?? Data()
         var headers = self.headers
         headers[.contentType] = "application/problem+json"
@@ -74,28 +75,29 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let problem as Problem {
-            if let internalDetail = problem.internalDetail { context.logger.error("storage failure", metadata: ["error": "\(internalDetail)"]) }
-            return try problem.response(from: request, context: context)
+            return try respond(problem, request, context)
         } catch let failure as VaultFailure {
-            let problem = Problem(failure)
-            if let internalDetail = problem.internalDetail { context.logger.error("storage failure", metadata: ["error": "\(internalDetail)"]) }
-            return try problem.response(from: request, context: context)
+            return try respond(Problem(failure), request, context)
         } catch let error as HTTPError {
-            let code: String =
+            let code: ProblemCode =
                 switch error.status {
-                case .contentTooLarge: "payloadTooLarge"
-                case .notFound: "notFound"
-                case .methodNotAllowed: "methodNotAllowed"
-                default: "httpError"
+                case .contentTooLarge: .payloadTooLarge
+                case .notFound: .notFound
+                case .methodNotAllowed: .methodNotAllowed
+                default: .httpError
                 }
-            return try Problem(error.status, code, error.body ?? error.status.reasonPhrase).response(from: request, context: context)
+            return try Problem(code, error.body ?? error.status.reasonPhrase, status: error.status).response(from: request, context: context)
         } catch let error as any StorageFailure {
-            context.logger.error("storage failure", metadata: ["error": "\(error)"])
-            return try Problem(.serviceUnavailable, "storageUnavailable", "storage is not available; retry later", headers: [.retryAfter: "1"])
-                .response(from: request, context: context)
+            return try respond(Problem.unavailable(internalDetail: "\(error)"), request, context)
         } catch {
             context.logger.error("unhandled error", metadata: ["error": "\(error)"])
-            return try Problem(.internalServerError, "internalError", "unexpected server error").response(from: request, context: context)
+            return try Problem(.internalError, "unexpected server error").response(from: request, context: context)
         }
+    }
+
+    /// The response for `problem`; what only the server may know is logged here.
+    private func respond(_ problem: Problem, _ request: Request, _ context: Context) throws -> Response {
+        if let internalDetail = problem.internalDetail { context.logger.error("storage failure", metadata: ["error": "\(internalDetail)"]) }
+        return try problem.response(from: request, context: context)
     }
 }

@@ -129,8 +129,7 @@ struct RateLimitMiddleware: RouterMiddleware {
 
 extension Problem {
     static func rateLimited(_ seconds: Int) -> Problem {
-        Problem(
-            .tooManyRequests, "rateLimited", "too many requests from this address; retry in \(seconds) s", headers: [.retryAfter: String(seconds)])
+        Problem(.rateLimited, "too many requests from this address; retry in \(seconds) s", headers: [.retryAfter: String(seconds)])
     }
 }
 

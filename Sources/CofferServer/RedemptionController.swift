@@ -47,8 +47,7 @@ struct RedemptionController {
     func notification(_ request: Request, context: CofferRequestContext) async throws -> Response {
         let body = try await JSON.decode(
             NotificationBody.self, from: request, context: context, limit: 256 * 1024, timeout: bodyTimeout)
-        let outcome: Vault.NotificationOutcome
-        do { outcome = try await vault.handleNotification(body.signedPayload, now: Date()) } catch { throw Problem(error) }
+        let outcome = try await vault.handleNotification(body.signedPayload, now: Date())
         if outcome != .ignored {
             context.logger.notice("notification", metadata: ["result": "\(outcome.rawValue)"])
         }
@@ -63,19 +62,19 @@ struct RedemptionController {
         switch (body.receipt, body.signedTransaction) {
         case (let receipt?, nil):
             guard let der = Base64.decode(receipt), !der.isEmpty else {
-                throw Problem(.badRequest, "malformedRequest", "receipt is not base64")
+                throw Problem(.malformedRequest, "receipt is not base64")
             }
             proof = .receipt(der)
         case (nil, let jws?):
             proof = .signedTransaction(jws)
         default:
-            throw Problem(.badRequest, "malformedRequest", "send exactly one of receipt (base64) or signedTransaction (JWS)")
+            throw Problem(.malformedRequest, "send exactly one of receipt (base64) or signedTransaction (JWS)")
         }
         if let token = body.appAccountToken, token.utf8.count > 64 {
-            throw Problem(.badRequest, "malformedRequest", "appAccountToken is longer than 64 characters")
+            throw Problem(.malformedRequest, "appAccountToken is longer than 64 characters")
         }
         if let id = body.transactionId, id.isEmpty || id.utf8.count > 64 {
-            throw Problem(.badRequest, "malformedRequest", "transactionId must be 1–64 characters")
+            throw Problem(.malformedRequest, "transactionId must be 1–64 characters")
         }
         let start = ContinuousClock.now
         let outcome: RedemptionOutcome
@@ -85,8 +84,8 @@ struct RedemptionController {
                     proof: proof, transactionId: body.transactionId, appAccountToken: body.appAccountToken, clientAddress: context.clientAddress),
                 now: Date())
         } catch {
-            metrics.redemption(result: error.code)
-            throw Problem(error)
+            metrics.redemption(result: error.code.rawValue)
+            throw error
         }
         metrics.redemption(result: "redeemed")
         metrics.verificationSeconds.record(ContinuousClock.now - start)

@@ -159,7 +159,7 @@ struct LedgerCommand: AsyncParsableCommand {
             let adoption: SQLiteLedger.Adoption
             do {
                 adoption = try await ledger.adopt(
-                    by: KeysCommand.localAction("ledger.adopt", target: "ledger", detail: ""), now: Date(), reseal: reseal)
+                    by: KeysCommand.localAction(.ledgerAdopt, target: "ledger", detail: ""), now: Date(), reseal: reseal)
             } catch let error as LedgerIntegrityError {
                 print("refused: \(error). If you vouch for every entry as it stands, run again with --reseal (it is recorded).")
                 throw ExitCode(1)

@@ -339,7 +339,7 @@ struct KeysCommand: AsyncParsableCommand {
             let keys = SQLiteKeys(db)
             let secret = try await APIKeys.create(role: role, name: name, in: keys, now: Date())
             do {
-                try await log.record(KeysCommand.localAction("key.create", target: name, detail: role.rawValue))
+                try await log.record(KeysCommand.localAction(.keyCreate, target: name, detail: role.rawValue))
             } catch {
                 // Never a live key the admin log does not show.
                 if let created = try? await keys.key(secretHash: APIKeys.hash(secret)) {
@@ -365,7 +365,7 @@ struct KeysCommand: AsyncParsableCommand {
     }
 
     /// An admin-log entry for a key change made on the server's machine.
-    static func localAction(_ action: String, target: String, detail: String) -> AdminAction {
+    static func localAction(_ action: AdminActionName, target: String, detail: String) -> AdminAction {
         AdminAction(
             at: Date(), keyId: "cli", keyName: "local user \(ProcessInfo.processInfo.userName)", action: action, target: target, detail: detail,
             clientAddress: "local")
@@ -399,7 +399,7 @@ struct KeysCommand: AsyncParsableCommand {
                 print("no live key matches")
                 throw ExitCode(1)
             }
-            try await log.record(KeysCommand.localAction("key.revoke", target: found.name, detail: found.role.rawValue))
+            try await log.record(KeysCommand.localAction(.keyRevoke, target: found.name, detail: found.role.rawValue))
             print("revoked \(found.role.rawValue) key '\(found.name)'")
         }
 

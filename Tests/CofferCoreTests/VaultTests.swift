@@ -75,10 +75,10 @@ import Testing
         }
     }
 
-    static func expect(_ failure: VaultFailure?, _ kind: VaultFailure.Kind, _ code: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expect(_ failure: VaultFailure?, _ status: Int, _ code: ProblemCode, sourceLocation: SourceLocation = #_sourceLocation) {
         #expect(
-            failure?.kind == kind && failure?.code == code, "expected \(kind) \(code), got \(failure.map { "\($0.kind) \($0)" } ?? "success")",
-            sourceLocation: sourceLocation)
+            failure?.status == status && failure?.code == code,
+            "expected \(status) \(code.rawValue), got \(failure.map { "\($0.status) \($0)" } ?? "success")", sourceLocation: sourceLocation)
     }
 
     @Test func redeemIssuesATokenPerUploadedAssetAndRecordsTheRedemption() async throws {
@@ -109,14 +109,14 @@ import Testing
         let world = try await World()
         let request = try Self.receipt("1001")
         _ = try await world.vault.redeem(request, now: testNow)
-        Self.expect(await Self.failure { try await world.vault.redeem(request, now: testNow) }, .conflict, "alreadyRedeemed")
+        Self.expect(await Self.failure { try await world.vault.redeem(request, now: testNow) }, 409, .alreadyRedeemed)
         let attempts = await world.ledger.attempts(AuditFilter())
         #expect(attempts.map(\.code) == ["alreadyRedeemed"])
         #expect(attempts.first?.claimed == false && attempts.first?.transactionId == "1001" && attempts.first?.productId == Self.pack)
         // A restore of the non-consumable (a new transaction of the same original) is the same purchase.
         Self.expect(
-            await Self.failure { try await world.vault.redeem(try Self.receipt("1002", original: "1001"), now: testNow) }, .conflict,
-            "alreadyRedeemed")
+            await Self.failure { try await world.vault.redeem(try Self.receipt("1002", original: "1001"), now: testNow) }, 409,
+            .alreadyRedeemed)
         // Consumables are keyed by transaction: two of one original are two purchases.
         _ = try await world.vault.redeem(try Self.transaction("2001", original: "2000"), now: testNow)
         _ = try await world.vault.redeem(try Self.transaction("2002", original: "2000"), now: testNow)
@@ -127,17 +127,17 @@ import Testing
         let world = try await World()
         Self.expect(
             await Self.failure { try await world.vault.redeem(try Self.receipt("3001", product: "com.coffer.demo.nothing"), now: testNow) },
-            .notFound,
-            "unknownProduct")
+            404,
+            .unknownProduct)
         Self.expect(
-            await Self.failure { try await world.vault.redeem(try Self.receipt("3002", product: "com.other.pack"), now: testNow) }, .unprocessable,
-            "bundleMismatch")
+            await Self.failure { try await world.vault.redeem(try Self.receipt("3002", product: "com.other.pack"), now: testNow) }, 422,
+            .bundleMismatch)
         Self.expect(
-            await Self.failure { try await world.vault.redeem(try Self.receipt("3003", bundle: "com.stranger.app"), now: testNow) }, .unprocessable,
-            "bundleMismatch")
+            await Self.failure { try await world.vault.redeem(try Self.receipt("3003", bundle: "com.stranger.app"), now: testNow) }, 422,
+            .bundleMismatch)
         Self.expect(
             await Self.failure { try await world.vault.redeem(try Self.transaction("3004", product: Self.pack, type: "Consumable"), now: testNow) },
-            .unprocessable, "productTypeMismatch")
+            422, .productTypeMismatch)
         #expect(
             await world.attempts() == [
                 "unknownProduct 3001", "bundleMismatch 3002", "bundleMismatch -", "productTypeMismatch 3004",
@@ -151,12 +151,12 @@ import Testing
         let world = try await World()
         var request = try Self.receipt("4001")
         request.appAccountToken = "not-a-uuid"
-        Self.expect(await Self.failure { try await world.vault.redeem(request, now: testNow) }, .badRequest, "malformedRequest")
+        Self.expect(await Self.failure { try await world.vault.redeem(request, now: testNow) }, 400, .malformedRequest)
         request = try Self.receipt("4001")
         request.transactionId = "4001\n"
-        Self.expect(await Self.failure { try await world.vault.redeem(request, now: testNow) }, .badRequest, "malformedRequest")
+        Self.expect(await Self.failure { try await world.vault.redeem(request, now: testNow) }, 400, .malformedRequest)
         let garbage = RedemptionRequest(proof: .receipt([0x30, 0x03, 0x02, 0x01]), clientAddress: "192.0.2.9")
-        Self.expect(await Self.failure { try await world.vault.redeem(garbage, now: testNow) }, .badRequest, "malformed")
+        Self.expect(await Self.failure { try await world.vault.redeem(garbage, now: testNow) }, 400, .malformed)
         #expect(await world.attempts() == ["malformed -"], "only the proof that reached verification is an attempt")
         #expect(await world.ledger.chainedEntries(after: 0, limit: 10).count == 1)
     }
@@ -170,23 +170,23 @@ import Testing
         #expect(exchanged.grant == nil && exchanged.redemption == redeemed.redemption)
         #expect(exchanged.assets.map(\.asset) == world.assets)
         #expect(exchanged.assets.allSatisfy { $0.expiresAt == later.addingTimeInterval(300) })
-        Self.expect(await Self.failure { try await world.vault.exchange(grant: grant + "x", now: later) }, .forbidden, "grantInvalid")
+        Self.expect(await Self.failure { try await world.vault.exchange(grant: grant + "x", now: later) }, 403, .grantInvalid)
         Self.expect(
-            await Self.failure { try await world.vault.exchange(grant: String(repeating: "g", count: 129), now: later) }, .forbidden, "grantInvalid")
+            await Self.failure { try await world.vault.exchange(grant: String(repeating: "g", count: 129), now: later) }, 403, .grantInvalid)
 
         let revocation = try await world.vault.revoke(transactionId: "5001", reason: "chargeback\n", by: "ops", now: later)
         #expect(revocation.redemptionId == redeemed.redemption.redemptionId && revocation.source == .admin)
         #expect(revocation.environment == "LocalTesting" && revocation.replayKey == "5001" && revocation.reason == #"chargeback\u{A}"#)
-        Self.expect(await Self.failure { try await world.vault.exchange(grant: grant, now: later) }, .forbidden, "grantInvalid")
+        Self.expect(await Self.failure { try await world.vault.exchange(grant: grant, now: later) }, 403, .grantInvalid)
         Self.expect(
-            await Self.failure { try await world.vault.revoke(transactionId: "5001", reason: "again", by: "ops", now: later) }, .conflict,
-            "alreadyRevoked")
+            await Self.failure { try await world.vault.revoke(transactionId: "5001", reason: "again", by: "ops", now: later) }, 409,
+            .alreadyRevoked)
         Self.expect(
-            await Self.failure { try await world.vault.revoke(transactionId: "5999", reason: "none", by: "ops", now: later) }, .notFound,
-            "notRedeemed")
+            await Self.failure { try await world.vault.revoke(transactionId: "5999", reason: "none", by: "ops", now: later) }, 404,
+            .notRedeemed)
         Self.expect(
-            await Self.failure { try await world.vault.revoke(transactionId: "", reason: "none", by: "ops", now: later) }, .badRequest,
-            "malformedRequest")
+            await Self.failure { try await world.vault.revoke(transactionId: "", reason: "none", by: "ops", now: later) }, 400,
+            .malformedRequest)
         #expect(await world.ledger.revocations(after: 0, limit: 10) == [revocation])
     }
 
@@ -205,18 +205,18 @@ import Testing
 
         // Refunded before it was redeemed: kept, and the redemption is then refused (410).
         #expect(try await world.vault.handleNotification(try notification("REVOKE", "6002"), now: testNow) == .notRedeemed)
-        Self.expect(await Self.failure { try await world.vault.redeem(try Self.transaction("6002"), now: testNow) }, .gone, "revoked")
+        Self.expect(await Self.failure { try await world.vault.redeem(try Self.transaction("6002"), now: testNow) }, 410, .revoked)
         #expect(await world.attempts() == ["revoked 6002"])
         #expect(await world.ledger.redemptions(AuditFilter()).map(\.transactionId) == ["6001"])
 
-        Self.expect(await Self.failure { try await world.vault.handleNotification("not.a.jws", now: testNow) }, .badRequest, "malformed")
+        Self.expect(await Self.failure { try await world.vault.handleNotification("not.a.jws", now: testNow) }, 400, .malformed)
         Self.expect(
             await Self.failure {
                 try await world.vault.handleNotification(
                     try sharedCA.mintTransaction(TransactionSpec(bundleId: Self.bundle, productId: Self.gems, transactionId: "6003"), now: testNow),
                     now: testNow)
             },
-            .unprocessable, "unsupportedFormat")
+            422, .unsupportedFormat)
     }
 
     @Test func aStorageFailureIsUnavailableAndRecordsNothing() async throws {
@@ -235,7 +235,7 @@ import Testing
         }
         let ledger = InMemoryLedger()
         let vault = Vault(verifier: try sandboxVerifier(), catalogue: DownCatalogue(), ledger: ledger, tokens: Self.tokens)
-        Self.expect(await Self.failure { try await vault.redeem(try Self.receipt("7001"), now: testNow) }, .unavailable, "storageUnavailable")
+        Self.expect(await Self.failure { try await vault.redeem(try Self.receipt("7001"), now: testNow) }, 503, .storageUnavailable)
         #expect(await ledger.attempts(AuditFilter()).isEmpty, "not the client's fault: no attempt")
     }
 }

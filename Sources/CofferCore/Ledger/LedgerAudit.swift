@@ -121,7 +121,7 @@ public struct LedgerAudit: Sendable {
     public mutating func add(_ chained: ChainedEntry) {
         let entry = chained.entry
         report.entries += 1
-        if entry.kind == .adminAction, entry.values.count > 5, entry.values[3] == "ledger.adopt" {
+        if entry.kind == .adminAction, entry.values.count > 5, entry.values[3] == AdminActionName.ledgerAdopt.rawValue {
             report.adoptions.append("entry \(entry.sequence): \(entry.values[5] ?? "")")
         }
         if entry.sequence != expected {

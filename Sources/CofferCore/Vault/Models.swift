@@ -202,7 +202,7 @@ public struct AdminAction: Codable, Sendable, Hashable {
     public var at: Date
     public var keyId: String
     public var keyName: String
-    /// `asset.upload`, `product.put`, `product.delete`, `key.create`, `key.revoke`.
+    /// An ``AdminActionName`` raw value (stored and hashed as text; see ``name``).
     public var action: String
     public var target: String
     public var detail: String
@@ -220,6 +220,18 @@ public struct AdminAction: Codable, Sendable, Hashable {
         self.detail = detail
         self.clientAddress = clientAddress
     }
+
+    public init(
+        sequence: Int64 = 0, at: Date, keyId: String, keyName: String, action: AdminActionName, target: String, detail: String,
+        clientAddress: String
+    ) {
+        self.init(
+            sequence: sequence, at: at, keyId: keyId, keyName: keyName, action: action.rawValue, target: target, detail: detail,
+            clientAddress: clientAddress)
+    }
+
+    /// The action, typed; nil for a name this build does not know.
+    public var name: AdminActionName? { AdminActionName(rawValue: action) }
 }
 
 /// A redeemed transaction later refunded or revoked: appended to the ledger as its own

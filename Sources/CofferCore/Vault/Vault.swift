@@ -1,43 +1,6 @@
 import Crypto
 import Foundation
 
-/// Why the vault refused a request. `code` values are stable and appear in HTTP problem bodies.
-public struct VaultFailure: Error, Hashable, Sendable, CustomStringConvertible {
-    public enum Kind: Sendable, Hashable {
-        /// The request itself is unusable (400).
-        case badRequest
-        /// Verification or policy refused it (422).
-        case unprocessable
-        /// Nothing to sell here (404).
-        case notFound
-        /// Replay (409).
-        case conflict
-        /// Refunded or revoked (410).
-        case gone
-        /// A grant or token that does not authorise (403).
-        case forbidden
-        /// Storage failed (503): not the client's fault, and nothing was half-written.
-        case unavailable
-    }
-
-    public var kind: Kind
-    public var code: String
-    public var detail: String
-
-    public init(_ kind: Kind, _ code: String, _ detail: String) {
-        self.kind = kind
-        self.code = code
-        self.detail = detail
-    }
-
-    public var description: String { "\(code): \(detail)" }
-
-    public static func malformedRequest(_ detail: String) -> Self { .init(.badRequest, "malformedRequest", detail) }
-    public static func verification(_ error: VerificationError) -> Self {
-        .init(error.code == .malformed || error.code == .limitExceeded ? .badRequest : .unprocessable, error.code.rawValue, error.detail)
-    }
-}
-
 /// A token handed out for one asset.
 public struct IssuedAsset: Sendable, Hashable {
     public var asset: Asset
@@ -143,14 +106,14 @@ public struct Vault: Sendable {
         do throws(VaultFailure) {
             let purchase = try await verify(request, now: now, seen: &seen)
             guard let product = try await storage({ try await catalogue.product(purchase.productId) }) else {
-                throw VaultFailure(.notFound, "unknownProduct", "product \(purchase.productId) is not in the catalogue")
+                throw VaultFailure(.unknownProduct, "product \(purchase.productId) is not in the catalogue")
             }
             guard product.bundleId == purchase.bundleId else {
-                throw VaultFailure(.unprocessable, "bundleMismatch", "product \(product.productId) belongs to \(product.bundleId)")
+                throw VaultFailure(.bundleMismatch, "product \(product.productId) belongs to \(product.bundleId)")
             }
             try Self.checkType(purchase, against: product, now: now)
             if let revokedAt = purchase.revokedAt {
-                throw VaultFailure(.gone, "revoked", "transaction \(purchase.transactionId) was refunded or revoked at \(RFC3339.format(revokedAt))")
+                throw VaultFailure(.revoked, "transaction \(purchase.transactionId) was refunded or revoked at \(RFC3339.format(revokedAt))")
             }
             let appAccountToken = try Self.appAccountToken(signed: purchase.appAccountToken, sent: request.appAccountToken)
             let replayKey = Self.replayKey(type: product.type, transactionId: purchase.transactionId, original: purchase.originalTransactionId)
@@ -175,17 +138,17 @@ public struct Vault: Sendable {
             switch try await storage({ try await ledger.insert(row, refusals: refusals) }) {
             case .alreadyRedeemed:
                 refusalRecorded = true
-                throw VaultFailure(.conflict, "alreadyRedeemed", replayDetail)
+                throw VaultFailure(.alreadyRedeemed, replayDetail)
             case .revoked:
                 refusalRecorded = true
-                throw VaultFailure(.gone, "revoked", revokedDetail)
+                throw VaultFailure(.revoked, revokedDetail)
             case .inserted(let stored):
                 return RedemptionOutcome(redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now))
             }
         } catch {
-            if error.kind != .unavailable && !refusalRecorded {
+            if !error.isUnavailable && !refusalRecorded {
                 let attempt = RejectedAttempt(
-                    at: now, code: error.code, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
+                    at: now, code: error.code.rawValue, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
                     transactionId: seen.claimed ? LedgerText.claimed(seen.transactionId) : seen.transactionId,
                     productId: seen.claimed ? LedgerText.claimed(seen.productId) : seen.productId, receiptSHA256: proofHash,
                     clientAddress: request.clientAddress, claimed: seen.claimed)
@@ -209,10 +172,10 @@ public struct Vault: Sendable {
     static func appAccountToken(signed: String?, sent: String?) throws(VaultFailure) -> String? {
         guard let sent else { return signed }
         guard let signed else {
-            throw VaultFailure(.unprocessable, "appAccountTokenMismatch", "the purchase carries no signed appAccountToken to match \(sent)")
+            throw VaultFailure(.appAccountTokenMismatch, "the purchase carries no signed appAccountToken to match \(sent)")
         }
         guard signed.lowercased() == sent.lowercased() else {
-            throw VaultFailure(.unprocessable, "appAccountTokenMismatch", "the signed appAccountToken is not the one sent")
+            throw VaultFailure(.appAccountTokenMismatch, "the signed appAccountToken is not the one sent")
         }
         return signed
     }
@@ -224,8 +187,7 @@ public struct Vault: Sendable {
             purchase.expiresDate != nil || purchase.storeKitType == .autoRenewableSubscription
             || purchase.storeKitType == .nonRenewingSubscription
         if subscription, let expires = purchase.expiresDate, expires <= now {
-            throw VaultFailure(
-                .unprocessable, "expired", "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expires))")
+            throw VaultFailure(.expired, "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expires))")
         }
         let type: ProductType?
         switch purchase.format {
@@ -235,7 +197,7 @@ public struct Vault: Sendable {
         }
         guard type == product.type else {
             throw VaultFailure(
-                .unprocessable, "productTypeMismatch",
+                .productTypeMismatch,
                 "product \(product.productId) is \(product.type.rawValue) but the transaction is \(purchase.storeKitType?.rawValue ?? (subscription ? "a subscription" : "of no known type"))"
             )
         }
@@ -246,12 +208,12 @@ public struct Vault: Sendable {
         guard grant.utf8.count <= 128,
             let redemption = try await storage({ try await ledger.redemption(grantHash: Self.grantHash(grant)) }),
             redemption.status == "redeemed"
-        else { throw VaultFailure(.forbidden, "grantInvalid", "the grant is unknown or revoked") }
+        else { throw VaultFailure(.grantInvalid, "the grant is unknown or revoked") }
         guard try await storage({ try await ledger.revocation(of: redemption) }) == nil else {
-            throw VaultFailure(.forbidden, "grantInvalid", "the grant is unknown or revoked")
+            throw VaultFailure(.grantInvalid, "the grant is unknown or revoked")
         }
         guard let product = try await storage({ try await catalogue.product(redemption.productId) }) else {
-            throw VaultFailure(.notFound, "unknownProduct", "product \(redemption.productId) is no longer in the catalogue")
+            throw VaultFailure(.unknownProduct, "product \(redemption.productId) is no longer in the catalogue")
         }
         return RedemptionOutcome(redemption: redemption, grant: nil, assets: try await issue(product, for: redemption, now: now))
     }
@@ -281,16 +243,16 @@ public struct Vault: Sendable {
             throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a notification"))
         }
         guard case .notification(let notification) = evidence.signed else {
-            throw VaultFailure(.unprocessable, "unsupportedFormat", "expected an App Store Server Notification V2 signedPayload")
+            throw VaultFailure(.unsupportedFormat, "expected an App Store Server Notification V2 signedPayload")
         }
         guard let type = notification.notificationType, Self.revokingTypes.contains(type) else { return .ignored }
         guard let transaction = notification.transaction, let transactionId = transaction.transactionId else {
-            throw VaultFailure(.unprocessable, "malformed", "a \(type) notification without a signed transaction")
+            throw VaultFailure.incomplete("a \(type) notification without a signed transaction")
         }
         let original = transaction.originalTransactionId
         for value in [transactionId, original, transaction.productId, notification.notificationUUID].compactMap({ $0 })
         where !LedgerText.isIdentifier(value) {
-            throw VaultFailure(.unprocessable, "malformed", "an identifier of the notification is empty, too long or holds control characters")
+            throw VaultFailure.incomplete("an identifier of the notification is empty, too long or holds control characters")
         }
         // The replay key depends on the product's type; a product no longer in the catalogue is
         // keyed by its transaction id (what a consumable would be).
@@ -323,11 +285,11 @@ public struct Vault: Sendable {
             environment == nil || $0.environment == environment?.rawValue
         }
         guard let redemption = found.first else {
-            throw VaultFailure(.notFound, "notRedeemed", "transaction \(transactionId) was never redeemed here")
+            throw VaultFailure(.notRedeemed, "transaction \(transactionId) was never redeemed here")
         }
         guard found.count == 1 else {
             throw VaultFailure(
-                .conflict, "ambiguousTransaction",
+                .ambiguousTransaction,
                 "transaction \(transactionId) was redeemed in \(found.map(\.environment).joined(separator: " and ")): name the environment")
         }
         let revocation = Revocation(
@@ -336,8 +298,8 @@ public struct Vault: Sendable {
             replayKey: redemption.effectiveReplayKey)
         switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: false) }) {
         case .revoked(let stored), .recordedUnredeemed(let stored): return stored
-        case .notRedeemed: throw VaultFailure(.notFound, "notRedeemed", "transaction \(transactionId) was never redeemed here")
-        case .alreadyRevoked: throw VaultFailure(.conflict, "alreadyRevoked", "transaction \(transactionId) is already revoked")
+        case .notRedeemed: throw VaultFailure(.notRedeemed, "transaction \(transactionId) was never redeemed here")
+        case .alreadyRevoked: throw VaultFailure(.alreadyRevoked, "transaction \(transactionId) is already revoked")
         }
     }
 
@@ -366,7 +328,7 @@ public struct Vault: Sendable {
             let record: InAppPurchase
             if let wanted = request.transactionId {
                 guard let match = receipt.inApp.first(where: { $0.transactionId == wanted }) else {
-                    throw VaultFailure(.unprocessable, "transactionNotInReceipt", "transaction \(wanted) is not in the receipt")
+                    throw VaultFailure(.transactionNotInReceipt, "transaction \(wanted) is not in the receipt")
                 }
                 record = match
             } else {
@@ -375,18 +337,17 @@ public struct Vault: Sendable {
                     if let id = p.productId, try await storage({ try await catalogue.product(id) }) != nil { sellable.append(p) }
                 }
                 guard sellable.count <= 1 else {
-                    throw VaultFailure(
-                        .unprocessable, "transactionRequired", "the receipt holds \(sellable.count) catalogue purchases: name one in transactionId")
+                    throw VaultFailure(.transactionRequired, "the receipt holds \(sellable.count) catalogue purchases: name one in transactionId")
                 }
                 guard let only = sellable.first ?? (receipt.inApp.count == 1 ? receipt.inApp.first : nil) else {
-                    throw VaultFailure(.notFound, "unknownProduct", "the receipt holds no purchase of a catalogue product")
+                    throw VaultFailure(.unknownProduct, "the receipt holds no purchase of a catalogue product")
                 }
                 record = only
             }
             seen.transactionId = record.transactionId
             seen.productId = record.productId
             guard let transactionId = record.transactionId, let productId = record.productId, let bundleId = receipt.bundleId else {
-                throw VaultFailure(.unprocessable, "malformed", "the purchase record lacks a transaction id, product id or bundle id")
+                throw VaultFailure.incomplete("the purchase record lacks a transaction id, product id or bundle id")
             }
             purchase = Purchase(
                 transactionId: transactionId, originalTransactionId: record.originalTransactionId, productId: productId, bundleId: bundleId,
@@ -402,13 +363,12 @@ public struct Vault: Sendable {
                 throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a signed transaction"))
             }
             guard case .transaction(let t) = evidence.signed else {
-                throw VaultFailure(
-                    .unprocessable, "unsupportedFormat", "only signed transactions can be redeemed, not \(evidence.kind?.rawValue ?? "this")")
+                throw VaultFailure(.unsupportedFormat, "only signed transactions can be redeemed, not \(evidence.kind?.rawValue ?? "this")")
             }
             seen.transactionId = t.transactionId
             seen.productId = t.productId
             guard let transactionId = t.transactionId, let productId = t.productId, let bundleId = t.bundleId else {
-                throw VaultFailure(.unprocessable, "malformed", "the transaction lacks a transaction id, product id or bundle id")
+                throw VaultFailure.incomplete("the transaction lacks a transaction id, product id or bundle id")
             }
             purchase = Purchase(
                 transactionId: transactionId, originalTransactionId: t.originalTransactionId, productId: productId, bundleId: bundleId,
@@ -418,12 +378,11 @@ public struct Vault: Sendable {
         // Signed is not the same as safe to store: a trusted test root can sign anything.
         for value in [purchase.transactionId, purchase.productId, purchase.bundleId] + [purchase.originalTransactionId].compactMap({ $0 })
         where !LedgerText.isIdentifier(value) {
-            throw VaultFailure(
-                .unprocessable, "malformed",
+            throw VaultFailure.incomplete(
                 "an identifier of the purchase is longer than \(LedgerText.maxIdentifierBytes) bytes or holds control characters")
         }
         if let token = purchase.appAccountToken, UUID(uuidString: token) == nil {
-            throw VaultFailure(.unprocessable, "malformed", "the signed appAccountToken is not a UUID")
+            throw VaultFailure.incomplete("the signed appAccountToken is not a UUID")
         }
         seen.claimed = false
         return purchase
@@ -431,7 +390,7 @@ public struct Vault: Sendable {
 
     /// Runs a storage call, turning its failure into a 503-class ``VaultFailure``.
     private func storage<T>(_ body: () async throws -> T) async throws(VaultFailure) -> T {
-        do { return try await body() } catch { throw VaultFailure(.unavailable, "storageUnavailable", "storage failed: \(error)") }
+        do { return try await body() } catch { throw VaultFailure(.storageUnavailable, "storage failed: \(error)") }
     }
 
     /// 32 random bytes, base64url.
