@@ -105,46 +105,8 @@ public struct Vault: Sendable {
         var refusalRecorded = false
         do throws(VaultFailure) {
             let purchase = try await verify(request, now: now, seen: &seen)
-            guard let product = try await storage({ try await catalogue.product(purchase.productId) }) else {
-                throw VaultFailure(.unknownProduct, "product \(purchase.productId) is not in the catalogue")
-            }
-            guard product.bundleId == purchase.bundleId else {
-                throw VaultFailure(.bundleMismatch, "product \(product.productId) belongs to \(product.bundleId)")
-            }
-            try Self.checkType(purchase, against: product, now: now)
-            if let revokedAt = purchase.revokedAt {
-                throw VaultFailure(.revoked, "transaction \(purchase.transactionId) was refunded or revoked at \(RFC3339.format(revokedAt))")
-            }
-            let appAccountToken = try Self.appAccountToken(signed: purchase.appAccountToken, sent: request.appAccountToken)
-            let replayKey = Self.replayKey(type: product.type, transactionId: purchase.transactionId, original: purchase.originalTransactionId)
-            let grant = Self.randomSecret()
-            let row = Redemption(
-                redemptionId: UUID().uuidString.lowercased(), transactionId: purchase.transactionId,
-                originalTransactionId: purchase.originalTransactionId, productId: purchase.productId, bundleId: purchase.bundleId,
-                environment: purchase.environment.rawValue, purchaseDate: purchase.purchaseDate, quantity: purchase.quantity,
-                receiptSHA256: proofHash, sourceFormat: purchase.format, redeemedAt: now, clientAddress: request.clientAddress,
-                appAccountToken: appAccountToken, grantHash: Self.grantHash(grant), replayKey: replayKey)
-            let replayDetail =
-                replayKey == purchase.transactionId
-                ? "transaction \(purchase.transactionId) was already redeemed"
-                : "purchase \(replayKey) (transaction \(purchase.transactionId)) was already redeemed"
-            let revokedDetail = "purchase \(replayKey) was refunded or revoked before it was redeemed"
-            func attempt(_ code: String, _ detail: String) -> RejectedAttempt {
-                RejectedAttempt(
-                    at: now, code: code, detail: detail, transactionId: purchase.transactionId, productId: purchase.productId,
-                    receiptSHA256: proofHash, clientAddress: request.clientAddress, claimed: false)
-            }
-            let refusals = InsertRefusals(replay: attempt("alreadyRedeemed", replayDetail), revoked: attempt("revoked", revokedDetail))
-            switch try await storage({ try await ledger.insert(row, refusals: refusals) }) {
-            case .alreadyRedeemed:
-                refusalRecorded = true
-                throw VaultFailure(.alreadyRedeemed, replayDetail)
-            case .revoked:
-                refusalRecorded = true
-                throw VaultFailure(.revoked, revokedDetail)
-            case .inserted(let stored):
-                return RedemptionOutcome(redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now))
-            }
+            let product = try await product(for: purchase, now: now)
+            return try await insert(purchase, of: product, request: request, proofHash: proofHash, now: now, refusalRecorded: &refusalRecorded)
         } catch {
             if !error.isUnavailable && !refusalRecorded {
                 let attempt = RejectedAttempt(
@@ -155,6 +117,60 @@ public struct Vault: Sendable {
                 _ = try? await ledger.record(attempt)
             }
             throw error
+        }
+    }
+
+    /// The catalogue product a verified purchase buys, if this app sells it as that type and
+    /// it was not refunded.
+    private func product(for purchase: Purchase, now: Date) async throws(VaultFailure) -> Product {
+        guard let product = try await storage({ try await catalogue.product(purchase.productId) }) else {
+            throw VaultFailure(.unknownProduct, "product \(purchase.productId) is not in the catalogue")
+        }
+        guard product.bundleId == purchase.bundleId else {
+            throw VaultFailure(.bundleMismatch, "product \(product.productId) belongs to \(product.bundleId)")
+        }
+        try Self.checkType(purchase, against: product, now: now)
+        if let revokedAt = purchase.revokedAt {
+            throw VaultFailure(.revoked, "transaction \(purchase.transactionId) was refunded or revoked at \(RFC3339.format(revokedAt))")
+        }
+        return product
+    }
+
+    /// Appends the redemption (once durable, tokens are issued); a replay or a purchase revoked
+    /// before it was redeemed is refused, its attempt recorded in the same write
+    /// (`refusalRecorded`).
+    private func insert(
+        _ purchase: Purchase, of product: Product, request: RedemptionRequest, proofHash: String, now: Date, refusalRecorded: inout Bool
+    ) async throws(VaultFailure) -> RedemptionOutcome {
+        let appAccountToken = try Self.appAccountToken(signed: purchase.appAccountToken, sent: request.appAccountToken)
+        let replayKey = Self.replayKey(type: product.type, transactionId: purchase.transactionId, original: purchase.originalTransactionId)
+        let grant = Self.randomSecret()
+        let row = Redemption(
+            redemptionId: UUID().uuidString.lowercased(), transactionId: purchase.transactionId,
+            originalTransactionId: purchase.originalTransactionId, productId: purchase.productId, bundleId: purchase.bundleId,
+            environment: purchase.environment.rawValue, purchaseDate: purchase.purchaseDate, quantity: purchase.quantity,
+            receiptSHA256: proofHash, sourceFormat: purchase.format, redeemedAt: now, clientAddress: request.clientAddress,
+            appAccountToken: appAccountToken, grantHash: Self.grantHash(grant), replayKey: replayKey)
+        let replayDetail =
+            replayKey == purchase.transactionId
+            ? "transaction \(purchase.transactionId) was already redeemed"
+            : "purchase \(replayKey) (transaction \(purchase.transactionId)) was already redeemed"
+        let revokedDetail = "purchase \(replayKey) was refunded or revoked before it was redeemed"
+        func attempt(_ code: ProblemCode, _ detail: String) -> RejectedAttempt {
+            RejectedAttempt(
+                at: now, code: code.rawValue, detail: detail, transactionId: purchase.transactionId, productId: purchase.productId,
+                receiptSHA256: proofHash, clientAddress: request.clientAddress, claimed: false)
+        }
+        let refusals = InsertRefusals(replay: attempt(.alreadyRedeemed, replayDetail), revoked: attempt(.revoked, revokedDetail))
+        switch try await storage({ try await ledger.insert(row, refusals: refusals) }) {
+        case .alreadyRedeemed:
+            refusalRecorded = true
+            throw VaultFailure(.alreadyRedeemed, replayDetail)
+        case .revoked:
+            refusalRecorded = true
+            throw VaultFailure(.revoked, revokedDetail)
+        case .inserted(let stored):
+            return RedemptionOutcome(redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now))
         }
     }
 
@@ -319,61 +335,8 @@ public struct Vault: Sendable {
     private func verify(_ request: RedemptionRequest, now: Date, seen: inout Seen) async throws(VaultFailure) -> Purchase {
         let purchase: Purchase
         switch request.proof {
-        case .receipt(let bytes):
-            let result = await verifier.verifyReceipt(bytes, now: now)
-            if let transactionId = request.transactionId { seen.transactionId = transactionId }
-            guard case .valid(let evidence) = result, let receipt = evidence.receipt, let environment = evidence.environment else {
-                throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a receipt"))
-            }
-            let record: InAppPurchase
-            if let wanted = request.transactionId {
-                guard let match = receipt.inApp.first(where: { $0.transactionId == wanted }) else {
-                    throw VaultFailure(.transactionNotInReceipt, "transaction \(wanted) is not in the receipt")
-                }
-                record = match
-            } else {
-                var sellable: [InAppPurchase] = []
-                for p in receipt.inApp {
-                    if let id = p.productId, try await storage({ try await catalogue.product(id) }) != nil { sellable.append(p) }
-                }
-                guard sellable.count <= 1 else {
-                    throw VaultFailure(.transactionRequired, "the receipt holds \(sellable.count) catalogue purchases: name one in transactionId")
-                }
-                guard let only = sellable.first ?? (receipt.inApp.count == 1 ? receipt.inApp.first : nil) else {
-                    throw VaultFailure(.unknownProduct, "the receipt holds no purchase of a catalogue product")
-                }
-                record = only
-            }
-            seen.transactionId = record.transactionId
-            seen.productId = record.productId
-            guard let transactionId = record.transactionId, let productId = record.productId, let bundleId = receipt.bundleId else {
-                throw VaultFailure.incomplete("the purchase record lacks a transaction id, product id or bundle id")
-            }
-            purchase = Purchase(
-                transactionId: transactionId, originalTransactionId: record.originalTransactionId, productId: productId, bundleId: bundleId,
-                environment: environment, purchaseDate: record.purchaseDate, quantity: Int(record.quantity ?? 1), revokedAt: record.cancellationDate,
-                format: .appReceipt, appAccountToken: nil, storeKitType: nil, expiresDate: record.expiresDate)
-        case .signedTransaction(let jws):
-            let result = await verifier.verifySignedData(jws, now: now)
-            guard case .valid(let evidence) = result, let environment = evidence.environment else {
-                if case .transaction(let t) = result.evidence.signed {
-                    seen.transactionId = t.transactionId
-                    seen.productId = t.productId
-                }
-                throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a signed transaction"))
-            }
-            guard case .transaction(let t) = evidence.signed else {
-                throw VaultFailure(.unsupportedFormat, "only signed transactions can be redeemed, not \(evidence.kind?.rawValue ?? "this")")
-            }
-            seen.transactionId = t.transactionId
-            seen.productId = t.productId
-            guard let transactionId = t.transactionId, let productId = t.productId, let bundleId = t.bundleId else {
-                throw VaultFailure.incomplete("the transaction lacks a transaction id, product id or bundle id")
-            }
-            purchase = Purchase(
-                transactionId: transactionId, originalTransactionId: t.originalTransactionId, productId: productId, bundleId: bundleId,
-                environment: environment, purchaseDate: t.purchaseDate?.date, quantity: t.quantity ?? 1, revokedAt: t.revocationDate?.date,
-                format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.productType, expiresDate: t.expiresDate?.date)
+        case .receipt(let bytes): purchase = try await verifyReceipt(bytes, request: request, now: now, seen: &seen)
+        case .signedTransaction(let jws): purchase = try await verifySignedTransaction(jws, now: now, seen: &seen)
         }
         // Signed is not the same as safe to store: a trusted test root can sign anything.
         for value in [purchase.transactionId, purchase.productId, purchase.bundleId] + [purchase.originalTransactionId].compactMap({ $0 })
@@ -386,6 +349,72 @@ public struct Vault: Sendable {
         }
         seen.claimed = false
         return purchase
+    }
+
+    /// A legacy receipt's purchase: the one named by `transactionId`, else the only catalogue
+    /// product in it.
+    private func verifyReceipt(_ bytes: [UInt8], request: RedemptionRequest, now: Date, seen: inout Seen) async throws(VaultFailure) -> Purchase {
+        let result = await verifier.verifyReceipt(bytes, now: now)
+        if let transactionId = request.transactionId { seen.transactionId = transactionId }
+        guard case .valid(let evidence) = result, let receipt = evidence.receipt, let environment = evidence.environment else {
+            throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a receipt"))
+        }
+        let record = try await inAppRecord(in: receipt, wanted: request.transactionId)
+        seen.transactionId = record.transactionId
+        seen.productId = record.productId
+        guard let transactionId = record.transactionId, let productId = record.productId, let bundleId = receipt.bundleId else {
+            throw VaultFailure.incomplete("the purchase record lacks a transaction id, product id or bundle id")
+        }
+        return Purchase(
+            transactionId: transactionId, originalTransactionId: record.originalTransactionId, productId: productId, bundleId: bundleId,
+            environment: environment, purchaseDate: record.purchaseDate, quantity: Int(record.quantity ?? 1), revokedAt: record.cancellationDate,
+            format: .appReceipt, appAccountToken: nil, storeKitType: nil, expiresDate: record.expiresDate)
+    }
+
+    /// The in-app record to redeem: `wanted`, or the receipt's only purchase of a catalogue product.
+    private func inAppRecord(in receipt: AppReceipt, wanted: String?) async throws(VaultFailure) -> InAppPurchase {
+        if let wanted {
+            guard let match = receipt.inApp.first(where: { $0.transactionId == wanted }) else {
+                throw VaultFailure(.transactionNotInReceipt, "transaction \(wanted) is not in the receipt")
+            }
+            return match
+        } else {
+            var sellable: [InAppPurchase] = []
+            for p in receipt.inApp {
+                if let id = p.productId, try await storage({ try await catalogue.product(id) }) != nil { sellable.append(p) }
+            }
+            guard sellable.count <= 1 else {
+                throw VaultFailure(.transactionRequired, "the receipt holds \(sellable.count) catalogue purchases: name one in transactionId")
+            }
+            guard let only = sellable.first ?? (receipt.inApp.count == 1 ? receipt.inApp.first : nil) else {
+                throw VaultFailure(.unknownProduct, "the receipt holds no purchase of a catalogue product")
+            }
+            return only
+        }
+    }
+
+    /// A StoreKit 2 signed transaction's purchase.
+    private func verifySignedTransaction(_ jws: String, now: Date, seen: inout Seen) async throws(VaultFailure) -> Purchase {
+        let result = await verifier.verifySignedData(jws, now: now)
+        guard case .valid(let evidence) = result, let environment = evidence.environment else {
+            if case .transaction(let t) = result.evidence.signed {
+                seen.transactionId = t.transactionId
+                seen.productId = t.productId
+            }
+            throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a signed transaction"))
+        }
+        guard case .transaction(let t) = evidence.signed else {
+            throw VaultFailure(.unsupportedFormat, "only signed transactions can be redeemed, not \(evidence.kind?.rawValue ?? "this")")
+        }
+        seen.transactionId = t.transactionId
+        seen.productId = t.productId
+        guard let transactionId = t.transactionId, let productId = t.productId, let bundleId = t.bundleId else {
+            throw VaultFailure.incomplete("the transaction lacks a transaction id, product id or bundle id")
+        }
+        return Purchase(
+            transactionId: transactionId, originalTransactionId: t.originalTransactionId, productId: productId, bundleId: bundleId,
+            environment: environment, purchaseDate: t.purchaseDate?.date, quantity: t.quantity ?? 1, revokedAt: t.revocationDate?.date,
+            format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.productType, expiresDate: t.expiresDate?.date)
     }
 
     /// Runs a storage call, turning its failure into a 503-class ``VaultFailure``.
