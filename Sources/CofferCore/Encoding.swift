@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 
 /// Base64 helpers that never trap on input.
@@ -147,22 +146,4 @@ public enum Base64 {
     }
 
     private static let urlAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-}
-
-extension Sequence where Element == UInt8 {
-    /// Lower-case hexadecimal.
-    public var hexString: String {
-        var out = ""
-        out.reserveCapacity(64)
-        let digits: [Character] = Array("0123456789abcdef")
-        for byte in self {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return out
-    }
-}
-
-extension Digest {
-    public var hexString: String { self.withUnsafeBytes { Array($0).hexString } }
 }

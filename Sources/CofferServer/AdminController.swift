@@ -179,7 +179,7 @@ struct AdminController {
                 out.append(c)
                 continue
             }
-            guard let h = iterator.next().flatMap(PathPolicy.hexValue), let l = iterator.next().flatMap(PathPolicy.hexValue) else { return nil }
+            guard let h = iterator.next().flatMap(Hex.nibble), let l = iterator.next().flatMap(Hex.nibble) else { return nil }
             out.append(h << 4 | l)
         }
         return out

@@ -1,3 +1,4 @@
+import CofferCore
 import Foundation
 import Hummingbird
 
@@ -89,7 +90,7 @@ enum PathPolicy {
         let utf8 = Array(segment.utf8)
         var i = 0
         while i < utf8.count {
-            if utf8[i] == UInt8(ascii: "%"), i + 2 < utf8.count, let high = hexValue(utf8[i + 1]), let low = hexValue(utf8[i + 2]) {
+            if utf8[i] == UInt8(ascii: "%"), i + 2 < utf8.count, let high = Hex.nibble(utf8[i + 1]), let low = Hex.nibble(utf8[i + 2]) {
                 bytes.append(high << 4 | low)
                 i += 3
             } else {
@@ -98,15 +99,6 @@ enum PathPolicy {
             }
         }
         return String(decoding: bytes, as: UTF8.self)
-    }
-
-    static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }
 
