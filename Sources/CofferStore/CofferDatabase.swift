@@ -1,26 +1,5 @@
-import CofferCore
 import Foundation
 import GRDB
-
-/// Errors raised by the SQLite store itself (SQLite errors propagate as GRDB `DatabaseError`).
-public enum StoreError: Error, Sendable, Hashable {
-    /// The database records migrations this binary does not know: it was migrated by a newer build.
-    case unknownMigrations([String])
-    /// A stored value could not be mapped back to the model (e.g. an unknown enum raw value).
-    case invalidValue(column: String, value: String)
-    /// Opened read-only, the database lacks migrations this binary expects (run `coffer migrate`).
-    case schemaOutdated(missing: [String])
-}
-
-extension StoreError: CustomStringConvertible {
-    public var description: String {
-        switch self {
-        case .unknownMigrations(let names): "the database was migrated by a newer Coffer (\(names.joined(separator: ", ")))"
-        case .invalidValue(let column, let value): "unexpected value in \(column): \(value.prefix(80))"
-        case .schemaOutdated(let missing): "the database lacks migration(s) \(missing.joined(separator: ", ")): run coffer migrate first"
-        }
-    }
-}
 
 /// The SQLite database file: a GRDB `DatabasePool` in WAL mode, migrated with ``EmbeddedMigrations``.
 ///
@@ -152,13 +131,3 @@ public final class CofferDatabase: Sendable {
         return migrator
     }
 }
-
-/// Lets the HTTP layer classify storage failures without depending on GRDB.
-public enum StorageErrors {
-    /// True for errors raised by the database (busy, I/O, disk full, …): the server answers
-    /// 503 `storageUnavailable`, never a bare 500.
-    public static func isStorageError(_ error: any Error) -> Bool { error is DatabaseError }
-}
-
-/// SQLite's errors (busy, I/O, disk full, …) are storage failures: 503 `storageUnavailable`.
-extension DatabaseError: StorageFailure {}

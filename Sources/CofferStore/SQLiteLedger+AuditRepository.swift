@@ -3,11 +3,7 @@ import Foundation
 
 extension SQLiteLedger: LedgerAuditRepository {
     public func chainedEntries(after: Int64, limit: Int) async throws -> [ChainedEntry] {
-        try await events(after: after, limit: limit).map { event in
-            ChainedEntry(
-                entry: event.entry ?? LedgerEntry(sequence: event.sequence, kind: event.kind, row: event.row, values: []),
-                entryHash: event.entryHash)
-        }
+        try await events(after: after, limit: limit).map(\.chainedEntry)
     }
 
     public func sealedHead() async throws -> LedgerCheckpoint? {

@@ -1,0 +1,81 @@
+import CofferCore
+import Foundation
+import GRDB
+
+/// A row of `redemptions`: the replay ledger.
+struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
+    static let databaseTableName = "redemptions"
+
+    /// The columns of `redemptions`.
+    enum Columns {
+        static let sequence = Column("sequence")
+        static let redemptionId = Column("redemption_id")
+        static let transactionId = Column("transaction_id")
+        static let originalTransactionId = Column("original_transaction_id")
+        static let productId = Column("product_id")
+        static let bundleId = Column("bundle_id")
+        static let environment = Column("environment")
+        static let purchaseDate = Column("purchase_date")
+        static let quantity = Column("quantity")
+        static let receiptSHA256 = Column("receipt_sha256")
+        static let sourceFormat = Column("source_format")
+        static let redeemedAt = Column("redeemed_at")
+        static let clientAddress = Column("client_address")
+        static let appAccountToken = Column("app_account_token")
+        static let status = Column("status")
+        static let grantHash = Column("grant_hash")
+        static let replayKey = Column("replay_key")
+    }
+
+    var redemption: Redemption
+
+    init(_ redemption: Redemption) { self.redemption = redemption }
+
+    init(row: Row) throws {
+        redemption = Redemption(
+            sequence: try row.decode(forColumn: Columns.sequence), redemptionId: try row.decode(forColumn: Columns.redemptionId),
+            transactionId: try row.decode(forColumn: Columns.transactionId),
+            originalTransactionId: try row.decode(forColumn: Columns.originalTransactionId),
+            productId: try row.decode(forColumn: Columns.productId), bundleId: try row.decode(forColumn: Columns.bundleId),
+            environment: try row.decode(forColumn: Columns.environment), purchaseDate: try row.optionalDate(Columns.purchaseDate),
+            quantity: try row.decode(forColumn: Columns.quantity), receiptSHA256: try row.decode(forColumn: Columns.receiptSHA256),
+            sourceFormat: try row.enumValue(SourceFormat.self, Columns.sourceFormat), redeemedAt: try row.date(Columns.redeemedAt),
+            clientAddress: try row.decode(forColumn: Columns.clientAddress),
+            appAccountToken: try row.decode(forColumn: Columns.appAccountToken), status: try row.decode(forColumn: Columns.status),
+            grantHash: try row.decode(forColumn: Columns.grantHash), replayKey: try row.decode(forColumn: Columns.replayKey))
+    }
+
+    /// Encodes every column but `sequence`, which SQLite assigns (AUTOINCREMENT).
+    func encode(to container: inout PersistenceContainer) throws {
+        container[Columns.redemptionId] = redemption.redemptionId
+        container[Columns.transactionId] = redemption.transactionId
+        container[Columns.originalTransactionId] = redemption.originalTransactionId
+        container[Columns.productId] = redemption.productId
+        container[Columns.bundleId] = redemption.bundleId
+        container[Columns.environment] = redemption.environment
+        container[Columns.purchaseDate] = redemption.purchaseDate?.unixSeconds
+        container[Columns.quantity] = redemption.quantity
+        container[Columns.receiptSHA256] = redemption.receiptSHA256
+        container[Columns.sourceFormat] = redemption.sourceFormat.rawValue
+        container[Columns.redeemedAt] = redemption.redeemedAt.unixSeconds
+        container[Columns.clientAddress] = redemption.clientAddress
+        container[Columns.appAccountToken] = redemption.appAccountToken
+        container[Columns.status] = redemption.status
+        container[Columns.grantHash] = redemption.grantHash
+        container[Columns.replayKey] = redemption.replayKey
+    }
+}
+
+extension RedemptionRecord {
+    /// The audit query for `filter`, mirroring `InMemoryLedger.redemptions(_:)`.
+    static func audit(_ f: AuditFilter) -> QueryInterfaceRequest<RedemptionRecord> {
+        var request = RedemptionRecord.filter(Columns.sequence > f.after)
+        if let value = f.transactionId { request = request.filter(Columns.transactionId == value) }
+        if let value = f.originalTransactionId { request = request.filter(Columns.originalTransactionId == value) }
+        if let value = f.productId { request = request.filter(Columns.productId == value) }
+        if let value = f.bundleId { request = request.filter(Columns.bundleId == value) }
+        if let value = f.from { request = request.filter(Columns.redeemedAt >= value.timeIntervalSince1970) }
+        if let value = f.to { request = request.filter(Columns.redeemedAt < value.timeIntervalSince1970) }
+        return request.order(Columns.sequence).limit(Swift.max(0, f.limit))
+    }
+}

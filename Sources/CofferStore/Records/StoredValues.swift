@@ -1,0 +1,30 @@
+import CofferCore
+import Foundation
+import GRDB
+
+// How the hand-mapped records (products, assets, redemptions, attempts, API keys) store their
+// values. Dates are REAL unix seconds, as every migration says; an enum is its raw value.
+
+extension Date {
+    /// The stored representation: unix seconds.
+    var unixSeconds: Double { timeIntervalSince1970 }
+}
+
+extension Row {
+    /// Decodes a non-null REAL unix-seconds column.
+    func date(_ column: Column) throws -> Date {
+        Date(timeIntervalSince1970: try decode(Double.self, forColumn: column))
+    }
+
+    /// Decodes a nullable REAL unix-seconds column.
+    func optionalDate(_ column: Column) throws -> Date? {
+        try decode(Double?.self, forColumn: column).map { Date(timeIntervalSince1970: $0) }
+    }
+
+    /// Decodes a TEXT column holding the raw value of `T`.
+    func enumValue<T: RawRepresentable>(_ type: T.Type, _ column: Column) throws -> T where T.RawValue == String {
+        let raw = try decode(String.self, forColumn: column)
+        guard let value = T(rawValue: raw) else { throw StoreError.invalidValue(column: column.name, value: raw) }
+        return value
+    }
+}

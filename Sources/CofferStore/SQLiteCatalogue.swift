@@ -1,0 +1,56 @@
+import CofferCore
+import Foundation
+import GRDB
+
+/// The catalogue (products and versioned assets) in SQLite.
+public struct SQLiteCatalogue: CatalogueRepository {
+    private let db: CofferDatabase
+
+    /// A catalogue stored in `db`.
+    public init(_ db: CofferDatabase) { self.db = db }
+
+    /// Inserts or replaces the product with the same product id.
+    public func putProduct(_ product: Product) async throws {
+        try await db.pool.write { db in try ProductRecord(product).upsert(db) }
+    }
+
+    /// The product with this id, if any.
+    public func product(_ productId: String) async throws -> Product? {
+        try await db.pool.read { db in try ProductRecord.fetchOne(db, key: productId)?.product }
+    }
+
+    /// All products, sorted by product id.
+    public func products() async throws -> [Product] {
+        try await db.pool.read { db in try ProductRecord.order(ProductRecord.Columns.productId).fetchAll(db).map(\.product) }
+    }
+
+    /// Deletes a product; returns whether one was deleted.
+    public func deleteProduct(_ productId: String) async throws -> Bool {
+        try await db.pool.write { db in try ProductRecord.deleteOne(db, key: productId) }
+    }
+
+    /// Stores version `max(version) + 1` of an asset (1 for a new asset) in one write transaction.
+    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws
+        -> Asset
+    {
+        try await db.pool.write { db in
+            let latest = try AssetRecord.latestVersion(of: assetId, in: db) ?? 0
+            let asset = Asset(
+                assetId: assetId, version: latest + 1, name: name, contentType: contentType, size: size, sha256: sha256, createdAt: at)
+            try AssetRecord(asset).insert(db)
+            return asset
+        }
+    }
+
+    /// The latest version of an asset.
+    public func asset(_ assetId: String) async throws -> Asset? {
+        try await db.pool.read { db in
+            try AssetRecord.filter(AssetRecord.Columns.assetId == assetId).order(AssetRecord.Columns.version.desc).fetchOne(db)?.asset
+        }
+    }
+
+    /// The latest version of every asset, sorted by asset id.
+    public func assets() async throws -> [Asset] {
+        try await db.pool.read { db in try AssetRecord.fetchLatestVersions(db).map(\.asset) }
+    }
+}

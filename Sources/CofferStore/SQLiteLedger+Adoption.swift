@@ -1,0 +1,11 @@
+import CofferCore
+
+extension SQLiteLedger {
+    /// What ``adopt(by:now:reseal:)`` did.
+    public struct Adoption: Sendable, Hashable {
+        /// Rows chained, by kind.
+        public var chained: [LedgerEventKind: Int]
+        /// The admin action that records the adoption (itself chained, last).
+        public var action: AdminAction
+    }
+}
