@@ -126,7 +126,7 @@ extension SQLiteLedger {
     /// The admin action `ledger.adopt` recording what was chained, done by `actor`.
     private static func adoption(by actor: AdminAction, chained: [LedgerEventKind: Int], resealed: String?) -> AdminAction {
         var action = actor
-        action.action = "ledger.adopt"
+        action.action = AdminActionName.ledgerAdopt.rawValue
         action.target = "ledger"
         let counts = chained.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }
         action.detail = (counts.isEmpty ? "nothing to chain" : "chained " + counts.joined(separator: ", ")) + (resealed.map { "; " + $0 } ?? "")

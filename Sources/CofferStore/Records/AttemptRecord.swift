@@ -47,12 +47,8 @@ struct AttemptRecord: FetchableRecord, PersistableRecord, Sendable {
 extension AttemptRecord {
     /// The audit query for `filter`, mirroring `InMemoryLedger.attempts(_:)`.
     static func audit(_ f: AuditFilter) -> QueryInterfaceRequest<AttemptRecord> {
-        var request = AttemptRecord.filter(Columns.sequence > f.after)
-        if let value = f.transactionId { request = request.filter(Columns.transactionId == value) }
-        if let value = f.productId { request = request.filter(Columns.productId == value) }
-        if let value = f.code { request = request.filter(Columns.code == value) }
-        if let value = f.from { request = request.filter(Columns.at >= value.timeIntervalSince1970) }
-        if let value = f.to { request = request.filter(Columns.at < value.timeIntervalSince1970) }
-        return request.order(Columns.sequence).limit(Swift.max(0, f.limit))
+        f.request(
+            AttemptRecord.self, sequence: Columns.sequence, time: Columns.at,
+            equal: [Columns.transactionId: f.transactionId, Columns.productId: f.productId, Columns.code: f.code])
     }
 }

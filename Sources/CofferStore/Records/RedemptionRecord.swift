@@ -67,15 +67,13 @@ struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
 }
 
 extension RedemptionRecord {
-    /// The audit query for `filter`, mirroring `InMemoryLedger.redemptions(_:)`.
+    /// The audit query for `filter`, mirroring `InMemoryLedger.redemptions(_:)` (`code` is ignored).
     static func audit(_ f: AuditFilter) -> QueryInterfaceRequest<RedemptionRecord> {
-        var request = RedemptionRecord.filter(Columns.sequence > f.after)
-        if let value = f.transactionId { request = request.filter(Columns.transactionId == value) }
-        if let value = f.originalTransactionId { request = request.filter(Columns.originalTransactionId == value) }
-        if let value = f.productId { request = request.filter(Columns.productId == value) }
-        if let value = f.bundleId { request = request.filter(Columns.bundleId == value) }
-        if let value = f.from { request = request.filter(Columns.redeemedAt >= value.timeIntervalSince1970) }
-        if let value = f.to { request = request.filter(Columns.redeemedAt < value.timeIntervalSince1970) }
-        return request.order(Columns.sequence).limit(Swift.max(0, f.limit))
+        f.request(
+            RedemptionRecord.self, sequence: Columns.sequence, time: Columns.redeemedAt,
+            equal: [
+                Columns.transactionId: f.transactionId, Columns.originalTransactionId: f.originalTransactionId, Columns.productId: f.productId,
+                Columns.bundleId: f.bundleId,
+            ])
     }
 }
