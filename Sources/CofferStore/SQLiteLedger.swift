@@ -68,8 +68,8 @@ public struct SQLiteLedger: LedgerRepository {
         return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
     }
 
-    /// The revocation naming this redemption, or else the revocation of its purchase (see
-    /// ``ChainStore/revocation(_:environment:replayKey:)``).
+    /// The revocation naming this redemption, or else the revocation of its purchase: by
+    /// environment and replay key, or (rows from before migration 0003) by the redemption it names.
     public func revocation(of redemption: Redemption) async throws -> Revocation? {
         try await db.pool.read { db in
             if let byId = try RevocationRecord.filter(RevocationRecord.Columns.redemptionId == redemption.redemptionId).fetchOne(db) {
