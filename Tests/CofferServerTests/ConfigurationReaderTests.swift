@@ -17,7 +17,8 @@ struct ConfigurationReaderTests {
     /// The flags `coffer` hands over, under their settings' keys.
     static func flags(_ values: [CofferSetting: ConfigContent]) -> InMemoryProvider {
         InMemoryProvider(
-            name: "flags", values: Dictionary(uniqueKeysWithValues: values.map { (AbsoluteConfigKey([$0.key.key]), ConfigValue($0.value, isSecret: false)) }))
+            name: "flags",
+            values: Dictionary(uniqueKeysWithValues: values.map { (AbsoluteConfigKey([$0.key.key]), ConfigValue($0.value, isSecret: false)) }))
     }
 
     static func configuration(
@@ -99,7 +100,8 @@ struct ConfigurationReaderTests {
         ("COFFER_RATE_AUTH_FAILURES", "-1", "rate-auth-failures must be ≥ 0"), ("COFFER_RATE_NOTIFICATIONS", "-1", "rate-notifications must be ≥ 0"),
         ("COFFER_RATE_NOTIFICATION_BURST", "0", "rate-notification-burst must be ≥ 1"),
         ("COFFER_DOWNLOAD_STALL_TIMEOUT", "3601", "download-stall-timeout must be 1–3600 seconds"),
-        ("COFFER_DOWNLOADS_PER_ADDRESS", "-1", "downloads-per-address must be ≥ 0"), ("COFFER_BODY_BUDGET", "1000", "body-budget must be ≥ 8388608 bytes"),
+        ("COFFER_DOWNLOADS_PER_ADDRESS", "-1", "downloads-per-address must be ≥ 0"),
+        ("COFFER_BODY_BUDGET", "1000", "body-budget must be ≥ 8388608 bytes"),
         ("COFFER_ACCEL_REDIRECT", "/a/../", "accel-redirect must be a path like /_coffer/"),
         ("COFFER_CHECKPOINT_EVERY", "0", "checkpoint-every must be 1–1000000 entries"),
         ("COFFER_CHECKPOINT_INTERVAL", "86401", "checkpoint-interval must be 1–86400 seconds"),

@@ -35,16 +35,21 @@ struct ConfigurationTableTests {
     /// The table's settings are exactly `CofferSetting.all` (`--config` / `COFFER_CONFIG` are in the
     /// text above it; `--demo` is a mode, not a setting).
     @Test func theReadmeTableIsCofferSettingAll() throws {
-        let documented = Set(try Self.readmeRows().filter { $0.environmentVariable != nil }.map { Row(flag: $0.flag, environmentVariable: $0.environmentVariable, key: $0.key) })
+        let documented = Set(
+            try Self.readmeRows().filter { $0.environmentVariable != nil }.map {
+                Row(flag: $0.flag, environmentVariable: $0.environmentVariable, key: $0.key)
+            })
         let implemented = Set(
-            CofferSetting.all.filter { $0 != .config }.map { Row(flag: $0.flag, environmentVariable: $0.environmentVariable, key: $0.inConfigFile ? $0.key : nil) })
+            CofferSetting.all.filter { $0 != .config }.map {
+                Row(flag: $0.flag, environmentVariable: $0.environmentVariable, key: $0.inConfigFile ? $0.key : nil)
+            })
         #expect(documented == implemented)
         let serveHelp = try CofferExecutable.run(["serve", "--help"], environment: [:]).stdout
         for flag in CofferSetting.all.compactMap(\.flag) { #expect(serveHelp.contains(flag + " "), "\(flag) is not a flag of coffer serve") }
     }
 
     /// Per setting, the value given as a flag, as a variable and in the file (each valid for it).
-    static let samples: [String: (flag: Any, environment: Any, file: Any)] = [
+    static let samples: [String: (flag: any Sendable, environment: any Sendable, file: any Sendable)] = [
         "host": ("flag.example", "env.example", "file.example"), "port": (1001, 1002, 1003),
         "dataDirectory": ("/srv/flag", "/srv/env", "/srv/file"), "bundleIds": (["f1", "f2"], ["e1", "e2"], ["c1", "c2"]),
         "appAppleId": (11, 12, 13), "roots": (["Sandbox=f.pem", "g.pem"], ["Xcode=e.pem"], ["c.pem"]),
@@ -65,7 +70,9 @@ struct ConfigurationTableTests {
 
     /// `--print-config` shows each sample (the token key, a secret, only as a yes/no; the
     /// token key has no flag, so the flags' run still has the environment's).
-    static func expect(_ printed: [String: Any], _ pick: ((flag: Any, environment: Any, file: Any)) -> Any, from layer: String) {
+    static func expect(
+        _ printed: [String: Any], _ pick: ((flag: any Sendable, environment: any Sendable, file: any Sendable)) -> any Sendable, from layer: String
+    ) {
         for setting in CofferSetting.all where setting != .config && setting != .tokenKey {
             let expected = samples[setting.key].map(pick)
             #expect("\(String(describing: printed[setting.key]))" == "\(String(describing: expected))", "\(setting.key) from \(layer)")
