@@ -8,7 +8,7 @@ import Logging
 public struct CofferConfiguration: Sendable {
     public var host = "127.0.0.1"
     public var port = 8080
-    /// Holds coffer.sqlite, content/, keys/ (and sandbox/ in demo mode).
+    /// Holds coffer.sqlite, content/, keys/ (and sandbox/ in demo mode): see `DataDirectory`.
     public var dataDirectory = "coffer-data"
     /// The trust roots as configured, `[ENV=]FILE` each (none: Apple's built-in roots), and the
     /// accepted environments (none: Production); ``resolveTrustAnchors()`` turns them into ``anchors``.
