@@ -3,7 +3,8 @@ import PackageDescription
 
 let package = Package(
     name: "Coffer",
-    platforms: [.macOS(.v14)],
+    // macOS 15: swift-configuration's `ConfigReader` (Configuration 1.0) needs it.
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "coffer", targets: ["coffer"]),
         .library(name: "CofferCore", targets: ["CofferCore"]),
@@ -17,6 +18,8 @@ let package = Package(
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: ["FullFoundation"]),
+        // Its default trait, JSON, gives the config file's provider (Hummingbird resolves it with no traits).
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
@@ -54,6 +57,7 @@ let package = Package(
             name: "CofferServer",
             dependencies: [
                 "CofferCore",
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -71,7 +75,9 @@ let package = Package(
                 "CofferCore",
                 "CofferServer",
                 "CofferStore",
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -90,6 +96,7 @@ let package = Package(
                 "CofferServer",
                 "CofferApp",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -115,6 +122,7 @@ let package = Package(
             name: "CofferServerTests",
             dependencies: [
                 "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferSandbox", "CofferTestSupport", "coffer",
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -8,7 +8,7 @@ import Foundation
 /// apart from the server.
 public enum LedgerKeyFile {
     public static func path(dataDirectory: String) -> String {
-        ((dataDirectory as NSString).appendingPathComponent("keys") as NSString).appendingPathComponent("ledger-signing.key")
+        DataDirectory(dataDirectory).ledgerKey
     }
 
     /// Where the signing key was found.
@@ -28,7 +28,7 @@ public enum LedgerKeyFile {
             return Resolved(signer: try load(configured), path: configured, insideDataDirectory: false)
         }
         if let credentials = environment["CREDENTIALS_DIRECTORY"] {
-            let path = (credentials as NSString).appendingPathComponent("ledger-signing.key")
+            let path = DataDirectory.ledgerKey(inCredentials: credentials)
             if FileManager.default.fileExists(atPath: path) {
                 return Resolved(signer: try load(path), path: path, insideDataDirectory: false)
             }

@@ -30,10 +30,10 @@ public struct SQLiteStorage: Sendable {
     /// content store with leftover temporary files removed, token keys, the ledger signing
     /// key; refuses a ledger that was changed behind the server's back (``LedgerStartupError``).
     public static func open(_ configuration: CofferConfiguration, logger: Logger) async throws -> SQLiteStorage {
-        let fm = FileManager.default
-        try fm.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let database = try CofferDatabase(path: (configuration.dataDirectory as NSString).appendingPathComponent("coffer.sqlite"))
-        let content = try LocalContentStore(root: (configuration.dataDirectory as NSString).appendingPathComponent("content"))
+        let directory = DataDirectory(configuration.dataDirectory)
+        try FileManager.default.createDirectory(atPath: directory.path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let database = try CofferDatabase(path: directory.database)
+        let content = try LocalContentStore(root: directory.content)
         let cleaned = try content.cleanTemporaryFiles()
         if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
         let tokens = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)

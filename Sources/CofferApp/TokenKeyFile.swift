@@ -25,11 +25,11 @@ public enum TokenKeyFile {
             }
             return TokenSigner(active: TokenKey(id: "cfg", key: SymmetricKey(data: bytes)))
         }
-        let dir = (dataDirectory as NSString).appendingPathComponent("keys")
-        let path = (dir as NSString).appendingPathComponent("download-tokens.json")
+        let directory = DataDirectory(dataDirectory)
+        let path = directory.tokenKeys
         let fm = FileManager.default
         if !fm.fileExists(atPath: path) {
-            try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try fm.createDirectory(atPath: directory.keys, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let secret = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).base64EncodedString() }
             let file = File(active: "k1", keys: [.init(id: "k1", secret: secret)])
             let data = try JSONEncoder().encode(file)

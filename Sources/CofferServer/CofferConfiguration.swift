@@ -3,12 +3,17 @@ import Foundation
 import Logging
 
 /// Everything the server needs to know. Filled by `coffer serve` from flags, `COFFER_*`
-/// environment variables and an optional config file (see the README's table).
+/// environment variables and an optional config file (see the README's table) through
+/// ``init(reader:)``.
 public struct CofferConfiguration: Sendable {
     public var host = "127.0.0.1"
     public var port = 8080
-    /// Holds coffer.sqlite, content/, keys/ (and sandbox/ in demo mode).
+    /// Holds coffer.sqlite, content/, keys/ (and sandbox/ in demo mode): see `DataDirectory`.
     public var dataDirectory = "coffer-data"
+    /// The trust roots as configured, `[ENV=]FILE` each (none: Apple's built-in roots), and the
+    /// accepted environments (none: Production); ``resolveTrustAnchors()`` turns them into ``anchors``.
+    public var roots: [String] = []
+    public var environments: [String] = []
     public var anchors: [TrustAnchor] = []
     public var bundleIds: Set<String> = []
     public var appAppleId: Int64?

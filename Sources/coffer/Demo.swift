@@ -31,15 +31,15 @@ enum Demo {
     }
 
     /// Loads the sandbox CA in `dir`, creating it on first use.
-    static func sandbox(at dir: String) throws -> SandboxCA {
+    static func sandbox(at dir: SandboxDirectory) throws -> SandboxCA {
         let fm = FileManager.default
-        if fm.fileExists(atPath: (dir as NSString).appendingPathComponent(SandboxCA.FileName.root)) {
-            return try SandboxCA.load { name in try IO.read((dir as NSString).appendingPathComponent(name)) }
+        if fm.fileExists(atPath: dir.file(SandboxCA.FileName.root)) {
+            return try SandboxCA.load { name in try IO.read(dir.file(name)) }
         }
-        try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try fm.createDirectory(atPath: dir.path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let ca = try SandboxCA.create(now: Date())
         for (name, bytes) in try ca.files() {
-            try IO.write(bytes, to: (dir as NSString).appendingPathComponent(name), mode: name.hasSuffix("key.pem") ? 0o600 : 0o644)
+            try IO.write(bytes, to: dir.file(name), mode: name.hasSuffix("key.pem") ? 0o600 : 0o644)
         }
         return ca
     }
@@ -51,8 +51,6 @@ enum Demo {
         var auditor: String
     }
 
-    static let keysFileName = "demo-keys.json"
-
     /// The demo admin and auditor keys: those saved in `DATA/sandbox/demo-keys.json` while each
     /// still hashes to a live key of its role; otherwise a new key for that role, saved. So
     /// restarts leave exactly one live demo key per role — the one printed. Returns whether
@@ -62,8 +60,7 @@ enum Demo {
     /// be found again — only their hashes are stored — so they are not revoked here: `reused`
     /// says the data directory was used before, and then a warning says so.
     static func demoKeys(_ services: SQLiteStorage, reused: Bool, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
-        let path = ((services.configuration.dataDirectory as NSString).appendingPathComponent("sandbox") as NSString)
-            .appendingPathComponent(keysFileName)
+        let path = DataDirectory(services.configuration.dataDirectory).sandbox.demoKeys
         var saved: DemoKeys?
         if FileManager.default.fileExists(atPath: path) {
             saved = try? JSONDecoder().decode(DemoKeys.self, from: Data(try IO.read(path)))
@@ -135,6 +132,7 @@ enum Demo {
         let admin = keys.admin
         let auditor = keys.auditor
         let data = services.configuration.dataDirectory
+        let sandbox = DataDirectory(data).sandbox
         let base = "http://\(services.configuration.host):\(services.configuration.port)"
         let me =
             CommandLine.arguments.first.map { ($0 as NSString).isAbsolutePath ? $0 : FileManager.default.currentDirectoryPath + "/" + $0 } ?? "coffer"
@@ -144,17 +142,17 @@ enum Demo {
                 """
 
                 ── Coffer demo ────────────────────────────────────────────────────────────
-                data directory: \(data)    sandbox CA: \(data)/sandbox (trusted for LocalTesting only)
+                data directory: \(data)    sandbox CA: \(sandbox.path) (trusted for LocalTesting only)
                 catalogue: \(manifest.products.map(\.productId).joined(separator: ", "))
                 admin key:   \(admin)
                 auditor key: \(auditor)
-                (\(created ? "new keys, saved" : "the same keys as last time, from") \(data)/sandbox/\(keysFileName))
+                (\(created ? "new keys, saved" : "the same keys as last time, from") \(sandbox.demoKeys))
 
                 Try it from another terminal (copy-paste):
 
                   COFFER=\(me)
                   # 1. mint a sandbox receipt for level pack 1, transaction 1000
-                  R=$($COFFER sandbox receipt --dir \(data)/sandbox --bundle-id \(manifest.bundleId) --purchase com.coffer.demo.levelpack1:1000 --base64)
+                  R=$($COFFER sandbox receipt --dir \(sandbox.path) --bundle-id \(manifest.bundleId) --purchase com.coffer.demo.levelpack1:1000 --base64)
                   # 2. redeem it: 201 with download URLs
                   curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"receipt\\":\\"$R\\"}" | tee /tmp/coffer-redemption.json; echo
                   # 3. download the first level file

@@ -49,7 +49,7 @@ struct LedgerCommand: AsyncParsableCommand {
             let report: LedgerAuditReport
             switch (dataDir, export) {
             case (let dir?, nil):
-                let path = (dir as NSString).appendingPathComponent("coffer.sqlite")
+                let path = DataDirectory(dir).database
                 guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
                 let trusted = try key ?? LedgerKeyFile.resolve(dataDirectory: dir, configured: ledgerKey, create: false).signer.publicKey
                 let database: CofferDatabase
@@ -108,7 +108,7 @@ struct LedgerCommand: AsyncParsableCommand {
         @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
 
         func run() async throws {
-            let path = (dataDir as NSString).appendingPathComponent("coffer.sqlite")
+            let path = DataDirectory(dataDir).database
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
             let key = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer.publicKey
             let database: CofferDatabase
@@ -149,7 +149,7 @@ struct LedgerCommand: AsyncParsableCommand {
         @Flag(help: "Also seal a chain whose seal is broken (recording the old seal and the range).") var reseal = false
 
         func run() async throws {
-            let path = (dataDir as NSString).appendingPathComponent("coffer.sqlite")
+            let path = DataDirectory(dataDir).database
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
             let signer: LedgerSigner
             do { signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer } catch {

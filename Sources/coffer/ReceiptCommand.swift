@@ -1,5 +1,6 @@
 import ArgumentParser
 import CofferCore
+import CofferServer
 import Foundation
 
 typealias RFC3339Parsing = RFC3339
@@ -105,52 +106,4 @@ struct TrustOptions: ParsableArguments {
     var environments: [String] = []
 
     func anchors() throws -> [TrustAnchor] { try TrustRoots.anchors(roots: roots, environments: environments) }
-}
-
-/// Turns `--root` / `--environment` values (or `COFFER_ROOTS` / `COFFER_ENVIRONMENTS`, `roots` /
-/// `environments` in the config file) into trust anchors; the rules are
-/// ``CofferCore/TrustAnchor/anchors(for:environments:)``:
-///
-/// - no `--root`: Apple's built-in roots, vouching for Production only — Sandbox only when
-///   `--environment Sandbox` is given;
-/// - `--root FILE`: an Apple root (by fingerprint) as above; any other root for LocalTesting only;
-/// - `--root ENV=FILE` (ENV case-insensitive): that root for ENV only; a prefix that is not an
-///   environment name is part of the path (`--root ./Sandbox=a.pem` is a file);
-/// - `--environment E…`: the accepted environments; each must have a root that vouches for it.
-enum TrustRoots {
-    static func parseEnvironments(_ values: [String]) throws -> Set<Environment> {
-        Set(
-            try values.map { value in
-                guard let env = Environment.allCases.first(where: { $0.rawValue.lowercased() == value.lowercased() }) else {
-                    throw UsageError("--environment: '\(value)' is not one of Production, Sandbox, Xcode, LocalTesting")
-                }
-                return env
-            })
-    }
-
-    /// Reads a certificate as DER or PEM.
-    static func certificate(_ path: String) throws -> [UInt8] {
-        let bytes = try IO.read(path)
-        if bytes.first == 0x30 { return bytes }
-        let text = String(decoding: bytes, as: UTF8.self)
-        let body = text.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
-        guard text.contains("-----BEGIN CERTIFICATE-----"), let der = Base64.decode(body) else {
-            throw UsageError("\(path) is not a DER or PEM certificate")
-        }
-        return der
-    }
-
-    static func anchors(roots: [String], environments: [String]) throws -> [TrustAnchor] {
-        let requested = try parseEnvironments(environments)
-        let configured = try roots.map { argument -> ConfiguredRoot in
-            let (scope, path) = ConfiguredRoot.parse(argument)
-            guard !path.isEmpty else { throw UsageError("--root: '\(argument)' names no file") }
-            return ConfiguredRoot(scope: scope, der: try certificate(path), name: path)
-        }
-        do {
-            return try TrustAnchor.anchors(for: configured, environments: requested)
-        } catch let error as TrustAnchor.ConfigurationError {
-            throw UsageError(error.description)
-        }
-    }
 }

@@ -16,7 +16,7 @@ struct SandboxCommand: AsyncParsableCommand {
 
     static func load(_ dir: String) throws -> SandboxCA {
         do {
-            return try SandboxCA.load { name in try IO.read((dir as NSString).appendingPathComponent(name)) }
+            return try SandboxCA.load { name in try IO.read(SandboxDirectory(dir).file(name)) }
         } catch let error as SandboxCA.LoadError {
             throw UsageError("\(error.description) (create one with `coffer sandbox init --dir \(dir)`)")
         }
@@ -41,7 +41,8 @@ struct SandboxCommand: AsyncParsableCommand {
 
         func run() async throws {
             let fm = FileManager.default
-            let rootPath = (dir as NSString).appendingPathComponent(SandboxCA.FileName.root)
+            let directory = SandboxDirectory(dir)
+            let rootPath = directory.file(SandboxCA.FileName.root)
             if fm.fileExists(atPath: rootPath) && !force {
                 throw UsageError("\(dir) already holds a sandbox CA (use --force to replace it)")
             }
@@ -52,9 +53,9 @@ struct SandboxCommand: AsyncParsableCommand {
             }
             let ca = try SandboxCA.create(now: Date())
             for (name, bytes) in try ca.files() {
-                try IO.write(bytes, to: (dir as NSString).appendingPathComponent(name), mode: name.hasSuffix("key.pem") ? 0o600 : 0o644)
+                try IO.write(bytes, to: directory.file(name), mode: name.hasSuffix("key.pem") ? 0o600 : 0o644)
             }
-            let root = (dir as NSString).appendingPathComponent(SandboxCA.FileName.rootDER)
+            let root = directory.file(SandboxCA.FileName.rootDER)
             print("sandbox CA created in \(dir)")
             print("trust it for LocalTesting data with: --root \(root) --environment LocalTesting")
             print("(data minted with --environment Sandbox needs --root Sandbox=\(root); Production is never accepted from it)")

@@ -25,10 +25,10 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Listen port. Default: 8080.") var port: Int?
     @Option(help: "JSON config file.") var config: String?
     @Option(name: .customLong("bundle-id"), help: "A bundle id whose purchases may be redeemed. Repeatable.") var bundleIds: [String] = []
-    @Option(name: .customLong("app-apple-id"), help: "The app's Apple ID, checked where data carries one.") var appAppleId: Int64?
+    @Option(name: .customLong("app-apple-id"), help: "The app's Apple ID, checked where data carries one.") var appAppleId: Int?
     @OptionGroup var trust: TrustOptions
     @Option(name: .customLong("token-ttl"), help: "Download token lifetime in seconds. Default: 600.") var tokenTTL: Int?
-    @Option(name: .customLong("upload-limit"), help: "Largest asset upload in bytes. Default: 536870912.") var uploadLimit: Int64?
+    @Option(name: .customLong("upload-limit"), help: "Largest asset upload in bytes. Default: 536870912.") var uploadLimit: Int?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical. Default: info.") var logLevel: String?
     @Option(name: .customLong("trusted-proxy"), help: "IP address of a reverse proxy whose X-Forwarded-For is believed. Repeatable.")
     var trustedProxies: [String] = []
@@ -62,133 +62,24 @@ struct ServeCommand: AsyncParsableCommand {
     var printConfig = false
 
     func run() async throws {
-        let file = try ConfigFile.load(config ?? ProcessInfo.processInfo.environment["COFFER_CONFIG"])
-        let env = ProcessInfo.processInfo.environment
-        var configuration = CofferConfiguration()
-        configuration.host = host ?? env["COFFER_HOST"] ?? file.host ?? configuration.host
-        if let p = try port ?? Setting.int(env["COFFER_PORT"], "COFFER_PORT") ?? file.port {
-            guard (0...65535).contains(p) else { throw UsageError("port \(p) is out of range") }
-            configuration.port = p
-        }
-        configuration.dataDirectory = dataDir ?? env["COFFER_DATA_DIR"] ?? file.dataDirectory ?? configuration.dataDirectory
-        let bundles = !bundleIds.isEmpty ? bundleIds : Setting.list(env["COFFER_BUNDLE_IDS"]) ?? file.bundleIds ?? []
-        configuration.bundleIds = Set(bundles)
-        configuration.appAppleId = try appAppleId ?? Setting.int(env["COFFER_APP_APPLE_ID"], "COFFER_APP_APPLE_ID").map(Int64.init) ?? file.appAppleId
-        if let ttl = try tokenTTL ?? Setting.int(env["COFFER_TOKEN_TTL"], "COFFER_TOKEN_TTL") ?? file.tokenTTL {
-            guard (10...86400).contains(ttl) else { throw UsageError("token TTL must be 10–86400 seconds") }
-            configuration.tokenTTL = TimeInterval(ttl)
-        }
-        if let limit = try uploadLimit ?? Setting.int(env["COFFER_UPLOAD_LIMIT"], "COFFER_UPLOAD_LIMIT").map(Int64.init) ?? file.uploadLimit {
-            guard limit > 0 else { throw UsageError("upload limit must be positive") }
-            configuration.uploadLimit = limit
-        }
-        if let level = logLevel ?? env["COFFER_LOG_LEVEL"] ?? file.logLevel {
-            guard let parsed = Logger.Level(rawValue: level) else { throw UsageError("unknown log level \(level)") }
-            configuration.logLevel = parsed
-        }
-        configuration.tokenKeyBase64 = env["COFFER_TOKEN_KEY"]
-        let proxies = !trustedProxies.isEmpty ? trustedProxies : Setting.list(env["COFFER_TRUSTED_PROXIES"]) ?? file.trustedProxies ?? []
-        // Parsed, not just checked for address characters: a typo such as 1.2.3 would never match a peer.
-        for proxy in proxies where IPAddress.parse(proxy) == nil {
-            throw UsageError("trusted proxy \(proxy) is not an IPv4 or IPv6 address")
-        }
-        configuration.trustedProxies = Set(proxies)
-        if let n = try rateRedemptions ?? Setting.int(env["COFFER_RATE_REDEMPTIONS"], "COFFER_RATE_REDEMPTIONS") ?? file.rateRedemptions {
-            guard n >= 0 else { throw UsageError("rate-redemptions must be ≥ 0") }
-            configuration.redemptionsPerMinute = n
-        }
-        if let n = try rateRedemptionBurst ?? Setting.int(env["COFFER_RATE_REDEMPTION_BURST"], "COFFER_RATE_REDEMPTION_BURST")
-            ?? file.rateRedemptionBurst
-        {
-            guard n >= 1 else { throw UsageError("rate-redemption-burst must be ≥ 1") }
-            configuration.redemptionBurst = n
-        }
-        if let n = try rateAuthFailures ?? Setting.int(env["COFFER_RATE_AUTH_FAILURES"], "COFFER_RATE_AUTH_FAILURES") ?? file.rateAuthFailures {
-            guard n >= 0 else { throw UsageError("rate-auth-failures must be ≥ 0") }
-            configuration.authFailuresPerMinute = n
-        }
-        if let n = try rateNotifications ?? Setting.int(env["COFFER_RATE_NOTIFICATIONS"], "COFFER_RATE_NOTIFICATIONS") ?? file.rateNotifications {
-            guard n >= 0 else { throw UsageError("rate-notifications must be ≥ 0") }
-            configuration.notificationsPerMinute = n
-        }
-        if let n = try rateNotificationBurst ?? Setting.int(env["COFFER_RATE_NOTIFICATION_BURST"], "COFFER_RATE_NOTIFICATION_BURST")
-            ?? file.rateNotificationBurst
-        {
-            guard n >= 1 else { throw UsageError("rate-notification-burst must be ≥ 1") }
-            configuration.notificationBurst = n
-        }
-        if let n = try downloadStallTimeout ?? Setting.int(env["COFFER_DOWNLOAD_STALL_TIMEOUT"], "COFFER_DOWNLOAD_STALL_TIMEOUT")
-            ?? file.downloadStallTimeout
-        {
-            guard (1...3600).contains(n) else { throw UsageError("download-stall-timeout must be 1–3600 seconds") }
-            configuration.downloadStallTimeoutSeconds = Int64(n)
-        }
-        if let n = try downloadsPerAddress ?? Setting.int(env["COFFER_DOWNLOADS_PER_ADDRESS"], "COFFER_DOWNLOADS_PER_ADDRESS")
-            ?? file.downloadsPerAddress
-        {
-            guard n >= 0 else { throw UsageError("downloads-per-address must be ≥ 0") }
-            configuration.maxDownloadsPerAddress = n
-        }
-        if let n = try bodyBudget ?? Setting.int(env["COFFER_BODY_BUDGET"], "COFFER_BODY_BUDGET") ?? file.bodyBudget {
-            // At least one largest JSON body must fit, or large receipts could never be redeemed.
-            guard n >= configuration.jsonBodyLimit else { throw UsageError("body-budget must be ≥ \(configuration.jsonBodyLimit) bytes") }
-            configuration.bodyBudgetBytes = n
-        }
-        if let prefix = accelRedirect ?? env["COFFER_ACCEL_REDIRECT"] ?? file.accelRedirect {
-            guard prefix.hasPrefix("/"), prefix.hasSuffix("/"), !prefix.contains(".."), prefix.utf8.count <= 128 else {
-                throw UsageError("accel-redirect must be a path like /_coffer/ (starting and ending with /)")
-            }
-            configuration.accelRedirectPrefix = prefix
-        }
-        if let every = try checkpointEvery ?? Setting.int(env["COFFER_CHECKPOINT_EVERY"], "COFFER_CHECKPOINT_EVERY") ?? file.checkpointEvery {
-            guard (1...1_000_000).contains(every) else { throw UsageError("checkpoint-every must be 1–1000000 entries") }
-            configuration.checkpointEvery = Int64(every)
-        }
-        if let interval = try checkpointInterval ?? Setting.int(env["COFFER_CHECKPOINT_INTERVAL"], "COFFER_CHECKPOINT_INTERVAL")
-            ?? file.checkpointInterval
-        {
-            guard (1...86400).contains(interval) else { throw UsageError("checkpoint-interval must be 1–86400 seconds") }
-            configuration.checkpointIntervalSeconds = Int64(interval)
-        }
-        configuration.ledgerKeyFile = ledgerKey ?? env["COFFER_LEDGER_KEY"] ?? file.ledgerKey
-        let roots = !trust.roots.isEmpty ? trust.roots : Setting.list(env["COFFER_ROOTS"]) ?? file.roots ?? []
-        let environments = !trust.environments.isEmpty ? trust.environments : Setting.list(env["COFFER_ENVIRONMENTS"]) ?? file.environments ?? []
-
-        if printConfig {
-            try printResolved(configuration, roots: roots, environments: environments)
-            return
-        }
+        let reader = try await CofferConfiguration.reader(commandLine: commandLine, environment: ProcessInfo.processInfo.environment)
+        var configuration = try await CofferConfiguration(reader: reader)
+        if printConfig { return try printResolved(configuration) }
 
         var logger = Logger(label: "coffer")
         logger.logLevel = configuration.logLevel
+        guard demo else { return try await Self.serve(try await buildApplication(reader: reader, logger: logger), logger: logger) }
 
-        var demoCA: SandboxCA?
-        if demo {
-            let sandboxDir = (configuration.dataDirectory as NSString).appendingPathComponent("sandbox")
-            demoCA = try Demo.sandbox(at: sandboxDir)
-            configuration.anchors = [try TrustAnchor.cofferSandbox(demoCA?.rootDER ?? [])]
-            if configuration.bundleIds.isEmpty { configuration.bundleIds = [Demo.bundleId] }
-        } else {
-            guard !configuration.bundleIds.isEmpty else {
-                throw UsageError("no bundle id configured: pass --bundle-id, COFFER_BUNDLE_IDS or bundleIds in the config file (or use --demo)")
-            }
-            configuration.anchors = try TrustRoots.anchors(roots: roots, environments: environments)
+        let ca = try Demo.sandbox(at: DataDirectory(configuration.dataDirectory).sandbox)
+        configuration.anchors = [try TrustAnchor.cofferSandbox(ca.rootDER)]
+        if configuration.bundleIds.isEmpty { configuration.bundleIds = [Demo.bundleId] }
+        let app = try await buildApplication(configuration, logger: logger) { storage in
+            try await Demo.prepare(storage, contentDirectory: content, logger: logger)
         }
+        try await Self.serve(app, logger: logger)
+    }
 
-        let services: SQLiteStorage
-        do { services = try await SQLiteStorage.open(configuration, logger: logger) } catch {
-            throw UsageError("cannot open data directory \(configuration.dataDirectory): \(error)")
-        }
-        if demo { try await Demo.prepare(services, contentDirectory: content, logger: logger) }
-        let app = buildApplication(
-            configuration, dependencies: services.dependencies, services: [StorageService(services, logger: logger)], logger: logger)
-        logger.info(
-            "Coffer listening",
-            metadata: [
-                "address": "\(configuration.host):\(configuration.port)", "data": "\(configuration.dataDirectory)",
-                "bundleIds": "\(configuration.bundleIds.sorted())",
-                "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
-            ])
+    static func serve(_ app: some ApplicationProtocol, logger: Logger) async throws {
         try await app.runService()
         logger.info("Coffer stopped")
     }
@@ -224,10 +115,10 @@ extension ServeCommand {
         var demo: Bool
     }
 
-    func printResolved(_ c: CofferConfiguration, roots: [String], environments: [String]) throws {
+    func printResolved(_ c: CofferConfiguration) throws {
         let resolved = Resolved(
-            host: c.host, port: c.port, dataDirectory: c.dataDirectory, bundleIds: c.bundleIds.sorted(), appAppleId: c.appAppleId, roots: roots,
-            environments: environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
+            host: c.host, port: c.port, dataDirectory: c.dataDirectory, bundleIds: c.bundleIds.sorted(), appAppleId: c.appAppleId, roots: c.roots,
+            environments: c.environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
             trustedProxies: c.trustedProxies.sorted(), checkpointEvery: c.checkpointEvery, checkpointInterval: c.checkpointIntervalSeconds,
             rateRedemptions: c.redemptionsPerMinute, rateRedemptionBurst: c.redemptionBurst, rateAuthFailures: c.authFailuresPerMinute,
             rateNotifications: c.notificationsPerMinute, rateNotificationBurst: c.notificationBurst,
@@ -240,69 +131,6 @@ extension ServeCommand {
     }
 }
 
-/// The optional JSON config file.
-struct ConfigFile: Decodable {
-    var host: String?
-    var port: Int?
-    var dataDirectory: String?
-    var bundleIds: [String]?
-    var appAppleId: Int64?
-    var roots: [String]?
-    var environments: [String]?
-    var tokenTTL: Int?
-    var uploadLimit: Int64?
-    var logLevel: String?
-    var trustedProxies: [String]?
-    var checkpointEvery: Int?
-    var checkpointInterval: Int?
-    var rateRedemptions: Int?
-    var rateRedemptionBurst: Int?
-    var rateAuthFailures: Int?
-    var rateNotifications: Int?
-    var rateNotificationBurst: Int?
-    var downloadStallTimeout: Int?
-    var downloadsPerAddress: Int?
-    var bodyBudget: Int?
-    var accelRedirect: String?
-    var ledgerKey: String?
-
-    static let knownKeys: Set<String> = [
-        "host", "port", "dataDirectory", "bundleIds", "appAppleId", "roots", "environments", "tokenTTL", "uploadLimit", "logLevel", "trustedProxies",
-        "checkpointEvery",
-        "checkpointInterval", "rateRedemptions", "rateRedemptionBurst", "rateAuthFailures",
-        "accelRedirect", "rateNotifications", "rateNotificationBurst", "downloadStallTimeout", "downloadsPerAddress", "bodyBudget", "ledgerKey",
-    ]
-
-    static func load(_ path: String?) throws -> ConfigFile {
-        guard let path else { return ConfigFile() }
-        do {
-            let data = Data(try IO.read(path))
-            // A misspelt key must not be silently ignored.
-            if let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] {
-                let unknown = Set(object.keys).subtracting(knownKeys)
-                guard unknown.isEmpty else { throw UsageError("\(path): unknown setting(s) \(unknown.sorted().joined(separator: ", "))") }
-            }
-            return try JSONDecoder().decode(ConfigFile.self, from: data)
-        } catch let error as UsageError {
-            throw error
-        } catch {
-            throw UsageError("\(path) is not a valid config file: \(error)")
-        }
-    }
-}
-
-enum Setting {
-    static func int(_ value: String?, _ name: String) throws -> Int? {
-        guard let value else { return nil }
-        guard let n = Int(value) else { throw UsageError("\(name)=\(value) is not a number") }
-        return n
-    }
-
-    static func list(_ value: String?) -> [String]? {
-        value.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } }
-    }
-}
-
 struct MigrateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "migrate", abstract: "Apply pending database migrations (the server also does at start).")
@@ -311,7 +139,7 @@ struct MigrateCommand: AsyncParsableCommand {
 
     func run() async throws {
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let applied = try CofferDatabase.migrate(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
+        let applied = try CofferDatabase.migrate(path: DataDirectory(dataDir).database)
         print(applied.isEmpty ? "database is up to date" : "applied: \(applied.joined(separator: ", "))")
     }
 }
@@ -332,7 +160,7 @@ struct KeysCommand: AsyncParsableCommand {
         func run() async throws {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
-            let path = (dataDir as NSString).appendingPathComponent("coffer.sqlite")
+            let path = DataDirectory(dataDir).database
             let newDatabase = !FileManager.default.fileExists(atPath: path)
             let db = try CofferDatabase(path: path)
             let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey, newDatabase: newDatabase)
@@ -392,7 +220,7 @@ struct KeysCommand: AsyncParsableCommand {
                 if isatty(STDIN_FILENO) == 1 { FileHandle.standardError.write(Data("key to revoke: ".utf8)) }
                 secret = try Self.readKey(from: FileHandle.standardInput)
             }
-            let db = try CofferDatabase(path: (dataDir as NSString).appendingPathComponent("coffer.sqlite"))
+            let db = try CofferDatabase(path: DataDirectory(dataDir).database)
             let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey, newDatabase: false)
             let keys = SQLiteKeys(db)
             guard let found = try await keys.key(secretHash: APIKeys.hash(secret)), try await keys.revoke(keyId: found.keyId, at: Date()) else {

@@ -1,0 +1,112 @@
+import Configuration
+import Foundation
+import Logging
+
+extension CofferConfiguration {
+    /// Every setting of the README's table read from `reader` (for `coffer serve`:
+    /// ``reader(commandLine:environment:)``), each checked: a malformed number or a value out of
+    /// range throws a ``CofferConfigurationError`` naming the setting. What `reader` does not
+    /// hold keeps its default. Trust roots are only read here: ``resolveTrustAnchors()`` loads them.
+    ///
+    /// Async because only swift-configuration's `fetch` methods tell a missing value (nil)
+    /// from a malformed one (thrown); its synchronous getters return nil for both.
+    public init(reader: ConfigReader) async throws {
+        self.init()
+        try await readServer(reader)
+        try await readLimits(reader)
+        try await readLedgerAndTrust(reader)
+    }
+
+    private mutating func readServer(_ reader: ConfigReader) async throws {
+        host = try await reader.string(.host) ?? host
+        port = try await reader.integer(.port, in: 0...65535) { "port \($0) is out of range" } ?? port
+        dataDirectory = try await reader.string(.dataDirectory) ?? dataDirectory
+        bundleIds = Set(try await reader.list(.bundleIds) ?? [])
+        appAppleId = try await reader.integer(.appAppleId).map(Int64.init)
+        if let ttl = try await reader.integer(.tokenTTL, in: 10...86400, else: { _ in "token TTL must be 10–86400 seconds" }) {
+            tokenTTL = TimeInterval(ttl)
+        }
+        uploadLimit = try await reader.integer(.uploadLimit, in: 1..., else: { _ in "upload limit must be positive" }).map(Int64.init) ?? uploadLimit
+        if let level = try await reader.string(.logLevel) {
+            guard let parsed = Logger.Level(rawValue: level) else { throw CofferConfigurationError("unknown log level \(level)") }
+            logLevel = parsed
+        }
+        tokenKeyBase64 = try await reader.string(.tokenKey)
+        let proxies = try await reader.list(.trustedProxies) ?? []
+        // Parsed, not just checked for address characters: a typo such as 1.2.3 would never match a peer.
+        for proxy in proxies where IPAddress.parse(proxy) == nil {
+            throw CofferConfigurationError("trusted proxy \(proxy) is not an IPv4 or IPv6 address")
+        }
+        trustedProxies = Set(proxies)
+    }
+
+    private mutating func readLimits(_ reader: ConfigReader) async throws {
+        redemptionsPerMinute = try await reader.integer(.rateRedemptions, in: 0...) { _ in "rate-redemptions must be ≥ 0" } ?? redemptionsPerMinute
+        redemptionBurst = try await reader.integer(.rateRedemptionBurst, in: 1...) { _ in "rate-redemption-burst must be ≥ 1" } ?? redemptionBurst
+        authFailuresPerMinute =
+            try await reader.integer(.rateAuthFailures, in: 0...) { _ in "rate-auth-failures must be ≥ 0" } ?? authFailuresPerMinute
+        notificationsPerMinute =
+            try await reader.integer(.rateNotifications, in: 0...) { _ in "rate-notifications must be ≥ 0" } ?? notificationsPerMinute
+        notificationBurst =
+            try await reader.integer(.rateNotificationBurst, in: 1...) { _ in "rate-notification-burst must be ≥ 1" } ?? notificationBurst
+        downloadStallTimeoutSeconds =
+            try await reader.integer(.downloadStallTimeout, in: 1...3600) { _ in "download-stall-timeout must be 1–3600 seconds" }.map(Int64.init)
+            ?? downloadStallTimeoutSeconds
+        maxDownloadsPerAddress =
+            try await reader.integer(.downloadsPerAddress, in: 0...) { _ in "downloads-per-address must be ≥ 0" } ?? maxDownloadsPerAddress
+        // At least one largest JSON body must fit, or large receipts could never be redeemed.
+        let smallestBudget = jsonBodyLimit
+        bodyBudgetBytes =
+            try await reader.integer(.bodyBudget, in: smallestBudget...) { _ in "body-budget must be ≥ \(smallestBudget) bytes" } ?? bodyBudgetBytes
+        if let prefix = try await reader.string(.accelRedirect) {
+            guard prefix.hasPrefix("/"), prefix.hasSuffix("/"), !prefix.contains(".."), prefix.utf8.count <= 128 else {
+                throw CofferConfigurationError("accel-redirect must be a path like /_coffer/ (starting and ending with /)")
+            }
+            accelRedirectPrefix = prefix
+        }
+    }
+
+    private mutating func readLedgerAndTrust(_ reader: ConfigReader) async throws {
+        checkpointEvery =
+            try await reader.integer(.checkpointEvery, in: 1...1_000_000) { _ in "checkpoint-every must be 1–1000000 entries" }.map(Int64.init)
+            ?? checkpointEvery
+        checkpointIntervalSeconds =
+            try await reader.integer(.checkpointInterval, in: 1...86400) { _ in "checkpoint-interval must be 1–86400 seconds" }.map(Int64.init)
+            ?? checkpointIntervalSeconds
+        ledgerKeyFile = try await reader.string(.ledgerKey)
+        roots = try await reader.list(.roots) ?? []
+        environments = try await reader.list(.environments) ?? []
+    }
+}
+
+extension ConfigReader {
+    fileprivate func string(_ setting: CofferSetting) async throws -> String? {
+        try await fetchString(forKey: ConfigKey(setting.key), isSecret: setting.isSecret)
+    }
+
+    fileprivate func list(_ setting: CofferSetting) async throws -> [String]? {
+        try await fetchStringArray(forKey: ConfigKey(setting.key))
+    }
+
+    /// A number; a value that is not one is an error naming its variable, as the environment
+    /// spells it (flags are parsed by ArgumentParser, the config file is checked on loading).
+    fileprivate func integer(_ setting: CofferSetting) async throws -> Int? {
+        do {
+            return try await fetchInt(forKey: ConfigKey(setting.key))
+        } catch {
+            guard let text = try? await fetchString(forKey: ConfigKey(setting.key)) else {
+                throw CofferConfigurationError("\(setting.key): \(error)")
+            }
+            throw CofferConfigurationError("\(setting.environmentVariable)=\(text) is not a number")
+        }
+    }
+
+    /// A number within `range`; one outside it throws `message(value)`.
+    fileprivate func integer(
+        _ setting: CofferSetting, in range: some RangeExpression<Int>, else message: (Int) -> String
+    ) async throws -> Int? {
+        guard let value = try await integer(setting) else { return nil }
+        guard range.contains(value) else { throw CofferConfigurationError(message(value)) }
+        return value
+    }
+}

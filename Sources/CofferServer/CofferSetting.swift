@@ -1,0 +1,78 @@
+/// One setting of `coffer serve`: its key (the config file's key, and the key
+/// ``CofferConfiguration/init(reader:)`` reads), its flag and its `COFFER_*` environment
+/// variable — the README's configuration table, as data. The environment provider and the
+/// config file's check of unknown keys are built from ``all``.
+public struct CofferSetting: Sendable, Hashable {
+    /// How a value is written.
+    public enum Kind: Sendable, Hashable {
+        case string
+        case integer
+        /// A repeated flag, a comma list in the environment, an array of strings in the file.
+        case list
+    }
+
+    /// The config file key and the key in the ``CofferConfiguration/init(reader:)`` reader.
+    public let key: String
+    public let kind: Kind
+    /// The flag of `coffer serve`, when it has one.
+    public let flag: String?
+    /// The environment variable.
+    public let environmentVariable: String
+    /// Whether the config file may set it (not the token key, a secret; not the file's own path).
+    public let inConfigFile: Bool
+    /// Never printed: read as a secret.
+    public let isSecret: Bool
+
+    init(_ key: String, _ kind: Kind, flag: String?, environment: String, inConfigFile: Bool = true, isSecret: Bool = false) {
+        self.key = key
+        self.kind = kind
+        self.flag = flag
+        self.environmentVariable = environment
+        self.inConfigFile = inConfigFile
+        self.isSecret = isSecret
+    }
+
+    public static let host = Self("host", .string, flag: "--host", environment: "COFFER_HOST")
+    public static let port = Self("port", .integer, flag: "--port", environment: "COFFER_PORT")
+    public static let dataDirectory = Self("dataDirectory", .string, flag: "--data-dir", environment: "COFFER_DATA_DIR")
+    public static let bundleIds = Self("bundleIds", .list, flag: "--bundle-id", environment: "COFFER_BUNDLE_IDS")
+    public static let appAppleId = Self("appAppleId", .integer, flag: "--app-apple-id", environment: "COFFER_APP_APPLE_ID")
+    public static let roots = Self("roots", .list, flag: "--root", environment: "COFFER_ROOTS")
+    public static let environments = Self("environments", .list, flag: "--environment", environment: "COFFER_ENVIRONMENTS")
+    public static let tokenTTL = Self("tokenTTL", .integer, flag: "--token-ttl", environment: "COFFER_TOKEN_TTL")
+    public static let uploadLimit = Self("uploadLimit", .integer, flag: "--upload-limit", environment: "COFFER_UPLOAD_LIMIT")
+    public static let logLevel = Self("logLevel", .string, flag: "--log-level", environment: "COFFER_LOG_LEVEL")
+    public static let rateRedemptions = Self("rateRedemptions", .integer, flag: "--rate-redemptions", environment: "COFFER_RATE_REDEMPTIONS")
+    public static let rateRedemptionBurst = Self(
+        "rateRedemptionBurst", .integer, flag: "--rate-redemption-burst", environment: "COFFER_RATE_REDEMPTION_BURST")
+    public static let rateAuthFailures = Self("rateAuthFailures", .integer, flag: "--rate-auth-failures", environment: "COFFER_RATE_AUTH_FAILURES")
+    public static let rateNotifications = Self(
+        "rateNotifications", .integer, flag: "--rate-notifications", environment: "COFFER_RATE_NOTIFICATIONS")
+    public static let rateNotificationBurst = Self(
+        "rateNotificationBurst", .integer, flag: "--rate-notification-burst", environment: "COFFER_RATE_NOTIFICATION_BURST")
+    public static let downloadStallTimeout = Self(
+        "downloadStallTimeout", .integer, flag: "--download-stall-timeout", environment: "COFFER_DOWNLOAD_STALL_TIMEOUT")
+    public static let downloadsPerAddress = Self(
+        "downloadsPerAddress", .integer, flag: "--downloads-per-address", environment: "COFFER_DOWNLOADS_PER_ADDRESS")
+    public static let bodyBudget = Self("bodyBudget", .integer, flag: "--body-budget", environment: "COFFER_BODY_BUDGET")
+    public static let accelRedirect = Self("accelRedirect", .string, flag: "--accel-redirect", environment: "COFFER_ACCEL_REDIRECT")
+    public static let checkpointEvery = Self("checkpointEvery", .integer, flag: "--checkpoint-every", environment: "COFFER_CHECKPOINT_EVERY")
+    public static let checkpointInterval = Self(
+        "checkpointInterval", .integer, flag: "--checkpoint-interval", environment: "COFFER_CHECKPOINT_INTERVAL")
+    public static let ledgerKey = Self("ledgerKey", .string, flag: "--ledger-key", environment: "COFFER_LEDGER_KEY")
+    public static let trustedProxies = Self("trustedProxies", .list, flag: "--trusted-proxy", environment: "COFFER_TRUSTED_PROXIES")
+    /// The download-token HMAC key: environment only, a secret.
+    public static let tokenKey = Self("tokenKey", .string, flag: nil, environment: "COFFER_TOKEN_KEY", inConfigFile: false, isSecret: true)
+    /// The config file's own path.
+    public static let config = Self("config", .string, flag: "--config", environment: "COFFER_CONFIG", inConfigFile: false)
+
+    /// Every setting, in the README's order.
+    public static let all: [CofferSetting] = [
+        host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
+        rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
+        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, trustedProxies, tokenKey, config,
+    ]
+
+    /// The keys a config file may hold.
+    public static var configFileKeys: Set<String> { Set(all.filter(\.inConfigFile).map(\.key)) }
+}
