@@ -24,7 +24,7 @@ import Testing
 
         init(dataDirectory: URL, arguments extra: [String] = []) async throws {
             log = dataDirectory.deletingLastPathComponent().appendingPathComponent("serve-\(UUID().uuidString).log")
-            FileManager.default.createFile(atPath: log.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: log.path, contents: nil)
             let handle = try FileHandle(forWritingTo: log)
             process = Process()
             process.executableURL = try CofferExecutable.url

@@ -42,7 +42,7 @@ import Testing
             }, maxBytes: 1024, expectedSHA256: nil)
         _ = try await catalogue.addAssetVersion(
             assetId: "level-1", name: "level-1.json", contentType: "application/json", size: stored.size, sha256: stored.sha256, at: Date())
-        try await catalogue.putProduct(
+        await catalogue.putProduct(
             Product(
                 productId: Harness.product, bundleId: Harness.bundle, type: .nonConsumable, assetIds: ["level-1"], title: "Level Pack 1",
                 updatedAt: Date()))

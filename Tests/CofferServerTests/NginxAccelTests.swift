@@ -179,7 +179,7 @@ extension NginxAccelTests {
         nginx.executableURL = URL(fileURLWithPath: try #require(Self.nginx))
         nginx.arguments = ["-p", prefix.path, "-c", prefix.appendingPathComponent("nginx.conf").path, "-g", "daemon off;"]
         let stderrLog = prefix.appendingPathComponent("logs/stderr.log")
-        FileManager.default.createFile(atPath: stderrLog.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrLog.path, contents: nil)
         nginx.standardError = try FileHandle(forWritingTo: stderrLog)
         try nginx.run()
         defer { nginx.terminate() }
