@@ -33,5 +33,7 @@ public func buildApplication(
             "bundleIds": "\(configuration.bundleIds.sorted())",
             "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
         ])
-    return buildApplication(configuration, dependencies: storage.dependencies, services: [StorageService(storage, logger: logger)], logger: logger)
+    return buildApplication(
+        configuration, dependencies: storage.dependencies, services: [StorageService(storage, logger: logger), LedgerWriterService(storage)],
+        logger: logger)
 }

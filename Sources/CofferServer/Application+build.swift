@@ -8,8 +8,9 @@ import ServiceLifecycle
 /// Builds the Coffer HTTP application over storage seams. `coffer serve` (through the
 /// composition root, `CofferApp`) and the tests call this same function.
 ///
-/// `services` run beside the server and are stopped after it, in reverse order: the
-/// composition root passes the one that closes the storage.
+/// `services` run beside the server and are stopped after it and after the last checkpoint,
+/// in reverse order: the composition root passes the database close, then the ledger writer
+/// (so the writer finishes its queue before the database closes).
 public func buildApplication(
     _ configuration: CofferConfiguration, dependencies: ServerDependencies, runtime: ServerRuntime? = nil, services: [any Service] = [],
     logger: Logger

@@ -18,6 +18,10 @@ final class GroupCommitter: Sendable {
     struct Queue {
         var jobs: [Job] = []
         var draining = false
+        /// Set by ``finish()``: new jobs are refused (503), the queued ones are written.
+        var finished = false
+        /// ``finish()`` callers waiting for the queue to empty.
+        var idle: [CheckedContinuation<Void, Never>] = []
     }
 
     /// Rows per transaction at most (a bound on the latency one batch adds).
@@ -40,27 +44,57 @@ final class GroupCommitter: Sendable {
         try await withCheckedThrowingContinuation { submit(.attempt(attempt, $0)) }
     }
 
-    /// Queues a job; the first job into an idle queue starts the drainer.
+    /// Queues a job; the first job into an idle queue starts the drainer. After ``finish()``
+    /// the job is refused with ``StoreError/closed``.
     private func submit(_ job: Job) {
-        let start = queue.withLock { q -> Bool in
+        enum Next { case start, queued, refused }
+        let next = queue.withLock { q -> Next in
+            guard !q.finished else { return .refused }
             q.jobs.append(job)
-            guard !q.draining else { return false }
+            guard !q.draining else { return .queued }
             q.draining = true
-            return true
+            return .start
         }
-        if start { Task.detached { await self.drain() } }
+        switch next {
+        case .start: Task.detached { await self.drain() }
+        case .queued: break
+        case .refused:
+            switch job {
+            case .redemption(_, _, let continuation): continuation.resume(throwing: StoreError.closed)
+            case .attempt(_, let continuation): continuation?.resume(throwing: StoreError.closed)
+            }
+        }
+    }
+
+    /// Stops taking jobs and returns once every queued one is written (at shutdown, before the
+    /// database closes).
+    func finish() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = queue.withLock { q -> Bool in
+                q.finished = true
+                guard q.draining else { return true }
+                q.idle.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
     }
 
     /// Writes batches until the queue is empty. Only one drainer runs at a time.
     private func drain() async {
         while true {
-            let batch = queue.withLock { q -> [Job] in
+            let (batch, idle) = queue.withLock { q -> ([Job], [CheckedContinuation<Void, Never>]) in
                 let batch = Array(q.jobs.prefix(Self.maxBatch))
                 q.jobs.removeFirst(batch.count)
-                if batch.isEmpty { q.draining = false }
-                return batch
+                guard batch.isEmpty else { return (batch, []) }
+                q.draining = false
+                defer { q.idle = [] }
+                return (batch, q.idle)
             }
-            if batch.isEmpty { return }
+            if batch.isEmpty {
+                for waiter in idle { waiter.resume() }
+                return
+            }
             await write(batch)
         }
     }

@@ -42,6 +42,10 @@ public struct SQLiteLedger: LedgerRepository {
         try await committer.record(attempt)
     }
 
+    /// Stops taking redemptions and attempts (they get ``StoreError/closed``, a 503) and returns
+    /// once every queued one is committed. At shutdown, before the database closes.
+    public func finishWrites() async { await committer.finish() }
+
     /// Appends a revocation and its chain event in one transaction (see
     /// ``LedgerRepository/revoke(_:keepUnredeemed:)``).
     public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome {
