@@ -56,6 +56,12 @@ public struct Asset: Codable, Sendable, Hashable {
     }
 }
 
+/// The state of a ledger row. Only `redeemed` exists: a refund or revocation is its own
+/// chained event (``Revocation``), never an update of the row.
+public enum RedemptionStatus: String, Codable, Sendable, Hashable, CaseIterable {
+    case redeemed
+}
+
 /// Where a redeemed transaction came from.
 public enum SourceFormat: String, Codable, Sendable, Hashable {
     case appReceipt, signedTransaction
@@ -91,7 +97,7 @@ public struct Redemption: Codable, Sendable, Hashable {
     public init(
         sequence: Int64 = 0, redemptionId: String, transactionId: String, originalTransactionId: String?, productId: String,
         bundleId: String, environment: String, purchaseDate: Date?, quantity: Int, receiptSHA256: String, sourceFormat: SourceFormat,
-        redeemedAt: Date, clientAddress: String, appAccountToken: String?, status: String = "redeemed", grantHash: String,
+        redeemedAt: Date, clientAddress: String, appAccountToken: String?, status: String = RedemptionStatus.redeemed.rawValue, grantHash: String,
         replayKey: String? = nil
     ) {
         self.sequence = sequence
@@ -115,6 +121,14 @@ public struct Redemption: Codable, Sendable, Hashable {
 
     /// The key the replay check uses: ``replayKey``, or the transaction id on older rows.
     public var effectiveReplayKey: String { replayKey ?? transactionId }
+
+    /// The environment, typed; nil for text this build does not know. (The row keeps the text it
+    /// was stored and hashed with: a row edited behind the server's back still loads, and the
+    /// audit reports its hash, instead of failing to decode.)
+    public var knownEnvironment: Environment? { Environment(rawValue: environment) }
+
+    /// The status, typed; nil for text this build does not know.
+    public var knownStatus: RedemptionStatus? { RedemptionStatus(rawValue: status) }
 }
 
 /// A refused redemption attempt: the fraud signal auditors look at.
@@ -146,6 +160,9 @@ public struct RejectedAttempt: Codable, Sendable, Hashable {
         self.clientAddress = clientAddress
         self.claimed = claimed
     }
+
+    /// The code, typed; nil for text this build does not know.
+    public var knownCode: ProblemCode? { ProblemCode(rawValue: code) }
 }
 
 /// Who an API key belongs to.
@@ -276,6 +293,9 @@ public struct Revocation: Codable, Sendable, Hashable {
         self.environment = environment
         self.replayKey = replayKey
     }
+
+    /// The environment, typed; nil on rows from before migration 0003 (and for unknown text).
+    public var knownEnvironment: Environment? { environment.flatMap(Environment.init(rawValue:)) }
 }
 
 /// The outcome of recording a revocation.

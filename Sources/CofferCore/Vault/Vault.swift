@@ -223,7 +223,7 @@ public struct Vault: Sendable {
     public func exchange(grant: String, now: Date) async throws(VaultFailure) -> RedemptionOutcome {
         guard grant.utf8.count <= 128,
             let redemption = try await storage({ try await ledger.redemption(grantHash: Self.grantHash(grant)) }),
-            redemption.status == "redeemed"
+            redemption.knownStatus == .redeemed
         else { throw VaultFailure(.grantInvalid, "the grant is unknown or revoked") }
         guard try await storage({ try await ledger.revocation(of: redemption) }) == nil else {
             throw VaultFailure(.grantInvalid, "the grant is unknown or revoked")
@@ -298,7 +298,7 @@ public struct Vault: Sendable {
         filter.transactionId = transactionId
         filter.limit = 10
         let found = try await storage({ try await ledger.redemptions(filter) }).filter {
-            environment == nil || $0.environment == environment?.rawValue
+            environment == nil || $0.knownEnvironment == environment
         }
         guard let redemption = found.first else {
             throw VaultFailure(.notRedeemed, "transaction \(transactionId) was never redeemed here")
