@@ -1,6 +1,14 @@
 import CofferCore
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Content-addressed blob storage: each object is stored once under its lower-case hex SHA-256,
 /// at `root/objects/ab/cdef…` (the first two hex characters name a folder).
 ///
@@ -34,18 +42,24 @@ public struct LocalContentStore: ContentStore {
 
     public func makeUpload(maxBytes: Int64) throws -> any ContentUpload { try makeWriter(maxBytes: maxBytes) }
 
+    /// One `stat(2)`: every download asks, so no separate existence check and no FileManager
+    /// attribute dictionary. Nil for a missing object or anything but a regular file.
     public func size(sha256: String) throws -> Int64? {
-        guard let path = path(sha256: sha256) else { return nil }
-        do {
-            return (try FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
-        } catch {
-            throw ContentStoreError.io("cannot stat \(path): \(error)")
+        guard Self.isContentAddress(sha256) else { return nil }
+        let path = objectPath(sha256)
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            if errno == ENOENT || errno == ENOTDIR { return nil }
+            throw ContentStoreError.io("cannot stat \(path): \(String(cString: strerror(errno)))")
         }
+        guard info.st_mode & S_IFMT == S_IFREG else { return nil }
+        return Int64(info.st_size)
     }
 
+    /// Every object is a file here: its path (whether it exists is ``size(sha256:)``'s answer).
     public func localFile(sha256: String) -> LocalContentFile? {
-        guard let path = path(sha256: sha256), let relative = relativePath(sha256: sha256) else { return nil }
-        return LocalContentFile(path: path, relativePath: relative)
+        guard Self.isContentAddress(sha256), let relative = relativePath(sha256: sha256) else { return nil }
+        return LocalContentFile(path: objectPath(sha256), relativePath: relative)
     }
 
     /// Reads the range in 512 KiB chunks on a detached task. The server streams local files

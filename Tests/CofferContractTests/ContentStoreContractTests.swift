@@ -151,7 +151,6 @@ struct ContentStoreContractTests {
             }
             let absent = String(repeating: "a", count: 64)
             #expect(try await content.size(sha256: absent) == nil, "valid but absent")
-            #expect(content.localFile(sha256: absent) == nil)
             await #expect(throws: (any Error).self) { _ = try await Self.read(content, absent, 0...0) }
             await #expect(throws: (any Error).self) { _ = try await Self.read(content, Self.helloWorldSHA256.uppercased(), 0...0) }
         }

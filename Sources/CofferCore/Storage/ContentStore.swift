@@ -12,7 +12,9 @@ public protocol ContentStore: Sendable {
     /// Streams the bytes `range` of the object (both ends inclusive, inside its size), in chunks.
     func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error>
     /// The object as a file on this machine, when the store keeps it as one: the server then
-    /// streams the file itself, or hands it to nginx (X-Accel-Redirect). Nil otherwise.
+    /// streams the file itself, or hands it to nginx (X-Accel-Redirect). Nil for a malformed
+    /// address and for stores that keep no files. It does not tell whether the object exists:
+    /// ``size(sha256:)`` does, and the server asks it first.
     func localFile(sha256: String) -> LocalContentFile?
 }
 
