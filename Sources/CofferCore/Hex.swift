@@ -32,6 +32,13 @@ public enum Hex {
         return out
     }
 
+    /// Whether `text` is exactly what ``encode(_:)`` writes for `byteCount` bytes: `2 × byteCount`
+    /// lower-case hex digits. Checks in place, with no copy (content addresses are checked on
+    /// every download).
+    public static func isEncoded<S: StringProtocol>(_ text: S, byteCount: Int) -> Bool {
+        text.utf8.count == 2 * byteCount && text.utf8.allSatisfy { lowerCaseNibble($0) != nil }
+    }
+
     /// The value (0–15) of one hex digit of either case, nil for any other byte.
     public static func nibble(_ c: UInt8) -> UInt8? {
         switch c {

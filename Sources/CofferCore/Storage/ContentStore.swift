@@ -74,7 +74,6 @@ extension ContentStore {
 
     /// Whether `digest` is exactly 64 lower-case hex characters (a content address).
     public static func isContentAddress(_ digest: String) -> Bool {
-        let bytes = Array(digest.utf8)
-        return bytes.count == 64 && bytes.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+        Hex.isEncoded(digest, byteCount: 32)
     }
 }
