@@ -6,6 +6,11 @@ import GRDB
 struct AdminActionRecord: ChainedRecord, Sendable {
     static let databaseTableName = "admin_actions"
 
+    /// The columns: the properties' coding keys.
+    enum CodingKeys: String, CodingKey, ColumnExpression {
+        case sequence, at, keyId = "key_id", keyName = "key_name", action, target, detail, clientAddress = "client_address"
+    }
+
     /// Nil until inserted: SQLite assigns it (AUTOINCREMENT).
     var sequence: Int64?
     var at: Date

@@ -1,20 +1,8 @@
 import GRDB
 
-/// The Codable records of the chain's tables (revocations, admin actions, ledger events and
-/// checkpoints): columns are the snake_case of the properties, and dates are REAL unix seconds
-/// (`timeIntervalSince1970`), exactly as the hand-written mapping stored them before — the
-/// chain hashes what is read back, so neither may change.
-///
-/// Mutable-persistable: the rows SQLite numbers (AUTOINCREMENT) take their sequence in
-/// `didInsert`.
-protocol ChainedRecord: Codable, FetchableRecord, MutablePersistableRecord {}
-
-extension ChainedRecord {
-    static var databaseColumnDecodingStrategy: DatabaseColumnDecodingStrategy { .convertFromSnakeCase }
-    static var databaseColumnEncodingStrategy: DatabaseColumnEncodingStrategy { .convertToSnakeCase }
-    static func databaseDateDecodingStrategy(for column: String) -> DatabaseDateDecodingStrategy { .timeIntervalSince1970 }
-    static func databaseDateEncodingStrategy(for column: String) -> DatabaseDateEncodingStrategy { .timeIntervalSince1970 }
-}
+/// The records of the chain's tables (revocations, admin actions, ledger events and
+/// checkpoints), each numbered by `sequence`.
+protocol ChainedRecord: CodableRecord {}
 
 extension ChainedRecord {
     /// Every chained table is numbered by `sequence`.

@@ -6,6 +6,11 @@ import GRDB
 struct CheckpointRecord: ChainedRecord, PersistableRecord, Sendable {
     static let databaseTableName = "ledger_checkpoints"
 
+    /// The columns: the properties' coding keys.
+    enum CodingKeys: String, CodingKey, ColumnExpression {
+        case sequence, entryHash = "entry_hash", time, keyId = "key_id", signature
+    }
+
     var sequence: Int64
     var entryHash: String
     /// Unix seconds (INTEGER).

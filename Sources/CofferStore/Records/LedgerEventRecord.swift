@@ -9,6 +9,11 @@ import GRDB
 struct LedgerEventRecord: ChainedRecord, Sendable {
     static let databaseTableName = "ledger_events"
 
+    /// The columns: the properties' coding keys.
+    enum CodingKeys: String, CodingKey, ColumnExpression {
+        case sequence, kind, rowSequence = "row_sequence", entryHash = "entry_hash"
+    }
+
     var sequence: Int64
     /// The raw ``LedgerEventKind``: an unknown value is a ``StoreError/invalidValue(column:value:)``.
     var kind: String
@@ -17,7 +22,7 @@ struct LedgerEventRecord: ChainedRecord, Sendable {
 
     /// The event, not yet joined with its row.
     func storedEvent() throws -> StoredEvent {
-        guard let kind = LedgerEventKind(rawValue: kind) else { throw StoreError.invalidValue(column: "kind", value: kind) }
+        guard let kind = LedgerEventKind(rawValue: kind) else { throw StoreError.invalidValue(column: CodingKeys.kind.name, value: kind) }
         return StoredEvent(sequence: sequence, kind: kind, row: rowSequence, entryHash: entryHash, entry: nil)
     }
 }

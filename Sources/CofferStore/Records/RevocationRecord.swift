@@ -6,9 +6,11 @@ import GRDB
 struct RevocationRecord: ChainedRecord, Sendable {
     static let databaseTableName = "revocations"
 
-    /// The columns queries name.
-    enum Columns {
-        static let redemptionId = Column("redemption_id")
+    /// The columns: the properties' coding keys.
+    typealias Columns = CodingKeys
+    enum CodingKeys: String, CodingKey, ColumnExpression {
+        case sequence, redemptionId = "redemption_id", transactionId = "transaction_id", revokedAt = "revoked_at", reason, source, reference
+        case recordedAt = "recorded_at", environment, replayKey = "replay_key"
     }
 
     /// Nil until inserted: SQLite assigns it (AUTOINCREMENT).
@@ -41,7 +43,7 @@ struct RevocationRecord: ChainedRecord, Sendable {
 
     /// The stored revocation.
     func revocation() throws -> Revocation {
-        guard let source = Revocation.Source(rawValue: source) else { throw StoreError.invalidValue(column: "source", value: source) }
+        guard let source = Revocation.Source(rawValue: source) else { throw StoreError.invalidValue(column: Columns.source.name, value: source) }
         return Revocation(
             sequence: sequence ?? 0, redemptionId: redemptionId, transactionId: transactionId, revokedAt: revokedAt, reason: reason, source: source,
             reference: reference, recordedAt: recordedAt, environment: environment, replayKey: replayKey)
