@@ -16,12 +16,12 @@ public struct SQLiteCatalogue: CatalogueRepository {
 
     /// The product with this id, if any.
     public func product(_ productId: String) async throws -> Product? {
-        try await db.pool.read { db in try ProductRecord.fetchOne(db, key: productId)?.product }
+        try await db.pool.read { db in try ProductRecord.fetchOne(db, key: productId)?.product() }
     }
 
     /// All products, sorted by product id.
     public func products() async throws -> [Product] {
-        try await db.pool.read { db in try ProductRecord.order(ProductRecord.Columns.productId).fetchAll(db).map(\.product) }
+        try await db.pool.read { db in try ProductRecord.order(ProductRecord.Columns.productId).fetchAll(db).map { try $0.product() } }
     }
 
     /// Deletes a product; returns whether one was deleted.

@@ -17,7 +17,7 @@ public struct SQLiteKeys: KeyRepository {
 
     /// The key with this secret hash, revoked or not (the caller checks `revokedAt`).
     public func key(secretHash: String) async throws -> APIKey? {
-        try await db.pool.read { db in try APIKeyRecord.filter(APIKeyRecord.Columns.secretHash == secretHash).fetchOne(db)?.key }
+        try await db.pool.read { db in try APIKeyRecord.filter(APIKeyRecord.Columns.secretHash == secretHash).fetchOne(db)?.key() }
     }
 
     /// Sets `revokedAt` on a live key; returns whether a row changed.

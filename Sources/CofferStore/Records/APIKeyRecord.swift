@@ -2,37 +2,37 @@ import CofferCore
 import Foundation
 import GRDB
 
-/// A row of `api_keys`.
-struct APIKeyRecord: FetchableRecord, PersistableRecord, Sendable {
+/// A row of `api_keys` (migration 0001).
+struct APIKeyRecord: CodableRecord, PersistableRecord, Sendable {
     static let databaseTableName = "api_keys"
 
-    /// The columns of `api_keys`.
-    enum Columns {
-        static let keyId = Column("key_id")
-        static let name = Column("name")
-        static let role = Column("role")
-        static let secretHash = Column("secret_hash")
-        static let createdAt = Column("created_at")
-        static let revokedAt = Column("revoked_at")
+    /// The columns: the properties' coding keys.
+    typealias Columns = CodingKeys
+    enum CodingKeys: String, CodingKey, ColumnExpression {
+        case keyId = "key_id", name, role, secretHash = "secret_hash", createdAt = "created_at", revokedAt = "revoked_at"
     }
 
-    var key: APIKey
+    var keyId: String
+    var name: String
+    /// The raw ``Role``.
+    var role: String
+    var secretHash: String
+    var createdAt: Date
+    var revokedAt: Date?
 
-    init(_ key: APIKey) { self.key = key }
-
-    init(row: Row) throws {
-        key = APIKey(
-            keyId: try row.decode(forColumn: Columns.keyId), name: try row.decode(forColumn: Columns.name),
-            role: try row.enumValue(Role.self, Columns.role), secretHash: try row.decode(forColumn: Columns.secretHash),
-            createdAt: try row.date(Columns.createdAt), revokedAt: try row.optionalDate(Columns.revokedAt))
+    /// The row for `key`.
+    init(_ key: APIKey) {
+        keyId = key.keyId
+        name = key.name
+        role = key.role.rawValue
+        secretHash = key.secretHash
+        createdAt = key.createdAt
+        revokedAt = key.revokedAt
     }
 
-    func encode(to container: inout PersistenceContainer) throws {
-        container[Columns.keyId] = key.keyId
-        container[Columns.name] = key.name
-        container[Columns.role] = key.role.rawValue
-        container[Columns.secretHash] = key.secretHash
-        container[Columns.createdAt] = key.createdAt.unixSeconds
-        container[Columns.revokedAt] = key.revokedAt?.unixSeconds
+    /// The stored key.
+    func key() throws -> APIKey {
+        guard let role = Role(rawValue: role) else { throw StoreError.invalidValue(column: Columns.role.name, value: role) }
+        return APIKey(keyId: keyId, name: name, role: role, secretHash: secretHash, createdAt: createdAt, revokedAt: revokedAt)
     }
 }

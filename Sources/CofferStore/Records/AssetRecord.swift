@@ -2,41 +2,38 @@ import CofferCore
 import Foundation
 import GRDB
 
-/// A row of `assets`: one version of one asset.
-struct AssetRecord: FetchableRecord, PersistableRecord, Sendable {
+/// A row of `assets` (migration 0001): one version of one asset.
+struct AssetRecord: CodableRecord, PersistableRecord, Sendable {
     static let databaseTableName = "assets"
 
-    /// The columns of `assets`.
-    enum Columns {
-        static let assetId = Column("asset_id")
-        static let version = Column("version")
-        static let name = Column("name")
-        static let contentType = Column("content_type")
-        static let size = Column("size")
-        static let sha256 = Column("sha256")
-        static let createdAt = Column("created_at")
+    /// The columns: the properties' coding keys.
+    typealias Columns = CodingKeys
+    enum CodingKeys: String, CodingKey, ColumnExpression {
+        case assetId = "asset_id", version, name, contentType = "content_type", size, sha256, createdAt = "created_at"
     }
 
-    var asset: Asset
+    var assetId: String
+    var version: Int
+    var name: String
+    var contentType: String
+    var size: Int64
+    var sha256: String
+    var createdAt: Date
 
-    init(_ asset: Asset) { self.asset = asset }
-
-    init(row: Row) throws {
-        asset = Asset(
-            assetId: try row.decode(forColumn: Columns.assetId), version: try row.decode(forColumn: Columns.version),
-            name: try row.decode(forColumn: Columns.name), contentType: try row.decode(forColumn: Columns.contentType),
-            size: try row.decode(forColumn: Columns.size), sha256: try row.decode(forColumn: Columns.sha256),
-            createdAt: try row.date(Columns.createdAt))
+    /// The row for `asset`.
+    init(_ asset: Asset) {
+        assetId = asset.assetId
+        version = asset.version
+        name = asset.name
+        contentType = asset.contentType
+        size = asset.size
+        sha256 = asset.sha256
+        createdAt = asset.createdAt
     }
 
-    func encode(to container: inout PersistenceContainer) throws {
-        container[Columns.assetId] = asset.assetId
-        container[Columns.version] = asset.version
-        container[Columns.name] = asset.name
-        container[Columns.contentType] = asset.contentType
-        container[Columns.size] = asset.size
-        container[Columns.sha256] = asset.sha256
-        container[Columns.createdAt] = asset.createdAt.unixSeconds
+    /// The stored asset.
+    var asset: Asset {
+        Asset(assetId: assetId, version: version, name: name, contentType: contentType, size: size, sha256: sha256, createdAt: createdAt)
     }
 }
 

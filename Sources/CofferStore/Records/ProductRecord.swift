@@ -2,45 +2,46 @@ import CofferCore
 import Foundation
 import GRDB
 
-/// A row of `products`.
-struct ProductRecord: FetchableRecord, PersistableRecord, Sendable {
+/// A row of `products` (migration 0001).
+struct ProductRecord: CodableRecord, PersistableRecord, Sendable {
     static let databaseTableName = "products"
 
-    /// The columns of `products`.
-    enum Columns {
-        static let productId = Column("product_id")
-        static let bundleId = Column("bundle_id")
-        static let type = Column("type")
-        static let assetIds = Column("asset_ids")
-        static let title = Column("title")
-        static let updatedAt = Column("updated_at")
+    /// The columns: the properties' coding keys.
+    typealias Columns = CodingKeys
+    enum CodingKeys: String, CodingKey, ColumnExpression {
+        case productId = "product_id", bundleId = "bundle_id", type, assetIds = "asset_ids", title, updatedAt = "updated_at"
     }
 
-    var product: Product
+    var productId: String
+    var bundleId: String
+    /// The raw ``ProductType``.
+    var type: String
+    /// The asset ids as a JSON array, in Foundation's `JSONEncoder` default form (as stored since
+    /// migration 0001). Converted by the record, not by GRDB's JSON column coding, so that a row
+    /// that is not such an array is a ``StoreError/invalidValue(column:value:)``, as before.
+    var assetIds: String
+    var title: String
+    var updatedAt: Date
 
-    init(_ product: Product) { self.product = product }
+    /// The row for `product`.
+    init(_ product: Product) throws {
+        productId = product.productId
+        bundleId = product.bundleId
+        type = product.type.rawValue
+        assetIds = String(decoding: try JSONEncoder().encode(product.assetIds), as: UTF8.self)
+        title = product.title
+        updatedAt = product.updatedAt
+    }
 
-    init(row: Row) throws {
-        let json = try row.decode(String.self, forColumn: Columns.assetIds)
-        let assetIds: [String]
+    /// The stored product.
+    func product() throws -> Product {
+        let ids: [String]
         do {
-            assetIds = try JSONDecoder().decode([String].self, from: Data(json.utf8))
+            ids = try JSONDecoder().decode([String].self, from: Data(assetIds.utf8))
         } catch {
-            throw StoreError.invalidValue(column: Columns.assetIds.name, value: json)
+            throw StoreError.invalidValue(column: Columns.assetIds.name, value: assetIds)
         }
-        product = Product(
-            productId: try row.decode(forColumn: Columns.productId), bundleId: try row.decode(forColumn: Columns.bundleId),
-            type: try row.enumValue(ProductType.self, Columns.type), assetIds: assetIds, title: try row.decode(forColumn: Columns.title),
-            updatedAt: try row.date(Columns.updatedAt))
-    }
-
-    func encode(to container: inout PersistenceContainer) throws {
-        let json = try JSONEncoder().encode(product.assetIds)
-        container[Columns.productId] = product.productId
-        container[Columns.bundleId] = product.bundleId
-        container[Columns.type] = product.type.rawValue
-        container[Columns.assetIds] = String(decoding: json, as: UTF8.self)
-        container[Columns.title] = product.title
-        container[Columns.updatedAt] = product.updatedAt.unixSeconds
+        guard let type = ProductType(rawValue: type) else { throw StoreError.invalidValue(column: Columns.type.name, value: type) }
+        return Product(productId: productId, bundleId: bundleId, type: type, assetIds: ids, title: title, updatedAt: updatedAt)
     }
 }
