@@ -3,6 +3,9 @@ import Foundation
 import GRDB
 
 /// A row of `attempts`: a refused redemption.
+///
+/// Mapped by hand, like ``RedemptionRecord`` and for the same reason: every refused redemption
+/// inserts one in the group-commit transaction, where GRDB's Codable coding costs more than this.
 struct AttemptRecord: FetchableRecord, PersistableRecord, Sendable {
     static let databaseTableName = "attempts"
 

@@ -2,8 +2,9 @@ import CofferCore
 import Foundation
 import GRDB
 
-// How the hand-mapped records (products, assets, redemptions, attempts, API keys) store their
-// values. Dates are REAL unix seconds, as every migration says; an enum is its raw value.
+// How the hand-mapped records (redemptions and attempts: see ``RedemptionRecord``) store their
+// values, as ``CodableRecord`` does: dates are REAL unix seconds, as every migration says; an
+// enum is its raw value.
 
 extension Date {
     /// The stored representation: unix seconds.
