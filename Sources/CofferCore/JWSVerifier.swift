@@ -69,27 +69,9 @@ extension AppStoreVerifier {
         evidence.environment = claimedEnvironment.flatMap(Environment.init(claim:))
         let validationTime = validateAt ?? Self.signedDate(signed) ?? now
 
-        // Header and chain, cached by the exact header bytes (alg + x5c).
-        let key = CacheKey([0x4A], jws.header)
-        let chain: ValidatedChain
-        if let hit = chains.cached(key, at: validationTime) {
-            chain = hit
-        } else {
-            chain = try await validateHeader(jws.header, at: validationTime)
-            chains.remember(chain, key: key)
-        }
+        let chain = try await signingChain(jws, at: validationTime)
         evidence.signing = SigningInfo(digest: "ES256", chain: chain.subjects, validatedAt: validationTime, anchorKind: chain.anchor.kind)
-
-        // ES256 signature: raw r ‖ s.
-        guard let signatureBytes = Base64.decode(bytes: jws.signature, url: true), signatureBytes.count == 64,
-            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
-        else { throw VerificationError(.signatureInvalid, "JWS signature is not a 64-byte ES256 signature") }
-        guard let key = P256.Signing.PublicKey(chain.leafKey) else {
-            throw VerificationError(.unsupportedAlgorithm, "signing certificate key is not P-256")
-        }
-        guard key.isValidSignature(signature, for: SHA256.hash(data: jws.signingInput)) else {
-            throw VerificationError(.signatureInvalid, "JWS signature does not verify with \(chain.subjects.first ?? "the signer")")
-        }
+        try Self.checkSignature(jws, chain: chain)
 
         // Policy: bundle, app Apple ID, environment.
         try checkApp(signed)
@@ -116,6 +98,33 @@ extension AppStoreVerifier {
                 }
             }
             evidence.signed = .notification(notification)
+        }
+    }
+
+    /// The header's certificate chain, validated at `validationTime` and cached by the exact
+    /// header bytes (alg + x5c).
+    private func signingChain(_ jws: CompactJWS, at validationTime: Date) async throws(VerificationError) -> ValidatedChain {
+        let key = CacheKey([0x4A], jws.header)
+        let chain: ValidatedChain
+        if let hit = chains.cached(key, at: validationTime) {
+            chain = hit
+        } else {
+            chain = try await validateHeader(jws.header, at: validationTime)
+            chains.remember(chain, key: key)
+        }
+        return chain
+    }
+
+    /// The ES256 signature (raw r ‖ s) over the signing input, checked with the leaf's key.
+    private static func checkSignature(_ jws: CompactJWS, chain: ValidatedChain) throws(VerificationError) {
+        guard let signatureBytes = Base64.decode(bytes: jws.signature, url: true), signatureBytes.count == 64,
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
+        else { throw VerificationError(.signatureInvalid, "JWS signature is not a 64-byte ES256 signature") }
+        guard let key = P256.Signing.PublicKey(chain.leafKey) else {
+            throw VerificationError(.unsupportedAlgorithm, "signing certificate key is not P-256")
+        }
+        guard key.isValidSignature(signature, for: SHA256.hash(data: jws.signingInput)) else {
+            throw VerificationError(.signatureInvalid, "JWS signature does not verify with \(chain.subjects.first ?? "the signer")")
         }
     }
 

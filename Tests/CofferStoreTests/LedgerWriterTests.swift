@@ -34,7 +34,8 @@ struct LedgerWriterTests {
             #expect(committed == outcomes.filter { $0 }.count, "every answered insert is committed, no other")
             await #expect(throws: StoreError.closed) { _ = try await ledger.insert(makeRedemption("late")) }
             await #expect(throws: StoreError.closed) { try await ledger.record(makeAttempt(code: "x", transactionId: "late")) }
-            #expect(StoreError.closed is any StorageFailure)
+            let closed: any Error = StoreError.closed
+            #expect(closed is any StorageFailure)
             // Finishing twice is harmless.
             await ledger.finishWrites()
         }
