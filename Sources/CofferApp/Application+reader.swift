@@ -1,4 +1,5 @@
 import CofferCore
+import CofferPostgres
 import CofferServer
 import Configuration
 import Hummingbird
@@ -15,25 +16,40 @@ public func buildApplication(reader: ConfigReader, logger: Logger) async throws 
 }
 
 /// The server for a complete `configuration` (its ``CofferServer/CofferConfiguration/anchors``
-/// set): opens the data directory (``SQLiteStorage``), lets `prepare` fill it before anything
-/// is served (`coffer serve --demo` loads its catalogue there), and builds the application,
-/// which closes the storage when it stops (``StorageService``).
+/// set): opens its storage (``SQLiteStorage`` in the data directory, or ``PostgresStorage`` when
+/// a database URL is configured), lets `prepare` fill it before anything is served
+/// (`coffer serve --demo` loads its catalogue there), and builds the application, which closes
+/// the storage when it stops (``StorageService``).
 public func buildApplication(
-    _ configuration: CofferConfiguration, logger: Logger, prepare: (SQLiteStorage) async throws -> Void = { _ in }
+    _ configuration: CofferConfiguration, logger: Logger, prepare: (any CofferStorage) async throws -> Void = { _ in }
 ) async throws -> some ApplicationProtocol {
-    let storage: SQLiteStorage
-    do { storage = try await SQLiteStorage.open(configuration, logger: logger) } catch {
-        throw StorageOpenError(dataDirectory: configuration.dataDirectory, underlying: error)
+    let storage = try await openStorage(configuration, logger: logger)
+    do { try await prepare(storage) } catch {
+        try? await storage.close()
+        throw error
     }
-    try await prepare(storage)
     logger.info(
         "Coffer listening",
         metadata: [
             "address": "\(configuration.host):\(configuration.port)", "data": "\(configuration.dataDirectory)",
-            "bundleIds": "\(configuration.bundleIds.sorted())",
+            "database": "\(storage.databaseDescription)", "bundleIds": "\(configuration.bundleIds.sorted())",
             "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
         ])
     return buildApplication(
         configuration, dependencies: storage.dependencies, services: [StorageService(storage, logger: logger), LedgerWriterService(storage)],
         logger: logger)
+}
+
+/// Opens the configured storage; a failure names what could not be opened (``StorageOpenError``).
+public func openStorage(_ configuration: CofferConfiguration, logger: Logger) async throws -> any CofferStorage {
+    guard let text = configuration.databaseURL else {
+        do { return try await SQLiteStorage.open(configuration, logger: logger) } catch {
+            throw StorageOpenError(what: "data directory \(configuration.dataDirectory)", underlying: error)
+        }
+    }
+    let url: PostgresURL
+    do { url = try PostgresURL(text) } catch { throw StorageOpenError(what: "the database URL", underlying: error) }
+    do { return try await PostgresStorage.open(configuration, url: url, logger: logger) } catch {
+        throw StorageOpenError(what: "database \(url)", underlying: error)
+    }
 }

@@ -4,12 +4,12 @@ import ServiceLifecycle
 /// finishes the queued ones, after the HTTP server stopped and before ``StorageService``
 /// closes the database (the order ``buildApplication`` gives the service group).
 public struct LedgerWriterService: Service {
-    let storage: SQLiteStorage
+    let storage: any CofferStorage
 
-    public init(_ storage: SQLiteStorage) { self.storage = storage }
+    public init(_ storage: any CofferStorage) { self.storage = storage }
 
     public func run() async throws {
         try? await gracefulShutdown()
-        await storage.ledger.finishWrites()
+        await storage.finishWrites()
     }
 }

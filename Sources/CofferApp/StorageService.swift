@@ -6,10 +6,10 @@ import ServiceLifecycle
 /// the checkpoint service (the last checkpoint signed). Then the ledger's queued writes are
 /// finished and the database is closed.
 public struct StorageService: Service {
-    let storage: SQLiteStorage
+    let storage: any CofferStorage
     let logger: Logger
 
-    public init(_ storage: SQLiteStorage, logger: Logger) {
+    public init(_ storage: any CofferStorage, logger: Logger) {
         self.storage = storage
         self.logger = logger
     }
@@ -18,6 +18,6 @@ public struct StorageService: Service {
         // Returns when graceful shutdown begins for this service; throws when the group is
         // cancelled instead. The storage is closed either way.
         try? await gracefulShutdown()
-        do { try storage.close() } catch { logger.error("closing the database failed", metadata: ["error": "\(error)"]) }
+        do { try await storage.close() } catch { logger.error("closing the database failed", metadata: ["error": "\(error)"]) }
     }
 }

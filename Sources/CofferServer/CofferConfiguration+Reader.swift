@@ -74,6 +74,9 @@ extension CofferConfiguration {
             try await reader.integer(.checkpointInterval, in: 1...86400) { _ in "checkpoint-interval must be 1–86400 seconds" }.map(Int64.init)
             ?? checkpointIntervalSeconds
         ledgerKeyFile = try await reader.string(.ledgerKey)
+        databaseURL = try await reader.string(.database)
+        databasePoolSize =
+            try await reader.integer(.databasePoolSize, in: 1...1000) { _ in "database-pool-size must be 1–1000 connections" } ?? databasePoolSize
         roots = try await reader.list(.roots) ?? []
         environments = try await reader.list(.environments) ?? []
     }

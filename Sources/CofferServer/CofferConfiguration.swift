@@ -72,6 +72,12 @@ public struct CofferConfiguration: Sendable {
     /// that whoever copies the database cannot re-sign a rewritten history. Nil: systemd's
     /// `$CREDENTIALS_DIRECTORY/ledger-signing.key` when present, else `DATA/keys/ledger-signing.key`.
     public var ledgerKeyFile: String?
+    /// Where the catalogue, ledger, keys and admin log live: a PostgreSQL URL
+    /// (`postgres://…`), shared by several instances; nil: SQLite in the data directory.
+    /// Holds a password: never logged or printed whole.
+    public var databaseURL: String?
+    /// Connections each instance opens to the database at most.
+    public var databasePoolSize = 10
 
     public init() {}
 }

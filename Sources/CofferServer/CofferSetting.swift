@@ -61,6 +61,10 @@ public struct CofferSetting: Sendable, Hashable {
         "checkpointInterval", .integer, flag: "--checkpoint-interval", environment: "COFFER_CHECKPOINT_INTERVAL")
     public static let ledgerKey = Self("ledgerKey", .string, flag: "--ledger-key", environment: "COFFER_LEDGER_KEY")
     public static let trustedProxies = Self("trustedProxies", .list, flag: "--trusted-proxy", environment: "COFFER_TRUSTED_PROXIES")
+    /// The shared database's URL (it may hold a password: read as a secret, printed redacted).
+    public static let database = Self("database", .string, flag: "--database", environment: "COFFER_DATABASE_URL", isSecret: true)
+    public static let databasePoolSize = Self(
+        "databasePoolSize", .integer, flag: "--database-pool-size", environment: "COFFER_DATABASE_POOL_SIZE")
     /// The download-token HMAC key: environment only, a secret.
     public static let tokenKey = Self("tokenKey", .string, flag: nil, environment: "COFFER_TOKEN_KEY", inConfigFile: false, isSecret: true)
     /// The config file's own path.
@@ -70,7 +74,7 @@ public struct CofferSetting: Sendable, Hashable {
     public static let all: [CofferSetting] = [
         host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
         rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
-        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, trustedProxies, tokenKey, config,
+        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, trustedProxies, tokenKey, config,
     ]
 
     /// The keys a config file may hold.

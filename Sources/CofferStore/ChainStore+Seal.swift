@@ -9,26 +9,13 @@ extension ChainStore {
         try CheckpointRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM ledger_head WHERE id = 1"))?.checkpoint
     }
 
-    /// Throws unless the chain ends exactly where the seal says, under `policy`'s key. A chain
-    /// with no seal yet (written before migration 0003) passes when a checkpoint of this key
-    /// covers its head exactly (it was shut down cleanly).
+    /// Throws unless the chain ends exactly where the seal says, under `policy`'s key (the
+    /// rules: ``CofferCore/CheckpointPolicy/verifySeal(_:headSequence:headHash:covering:)``).
     static func checkSeal(_ db: Database, policy: CheckpointPolicy) throws {
         let head = try head(db)
-        guard let sealed = try sealedHead(db) else {
-            guard head.sequence > 0 else { return }
-            let covering = try CheckpointRecord.fetchOne(db, key: head.sequence)?.checkpoint
-            guard let covering, covering.entryHash == head.hash.hexString, covering.isSigned(by: policy.signer.publicKey) else {
-                throw LedgerIntegrityError.unsealed(head: head.sequence)
-            }
-            return
-        }
-        if policy.lastSeal.withLock({ $0 }) != sealed.signature {
-            guard sealed.isSigned(by: policy.signer.publicKey) else { throw LedgerIntegrityError.sealNotSigned(keyId: policy.signer.keyId) }
-            policy.lastSeal.withLock { $0 = sealed.signature }
-        }
-        guard sealed.sequence == head.sequence, sealed.entryHash == head.hash.hexString else {
-            throw LedgerIntegrityError.sealMismatch(sealed: sealed.sequence, actual: head.sequence)
-        }
+        let sealed = try sealedHead(db)
+        let covering = sealed == nil && head.sequence > 0 ? try CheckpointRecord.fetchOne(db, key: head.sequence)?.checkpoint : nil
+        try policy.verifySeal(sealed, headSequence: head.sequence, headHash: head.hash.hexString, covering: covering)
     }
 
     /// Signs the chain's current head and stores it as the seal (one row, rewritten).
@@ -39,7 +26,7 @@ extension ChainStore {
     static func seal(_ db: Database, policy: CheckpointPolicy, now: Date) throws {
         let head = try head(db)
         guard head.sequence > 0 else { return }
-        let sealed = try policy.signer.checkpoint(sequence: head.sequence, entryHash: head.hash.hexString, time: Int64(now.timeIntervalSince1970))
+        let sealed = try policy.seal(headSequence: head.sequence, headHash: head.hash.hexString, now: now)
         try db.cachedStatement(
             sql: """
                 INSERT INTO ledger_head (id, sequence, entry_hash, time, key_id, signature) VALUES (1, ?, ?, ?, ?, ?)
@@ -47,7 +34,6 @@ extension ChainStore {
                   key_id = excluded.key_id, signature = excluded.signature
                 """
         ).execute(arguments: [sealed.sequence, sealed.entryHash, sealed.time, sealed.keyId, sealed.signature])
-        policy.lastSeal.withLock { $0 = sealed.signature }
     }
 
     /// Runs `body`, which appends, between a seal check and a new seal, in the caller's

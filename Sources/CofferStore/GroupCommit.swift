@@ -1,7 +1,6 @@
 import CofferCore
 import Foundation
 import GRDB
-import Synchronization
 
 /// Group commit for the ledger: the redemptions and attempts that arrive while a transaction
 /// is being written wait, then go together into the next transaction — one fsync for many
@@ -9,106 +8,38 @@ import Synchronization
 /// row has committed (`synchronous = FULL`: on disk), and each row sits in its own savepoint,
 /// so a replay (UNIQUE violation) or a failing row does not affect the others in its batch.
 final class GroupCommitter: Sendable {
-    enum Job: Sendable {
-        /// A redemption, and the attempt to record instead if it is a replay.
-        case redemption(Redemption, InsertRefusals?, CheckedContinuation<LedgerInsertOutcome, any Error>)
-        case attempt(RejectedAttempt, CheckedContinuation<Void, any Error>?)
-    }
-
-    struct Queue {
-        var jobs: [Job] = []
-        var draining = false
-        /// Set by ``finish()``: new jobs are refused (503), the queued ones are written.
-        var finished = false
-        /// ``finish()`` callers waiting for the queue to empty.
-        var idle: [CheckedContinuation<Void, Never>] = []
-    }
+    typealias Job = LedgerWriteJob
+    typealias Result = LedgerWriteJob.Result
 
     /// Rows per transaction at most (a bound on the latency one batch adds).
     static let maxBatch = 512
 
     private let db: CofferDatabase
     private let checkpoints: CheckpointPolicy?
-    private let queue = Mutex(Queue())
+    private let queue: GroupCommitQueue<Job>
 
     init(db: CofferDatabase, checkpoints: CheckpointPolicy?) {
         self.db = db
         self.checkpoints = checkpoints
+        self.queue = GroupCommitQueue(
+            maxBatch: Self.maxBatch, write: { batch in await Self.write(batch, db: db, checkpoints: checkpoints) }, refuse: Self.refuse)
     }
 
     func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome {
-        try await withCheckedThrowingContinuation { submit(.redemption(redemption, refusals, $0)) }
+        try await withCheckedThrowingContinuation { queue.submit(.redemption(redemption, refusals, $0)) }
     }
 
     func record(_ attempt: RejectedAttempt) async throws {
-        try await withCheckedThrowingContinuation { submit(.attempt(attempt, $0)) }
+        try await withCheckedThrowingContinuation { queue.submit(.attempt(attempt, $0)) }
     }
 
-    /// Queues a job; the first job into an idle queue starts the drainer. After ``finish()``
-    /// the job is refused with ``StoreError/closed``.
-    private func submit(_ job: Job) {
-        enum Next { case start, queued, refused }
-        let next = queue.withLock { q -> Next in
-            guard !q.finished else { return .refused }
-            q.jobs.append(job)
-            guard !q.draining else { return .queued }
-            q.draining = true
-            return .start
-        }
-        switch next {
-        case .start: Task.detached { await self.drain() }
-        case .queued: break
-        case .refused:
-            switch job {
-            case .redemption(_, _, let continuation): continuation.resume(throwing: StoreError.closed)
-            case .attempt(_, let continuation): continuation?.resume(throwing: StoreError.closed)
-            }
-        }
-    }
+    /// Stops taking jobs (later ones get ``StoreError/closed``) and returns once every queued
+    /// one is written (at shutdown, before the database closes).
+    func finish() async { await queue.finish() }
 
-    /// Stops taking jobs and returns once every queued one is written (at shutdown, before the
-    /// database closes).
-    func finish() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let idle = queue.withLock { q -> Bool in
-                q.finished = true
-                guard q.draining else { return true }
-                q.idle.append(continuation)
-                return false
-            }
-            if idle { continuation.resume() }
-        }
-    }
+    private static func refuse(_ job: Job) { job.fail(StoreError.closed) }
 
-    /// Writes batches until the queue is empty. Only one drainer runs at a time.
-    private func drain() async {
-        while true {
-            let (batch, idle) = queue.withLock { q -> ([Job], [CheckedContinuation<Void, Never>]) in
-                let batch = Array(q.jobs.prefix(Self.maxBatch))
-                q.jobs.removeFirst(batch.count)
-                guard batch.isEmpty else { return (batch, []) }
-                q.draining = false
-                defer { q.idle = [] }
-                return (batch, q.idle)
-            }
-            if batch.isEmpty {
-                for waiter in idle { waiter.resume() }
-                return
-            }
-            await write(batch)
-        }
-    }
-
-    private enum Result: Sendable {
-        case inserted(Redemption)
-        case alreadyRedeemed
-        case revoked(Revocation)
-        case recorded
-        case failed(any Error)
-    }
-
-    private func write(_ batch: [Job]) async {
-        let checkpoints = self.checkpoints
+    private static func write(_ batch: [Job], db: CofferDatabase, checkpoints: CheckpointPolicy?) async {
         let results: [Result]
         do {
             results = try await db.pool.write { db -> [Result] in
@@ -133,25 +64,10 @@ final class GroupCommitter: Sendable {
             }
         } catch {
             // The transaction did not commit: nobody's row is durable.
-            for job in batch {
-                switch job {
-                case .redemption(_, _, let c): c.resume(throwing: error)
-                case .attempt(_, let c): c?.resume(throwing: error)
-                }
-            }
+            for job in batch { job.fail(error) }
             return
         }
-        for (job, result) in zip(batch, results) {
-            switch (job, result) {
-            case (.redemption(_, _, let c), .inserted(let row)): c.resume(returning: .inserted(row))
-            case (.redemption(_, _, let c), .alreadyRedeemed): c.resume(returning: .alreadyRedeemed)
-            case (.redemption(_, _, let c), .revoked(let revocation)): c.resume(returning: .revoked(revocation))
-            case (.redemption(_, _, let c), .failed(let error)): c.resume(throwing: error)
-            case (.attempt(_, let c), .failed(let error)): c?.resume(throwing: error)
-            case (.attempt(_, let c), _): c?.resume()
-            case (.redemption(_, _, let c), .recorded): c.resume(throwing: StoreError.invalidValue(column: "ledger", value: "no outcome"))
-            }
-        }
+        for (job, result) in zip(batch, results) { job.answer(result) }
     }
 
     /// One row and its chain event, inside the batch's transaction.

@@ -16,12 +16,7 @@ public struct SQLiteAdminLog: AdminLogRepository {
     }
 
     public func record(_ a: AdminAction) async throws {
-        var action = a
-        action.keyName = LedgerText.escaped(a.keyName, maxBytes: 128)
-        action.target = LedgerText.escaped(a.target, maxBytes: 512)
-        action.detail = LedgerText.escaped(a.detail, maxBytes: 1024)
-        action.action = LedgerText.escaped(a.action, maxBytes: 64)
-        let stored = action
+        let stored = AdminAction.escapedForLedger(a)
         try await db.pool.write { [checkpoints] db in
             _ = try ChainStore.sealed(db, policy: checkpoints, now: stored.at) { try ChainStore.insert(db, stored, policy: checkpoints) }
         }

@@ -6,11 +6,7 @@ import Foundation
 extension InMemoryLedger: AdminLogRepository {
     /// Records an action with its text fields escaped and capped as the SQLite admin log does.
     public func record(_ a: AdminAction) throws {
-        var action = a
-        action.keyName = LedgerText.escaped(a.keyName, maxBytes: 128)
-        action.target = LedgerText.escaped(a.target, maxBytes: 512)
-        action.detail = LedgerText.escaped(a.detail, maxBytes: 1024)
-        action.action = LedgerText.escaped(a.action, maxBytes: 64)
+        var action = AdminAction.escapedForLedger(a)
         action.sequence = Int64(adminRows.count + 1)
         let stored = action
         try sealed(now: a.at) {

@@ -59,7 +59,7 @@ enum Demo {
     /// Keys made before the file existed (by an older Coffer, or if the file was deleted) cannot
     /// be found again — only their hashes are stored — so they are not revoked here: `reused`
     /// says the data directory was used before, and then a warning says so.
-    static func demoKeys(_ services: SQLiteStorage, reused: Bool, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
+    static func demoKeys(_ services: any CofferStorage, reused: Bool, logger: Logger) async throws -> (keys: DemoKeys, created: Bool) {
         let path = DataDirectory(services.configuration.dataDirectory).sandbox.demoKeys
         var saved: DemoKeys?
         if FileManager.default.fileExists(atPath: path) {
@@ -70,16 +70,18 @@ enum Demo {
                 "\(path) is missing: creating new demo keys; demo keys printed by earlier runs stay valid until revoked (coffer keys revoke)")
         }
         func live(_ secret: String?, _ role: Role) async throws -> APIKey? {
-            guard let secret, let key = try await services.keys.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else { return nil }
+            guard let secret, let key = try await services.keyRepository.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else {
+                return nil
+            }
             return key.role == role ? key : nil
         }
         func kept(_ secret: String?, _ role: Role, name: String) async throws -> (String, Bool) {
             if let secret, try await live(secret, role) != nil { return (secret, false) }
             // A saved secret of the wrong role (an edited file) must not stay live unnoticed.
-            if let secret, let key = try await services.keys.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil {
-                _ = try await services.keys.revoke(keyId: key.keyId, at: Date())
+            if let secret, let key = try await services.keyRepository.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil {
+                _ = try await services.keyRepository.revoke(keyId: key.keyId, at: Date())
             }
-            return (try await APIKeys.create(role: role, name: name, in: services.keys, now: Date()), true)
+            return (try await APIKeys.create(role: role, name: name, in: services.keyRepository, now: Date()), true)
         }
         let (admin, newAdmin) = try await kept(saved?.admin, .admin, name: "demo admin")
         let (auditor, newAuditor) = try await kept(saved?.auditor, .auditor, name: "demo auditor")
@@ -105,7 +107,7 @@ enum Demo {
         }
     }
 
-    static func prepare(_ services: SQLiteStorage, contentDirectory: String, logger: Logger) async throws {
+    static func prepare(_ services: any CofferStorage, contentDirectory: String, logger: Logger) async throws {
         let manifestPath = (contentDirectory as NSString).appendingPathComponent("manifest.json")
         let manifest: Manifest
         do { manifest = try JSONDecoder().decode(Manifest.self, from: Data(try IO.read(manifestPath))) } catch {

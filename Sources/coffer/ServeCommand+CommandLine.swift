@@ -15,14 +15,14 @@ extension ServeCommand {
     var commandLine: InMemoryProvider {
         let strings: [(CofferSetting, String?)] = [
             (.host, host), (.dataDirectory, dataDir), (.config, config), (.logLevel, logLevel), (.accelRedirect, accelRedirect),
-            (.ledgerKey, ledgerKey),
+            (.ledgerKey, ledgerKey), (.database, database),
         ]
         let integers: [(CofferSetting, Int?)] = [
             (.port, port), (.appAppleId, appAppleId), (.tokenTTL, tokenTTL), (.uploadLimit, uploadLimit), (.rateRedemptions, rateRedemptions),
             (.rateRedemptionBurst, rateRedemptionBurst), (.rateAuthFailures, rateAuthFailures), (.rateNotifications, rateNotifications),
             (.rateNotificationBurst, rateNotificationBurst), (.downloadStallTimeout, downloadStallTimeout),
             (.downloadsPerAddress, downloadsPerAddress), (.bodyBudget, bodyBudget), (.checkpointEvery, checkpointEvery),
-            (.checkpointInterval, checkpointInterval),
+            (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize),
         ]
         let lists: [(CofferSetting, [String])] = [
             (.bundleIds, bundleIds), (.roots, trust.roots), (.environments, trust.environments), (.trustedProxies, trustedProxies),

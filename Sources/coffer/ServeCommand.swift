@@ -1,6 +1,7 @@
 import ArgumentParser
 import CofferApp
 import CofferCore
+import CofferPostgres
 import CofferSandbox
 import CofferServer
 import CofferStore
@@ -57,6 +58,13 @@ struct ServeCommand: AsyncParsableCommand {
             "Ledger checkpoint signing key file kept outside the data directory (coffer ledger keygen). Default: $CREDENTIALS_DIRECTORY/ledger-signing.key when present, else DATA/keys/ledger-signing.key."
     )
     var ledgerKey: String?
+    @Option(
+        help:
+            "PostgreSQL URL postgres://USER[:PASS]@HOST[:PORT]/DB[?sslmode=…] shared by several instances (prefer COFFER_DATABASE_URL: a password on the command line shows in process listings). Default: SQLite in the data directory."
+    )
+    var database: String?
+    @Option(name: .customLong("database-pool-size"), help: "Connections to PostgreSQL per instance at most. Default: 10.")
+    var databasePoolSize: Int?
     @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
     @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
     var printConfig = false
@@ -111,6 +119,9 @@ extension ServeCommand {
         var bodyBudget: Int
         var accelRedirect: String?
         var ledgerKey: String?
+        /// The database URL with its password replaced by `***`.
+        var database: String?
+        var databasePoolSize: Int
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -123,8 +134,8 @@ extension ServeCommand {
             rateRedemptions: c.redemptionsPerMinute, rateRedemptionBurst: c.redemptionBurst, rateAuthFailures: c.authFailuresPerMinute,
             rateNotifications: c.notificationsPerMinute, rateNotificationBurst: c.notificationBurst,
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
-            accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile,
-            tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
+            accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },
+            databasePoolSize: c.databasePoolSize, tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         print(String(decoding: try encoder.encode(resolved), as: UTF8.self))

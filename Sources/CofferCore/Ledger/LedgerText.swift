@@ -67,3 +67,16 @@ public enum LedgerText {
     /// The byte budget of a refusal's `detail`.
     public static let maxDetailBytes = 512
 }
+
+extension AdminAction {
+    /// The action as every admin log stores it: each text field escaped and capped
+    /// (``LedgerText/escaped(_:maxBytes:)``), so no control character or oversized value reaches the chain.
+    public static func escapedForLedger(_ a: AdminAction) -> AdminAction {
+        var action = a
+        action.keyName = LedgerText.escaped(a.keyName, maxBytes: 128)
+        action.target = LedgerText.escaped(a.target, maxBytes: 512)
+        action.detail = LedgerText.escaped(a.detail, maxBytes: 1024)
+        action.action = LedgerText.escaped(a.action, maxBytes: 64)
+        return action
+    }
+}

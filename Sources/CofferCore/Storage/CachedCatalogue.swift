@@ -7,17 +7,37 @@ import Synchronization
 /// only if no write happened while it was reading (a generation counter), so a slow read
 /// can never re-insert a value older than a write. Lists (`products()`, `assets()`) always
 /// read the store; unknown ids are not cached (they cannot fill memory).
+///
+/// When other processes write the same store (instances sharing one database), `maxAge`
+/// bounds how long a cached entry is served: their changes are seen here within that time.
 public final class CachedCatalogue: CatalogueRepository {
     struct State {
         var generation: UInt64 = 0
-        var products: [String: Product] = [:]
-        var assets: [String: Asset] = [:]
+        var products: [String: Entry<Product>] = [:]
+        var assets: [String: Entry<Asset>] = [:]
+    }
+
+    struct Entry<Value: Sendable>: Sendable {
+        var value: Value
+        var filled: ContinuousClock.Instant
     }
 
     private let store: any CatalogueRepository
+    private let maxAge: Duration?
     private let state = Mutex(State())
 
-    public init(_ store: any CatalogueRepository) { self.store = store }
+    /// `maxAge` nil: entries stay until this process changes them (the only writer).
+    public init(_ store: any CatalogueRepository, maxAge: Duration? = nil) {
+        self.store = store
+        self.maxAge = maxAge
+    }
+
+    /// The entry's value while it is fresh.
+    private func fresh<V>(_ entry: Entry<V>?) -> V? {
+        guard let entry else { return nil }
+        if let maxAge, entry.filled.duration(to: .now) > maxAge { return nil }
+        return entry.value
+    }
 
     private func invalidate(_ change: (inout State) -> Void) {
         state.withLock { s in
@@ -41,7 +61,9 @@ public final class CachedCatalogue: CatalogueRepository {
     }
 
     public func product(_ productId: String) async throws -> Product? {
-        try await read({ $0.products[productId] }, load: { try await store.product(productId) }, fill: { $0.products[productId] = $1 })
+        try await read(
+            { fresh($0.products[productId]) }, load: { try await store.product(productId) },
+            fill: { $0.products[productId] = Entry(value: $1, filled: .now) })
     }
 
     public func products() async throws -> [Product] { try await store.products() }
@@ -57,7 +79,8 @@ public final class CachedCatalogue: CatalogueRepository {
     }
 
     public func asset(_ assetId: String) async throws -> Asset? {
-        try await read({ $0.assets[assetId] }, load: { try await store.asset(assetId) }, fill: { $0.assets[assetId] = $1 })
+        try await read(
+            { fresh($0.assets[assetId]) }, load: { try await store.asset(assetId) }, fill: { $0.assets[assetId] = Entry(value: $1, filled: .now) })
     }
 
     public func assets() async throws -> [Asset] { try await store.assets() }

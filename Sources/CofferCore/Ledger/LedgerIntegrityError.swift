@@ -21,3 +21,7 @@ public enum LedgerIntegrityError: Error, Sendable, CustomStringConvertible {
         }
     }
 }
+
+/// A write the seal refuses is a storage failure: 503 `storageUnavailable` with `Retry-After`,
+/// the seal's state in the log (the operator must act; the client learns only that it failed).
+extension LedgerIntegrityError: StorageFailure {}

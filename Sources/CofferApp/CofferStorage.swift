@@ -1,0 +1,71 @@
+import CofferCore
+import CofferServer
+import CofferStore
+import Foundation
+import Logging
+
+/// The storage one deployment serves from: SQLite in the data directory (``SQLiteStorage``)
+/// or a PostgreSQL database shared by several instances (``PostgresStorage``). Either way the
+/// data directory holds the content, the download-token keys and the ledger signing key.
+public protocol CofferStorage: Sendable {
+    var configuration: CofferConfiguration { get }
+    /// The catalogue (the demo fills it), read through a cache.
+    var catalogue: CachedCatalogue { get }
+    var keyRepository: any KeyRepository { get }
+    var content: LocalContentStore { get }
+    /// What the HTTP layer is built over.
+    var dependencies: ServerDependencies { get }
+    /// Stops taking ledger writes and returns once the queued ones are committed (at shutdown).
+    func finishWrites() async
+    /// Closes the database (after the server stopped and signed its last checkpoint).
+    func close() async throws
+    /// Where the ledger is, for the log: "SQLite in the data directory" or the redacted URL.
+    var databaseDescription: String { get }
+}
+
+/// What every deployment keeps in its data directory, opened and checked.
+struct LocalFiles {
+    var content: LocalContentStore
+    var tokens: TokenSigner
+    var ledgerSigner: LedgerSigner
+
+    /// Creates the data directory (0700) when needed, removes partial uploads an earlier run
+    /// left, and loads (or creates) the token keys and the ledger signing key.
+    static func open(_ configuration: CofferConfiguration, logger: Logger) throws -> LocalFiles {
+        let directory = DataDirectory(configuration.dataDirectory)
+        try FileManager.default.createDirectory(atPath: directory.path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let content = try LocalContentStore(root: directory.content)
+        let cleaned = try content.cleanTemporaryFiles()
+        if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
+        let tokens = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)
+        let ledgerKey = try LedgerKeyFile.resolve(dataDirectory: configuration.dataDirectory, configured: configuration.ledgerKeyFile)
+        if ledgerKey.insideDataDirectory {
+            logger.notice(
+                "the ledger signing key is in the data directory: whoever copies it can re-sign a rewritten ledger; keep it apart with --ledger-key",
+                metadata: ["path": "\(ledgerKey.path)"])
+        }
+        return LocalFiles(content: content, tokens: tokens, ledgerSigner: ledgerKey.signer)
+    }
+}
+
+/// The start-up checks every ledger passes before the server appends to it.
+protocol StartupCheckedLedger: Sendable {
+    func unchainedRows(limit: Int) async throws -> [(kind: LedgerEventKind, row: Int64)]
+    func schemaProblems() async throws -> [String]
+    func checkSeal(now: Date) async throws
+}
+
+extension StartupCheckedLedger {
+    /// Start-up never chains a row it did not write: a row outside the chain is either from an
+    /// older Coffer (adopt it on purpose) or was inserted behind the server's back. Nor does it
+    /// open a ledger whose schema or seal was altered.
+    func checkStartup() async throws {
+        let unchained = try await unchainedRows(limit: 10)
+        if !unchained.isEmpty { throw LedgerStartupError.unchainedRows(unchained) }
+        let altered = try await schemaProblems()
+        if !altered.isEmpty { throw LedgerStartupError.schemaAltered(altered) }
+        do { try await checkSeal(now: Date()) } catch let error as LedgerIntegrityError { throw LedgerStartupError.sealBroken(error) }
+    }
+}
+
+extension SQLiteLedger: StartupCheckedLedger {}

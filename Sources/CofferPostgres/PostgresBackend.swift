@@ -1,0 +1,121 @@
+import CofferCore
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The connection pool to one PostgreSQL database, shared by every repository of this module.
+/// It runs the pool (``PostgresClient/run()``) from ``open(_:poolSize:logger:)`` until ``close()``,
+/// applies the embedded migrations, and runs transactions whose failures are storage failures
+/// (503 `storageUnavailable`), never bare errors of the driver.
+public final class PostgresBackend: Sendable {
+    let client: PostgresClient
+    let logger: Logger
+    public let url: PostgresURL
+    private let running: Task<Void, Never>
+
+    private init(client: PostgresClient, url: PostgresURL, logger: Logger) {
+        self.client = client
+        self.url = url
+        self.logger = logger
+        self.running = Task { await client.run() }
+    }
+
+    /// Connects (at most `poolSize` connections) and checks the server answers.
+    public static func open(_ url: PostgresURL, poolSize: Int, logger: Logger) async throws -> PostgresBackend {
+        let backend = PostgresBackend(
+            client: PostgresClient(configuration: try url.clientConfiguration(poolSize: poolSize), backgroundLogger: logger), url: url,
+            logger: logger)
+        do {
+            try await backend.read { connection in
+                let rows = try await connection.query("SELECT current_setting('synchronous_commit')", logger: backend.logger)
+                for try await setting in rows.decode(String.self) where setting == "off" {
+                    backend.logger.warning("synchronous_commit is off on the database: a 201 may be lost if the database server crashes")
+                }
+            }
+        } catch {
+            await backend.close()
+            throw error
+        }
+        return backend
+    }
+
+    /// Closes every connection.
+    public func close() async {
+        running.cancel()
+        await running.value
+    }
+
+    /// Runs `body` on a leased connection (reads).
+    func read<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await client.withConnection { connection in try await body(connection) }
+        } catch {
+            throw PostgresStoreError.wrapping(error)
+        }
+    }
+
+    /// Runs `body` in one transaction (READ COMMITTED unless `isolation` says otherwise):
+    /// committed when it returns, rolled back when it throws.
+    @discardableResult
+    func transaction<T: Sendable>(isolation: String? = nil, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await client.withConnection { connection in
+                try await connection.query(isolation.map { PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \($0)") } ?? "BEGIN", logger: logger)
+                do {
+                    let result = try await body(connection)
+                    try await connection.query("COMMIT", logger: logger)
+                    return result
+                } catch {
+                    _ = try? await connection.query("ROLLBACK", logger: logger)
+                    throw error
+                }
+            }
+        } catch {
+            throw PostgresStoreError.wrapping(error)
+        }
+    }
+}
+
+/// Errors of the PostgreSQL backend. Everything the driver or the server raises arrives as
+/// ``database(_:)``: a storage failure (503), its details for the log only.
+public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
+    /// The driver or the server failed (connection refused or lost, timeout, constraint, …).
+    case database(String)
+    /// The database records migrations this binary does not know: it was migrated by a newer build.
+    case unknownMigrations([String])
+    /// A stored value could not be mapped back to the model.
+    case invalidValue(column: String, value: String)
+    /// The ledger's writer has finished (the instance is shutting down).
+    case closed
+    /// `coffer ledger copy` needs an empty ledger to copy into.
+    case notEmpty(String)
+
+    /// Our own errors (and the ledger's integrity errors) pass; the driver's become ``database(_:)``.
+    static func wrapping(_ error: any Error) -> any Error {
+        switch error {
+        case is PostgresStoreError, is LedgerIntegrityError, is CancellationError: error
+        case let error as PSQLError: PostgresStoreError.database(PostgresStoreError.describe(error))
+        default: PostgresStoreError.database(String(reflecting: error))
+        }
+    }
+
+    /// The server's message and SQLSTATE, or the driver's code (PSQLError's own description
+    /// hides both, to keep query values out of logs by default; these carry none).
+    static func describe(_ error: PSQLError) -> String {
+        guard let server = error.serverInfo else { return "\(error.code)" + (error.underlying.map { ": \($0)" } ?? "") }
+        return "\(server[.message] ?? "server error") (SQLSTATE \(server[.sqlState] ?? "?"))"
+    }
+
+    public var description: String {
+        switch self {
+        case .database(let detail): "PostgreSQL: \(detail)"
+        case .unknownMigrations(let names): "the database was migrated by a newer Coffer (\(names.joined(separator: ", ")))"
+        case .invalidValue(let column, let value): "unexpected value in \(column): \(value.prefix(80))"
+        case .closed: "the ledger's writer has finished: the server is shutting down"
+        case .notEmpty(let what): "the target database is not empty (\(what)): copy into a new database"
+        }
+    }
+}
+
+/// The database's failures are storage failures: 503 `storageUnavailable` with `Retry-After`.
+extension PostgresStoreError: StorageFailure {}

@@ -1,0 +1,231 @@
+import CofferCore
+import Crypto
+import Foundation
+import PostgresNIO
+
+// MARK: - The chain, checkpoints and the seal
+
+extension PostgresLedger: LedgerAuditRepository {
+    /// Key of the advisory lock whose holder signs this round's checkpoint ("coffchkp"): the
+    /// instances' checkpoint services tick independently, one at a time signs.
+    static let checkpointLock: Int64 = 0x636f_6666_6368_6b70
+
+    public func chainedEntries(after: Int64, limit: Int) async throws -> [ChainedEntry] {
+        try await events(after: after, limit: limit).map(\.chainedEntry)
+    }
+
+    /// Ledger events after `after`, in order, joined with their rows.
+    public func events(after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await backend.read { c in try await Self.events(c, after: after, limit: limit, logger: backend.logger) }
+    }
+
+    public func checkpoints(after: Int64, limit: Int) async throws -> [LedgerCheckpoint] {
+        try await backend.read { c in try await PostgresChain.checkpoints(c, after: after, limit: limit, logger: backend.logger) }
+    }
+
+    public func latestCheckpoint() async throws -> LedgerCheckpoint? {
+        try await backend.read { c in try await PostgresChain.latestCheckpoint(c, logger: backend.logger) }
+    }
+
+    public func sealedHead() async throws -> LedgerCheckpoint? {
+        try await backend.read { c in try await PostgresChain.sealedHead(c, logger: backend.logger) }
+    }
+
+    /// Signs the chain's head unless a checkpoint covers it already — when this instance wins
+    /// this round's advisory lock (another instance signing now makes this a no-op: nil).
+    @discardableResult
+    public func checkpointHead(now: Date) async throws -> LedgerCheckpoint? {
+        guard let policy = checkpoints else { return nil }
+        let logger = backend.logger
+        return try await backend.transaction { c -> LedgerCheckpoint? in
+            let leader = try await c.column("SELECT pg_try_advisory_xact_lock(\(Self.checkpointLock))", Bool.self, logger: logger)
+            guard leader.first == true else { return nil }
+            try await PostgresChain.lock(c, logger: logger)
+            let (head, seal) = try await PostgresChain.headAndSeal(c, logger: logger)
+            // Never sign over entries the instances did not seal.
+            try await PostgresChain.checkSeal(c, policy: policy, head: head, seal: seal, logger: logger)
+            let latest = try await PostgresChain.latestCheckpoint(c, logger: logger)?.sequence ?? 0
+            guard head.sequence > 0, head.sequence > latest else { return nil }
+            let checkpoint = try policy.signer.checkpoint(sequence: head.sequence, entryHash: head.hex, time: Int64(now.timeIntervalSince1970))
+            try await PostgresChain.insert(c, checkpoint, logger: logger)
+            return checkpoint
+        }
+    }
+
+    /// Throws ``LedgerIntegrityError`` when the chain does not end where the shared key sealed it.
+    public func sealIntact() async throws {
+        guard let policy = checkpoints else { return }
+        let logger = backend.logger
+        try await backend.read { c in
+            let (head, seal) = try await PostgresChain.headAndSeal(c, logger: logger)
+            try await PostgresChain.checkSeal(c, policy: policy, head: head, seal: seal, logger: logger)
+        }
+    }
+
+    /// Checks the seal before the instance starts appending; a chain copied without a seal whose
+    /// head a checkpoint of this key covers is sealed now.
+    public func checkSeal(now: Date) async throws {
+        guard let policy = checkpoints else { return }
+        let logger = backend.logger
+        try await backend.transaction { c in
+            try await PostgresChain.lock(c, logger: logger)
+            let (head, seal) = try await PostgresChain.headAndSeal(c, logger: logger)
+            try await PostgresChain.checkSeal(c, policy: policy, head: head, seal: seal, logger: logger)
+            if seal == nil { try await PostgresChain.writeSeal(c, policy: policy, head: head, now: now, logger: logger) }
+        }
+    }
+
+    /// Rows of the chained tables that no event chains (inserted behind the servers' backs), oldest first.
+    public func unchainedRows(limit: Int = 10) async throws -> [(kind: LedgerEventKind, row: Int64)] {
+        try await backend.read { c in try await Self.unchainedRows(c, limit: limit, logger: backend.logger) }
+    }
+
+    /// Append-only triggers or replay-rule unique indexes that are missing, disabled or altered.
+    public func schemaProblems() async throws -> [String] {
+        try await backend.read { c in try await Self.schemaProblems(c, logger: backend.logger) }
+    }
+
+    static func events(_ c: PostgresConnection, after: Int64, limit: Int, logger: Logger) async throws -> [StoredEvent] {
+        var events = try await c.rows(
+            "SELECT sequence, kind, row_sequence, entry_hash FROM ledger_events WHERE sequence > \(after) ORDER BY sequence LIMIT \(max(0, limit))",
+            logger: logger
+        ) { row -> StoredEvent in
+            let kind = try row.value("kind", String.self)
+            guard let known = LedgerEventKind(rawValue: kind) else {
+                throw PostgresStoreError.invalidValue(column: "ledger_events.kind", value: kind)
+            }
+            return StoredEvent(
+                sequence: try row.value("sequence"), kind: known, row: try row.value("row_sequence"), entryHash: try row.value("entry_hash"),
+                entry: nil)
+        }
+        let wanted = Dictionary(grouping: events, by: \.kind).mapValues { $0.map(\.row) }
+        func fetch<T>(_ kind: LedgerEventKind, _ table: String, _ columns: String, _ make: (PostgresRandomAccessRow) throws -> T, _ seq: (T) -> Int64)
+            async throws -> [Int64: T]
+        {
+            guard let rows = wanted[kind], !rows.isEmpty else { return [:] }
+            let found = try await c.rows(
+                "SELECT \(unescaped: columns) FROM \(unescaped: table) WHERE sequence = ANY(\(rows)::bigint[])", logger: logger, make)
+            return Dictionary(found.map { (seq($0), $0) }, uniquingKeysWith: { first, _ in first })
+        }
+        let redemptions = try await fetch(.redemption, "redemptions", Redemption.columns, Redemption.init(row:), \.sequence)
+        let attempts = try await fetch(.attempt, "attempts", RejectedAttempt.columns, RejectedAttempt.init(row:), \.sequence)
+        let revocations = try await fetch(.revocation, "revocations", Revocation.columns, Revocation.init(row:), \.sequence)
+        let actions = try await fetch(.adminAction, "admin_actions", AdminAction.columns, AdminAction.init(row:), \.sequence)
+        for i in events.indices {
+            let (sequence, row) = (events[i].sequence, events[i].row)
+            events[i].entry =
+                switch events[i].kind {
+                case .redemption: redemptions[row].map { .redemption($0, sequence: sequence) }
+                case .attempt: attempts[row].map { .attempt($0, sequence: sequence) }
+                case .revocation: revocations[row].map { .revocation($0, sequence: sequence) }
+                case .adminAction: actions[row].map { .adminAction($0, sequence: sequence) }
+                }
+        }
+        return events
+    }
+
+    static func unchainedRows(_ c: PostgresConnection, limit: Int, logger: Logger) async throws -> [(kind: LedgerEventKind, row: Int64)] {
+        let tables: [(LedgerEventKind, String)] = [
+            (.redemption, "redemptions"), (.attempt, "attempts"), (.revocation, "revocations"), (.adminAction, "admin_actions"),
+        ]
+        var found: [(kind: LedgerEventKind, row: Int64)] = []
+        for (kind, table) in tables where found.count < limit {
+            let rows = try await c.column(
+                """
+                SELECT t.sequence FROM \(unescaped: table) t
+                WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = \(kind.rawValue) AND e.row_sequence = t.sequence)
+                ORDER BY t.sequence LIMIT \(limit - found.count)
+                """, Int64.self, logger: logger)
+            found += rows.map { (kind: kind, row: $0) }
+        }
+        return found
+    }
+
+    static func schemaProblems(_ c: PostgresConnection, logger: Logger) async throws -> [String] {
+        let triggers = Set(
+            try await c.column(
+                "SELECT tgname::text FROM pg_trigger WHERE NOT tgisinternal AND tgenabled <> 'D' AND tgfoid = 'coffer_append_only'::regproc",
+                String.self, logger: logger))
+        var problems: [String] = []
+        for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions"] {
+            for trigger in ["\(table)_append_only", "\(table)_no_truncate"] where !triggers.contains(trigger) {
+                problems.append("trigger \(trigger) is missing or disabled")
+            }
+        }
+        let unique = Set(
+            try await c.column(
+                "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indisunique AND i.indisvalid",
+                String.self, logger: logger))
+        for index in ["redemptions_replay", "revocations_key"] where !unique.contains(index) {
+            problems.append("unique index \(index) is missing or not unique")
+        }
+        return problems
+    }
+}
+
+// MARK: - Audit
+
+extension PostgresLedger {
+    /// Verifies the stored ledger against `publicKey` (nil: the chain only) and the auditor's
+    /// `pinned` checkpoints, in one REPEATABLE READ transaction (a consistent snapshot while the
+    /// instances append), 1000 events at a time. The seal counts as a checkpoint of the head.
+    public func audit(publicKey: Curve25519.Signing.PublicKey?, pinned: [LedgerCheckpoint] = []) async throws -> LedgerAuditReport {
+        let logger = backend.logger
+        return try await backend.transaction(isolation: "REPEATABLE READ READ ONLY") { c in
+            var checkpoints: [LedgerCheckpoint] = []
+            while true {
+                let page = try await PostgresChain.checkpoints(c, after: checkpoints.last?.sequence ?? 0, limit: 1000, logger: logger)
+                checkpoints += page
+                if page.count < 1000 { break }
+            }
+            let seal = try await PostgresChain.sealedHead(c, logger: logger)
+            var audit = LedgerAudit(checkpoints: checkpoints + (seal.map { [$0] } ?? []), publicKey: publicKey, pinned: pinned)
+            var last: Int64 = 0
+            while true {
+                let page = try await Self.events(c, after: last, limit: 1000, logger: logger)
+                for event in page {
+                    if event.entry == nil {
+                        audit.fail(
+                            .rowMismatch, event.sequence, "entry \(event.sequence) chains \(event.kind.rawValue) row \(event.row), which is gone")
+                    }
+                    audit.add(event.chainedEntry)
+                }
+                guard let end = page.last else { break }
+                last = end.sequence
+            }
+            if let seal, last > seal.sequence {
+                audit.fail(
+                    .unsealed, seal.sequence + 1,
+                    "entries \(seal.sequence + 1)–\(last) come after the head the servers last sealed (\(seal.sequence)): appended behind their back")
+            }
+            var report = audit.finish()
+            if report.problem == nil { report.problem = try await Self.tableProblems(c, logger: logger).first }
+            return report
+        }
+    }
+
+    /// What only the tables show: a row the chain does not hold, two redemptions of one
+    /// purchase, the schema's guarantees altered.
+    static func tableProblems(_ c: PostgresConnection, logger: Logger) async throws -> [LedgerProblem] {
+        var problems: [LedgerProblem] = []
+        if let stray = try await unchainedRows(c, limit: 1, logger: logger).first {
+            problems.append(
+                LedgerProblem(
+                    .rowMismatch, sequence: nil,
+                    "\(stray.kind.rawValue) row \(stray.row) is in the database but not in the chain (inserted behind the server's back)"))
+        }
+        let twice = try await c.rows(
+            """
+            SELECT environment, coalesce(replay_key, transaction_id) AS k, count(*) AS n FROM redemptions
+            GROUP BY environment, coalesce(replay_key, transaction_id) HAVING count(*) > 1 LIMIT 1
+            """, logger: logger
+        ) { row in (try row.value("environment", String.self), try row.value("k", String.self), try row.value("n", Int64.self)) }
+        if let (environment, key, count) = twice.first {
+            problems.append(LedgerProblem(.replayBroken, sequence: nil, "\(count) redemptions of one purchase (\(environment), \(key))"))
+        }
+        if let problem = try await schemaProblems(c, logger: logger).first {
+            problems.append(LedgerProblem(.schemaAltered, sequence: nil, "\(problem): the ledger's guarantees no longer hold in this database"))
+        }
+        return problems
+    }
+}

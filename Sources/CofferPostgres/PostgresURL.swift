@@ -1,0 +1,140 @@
+import Foundation
+import NIOSSL
+import PostgresNIO
+
+/// A PostgreSQL connection URL, `postgres://USER[:PASS]@HOST[:PORT]/DB[?sslmode=…&sslrootcert=FILE]`
+/// (libpq's form; `postgresql://` too). Its ``description`` never shows the password.
+public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
+    /// libpq's `sslmode` values this client supports.
+    public enum SSLMode: String, Sendable, Hashable, CaseIterable {
+        /// No TLS.
+        case disable
+        /// TLS when the server offers it, certificate not checked (libpq's default).
+        case prefer
+        /// TLS required, certificate not checked (checked like `verify-ca` when `sslrootcert` is given, as libpq does).
+        case require
+        /// TLS required, the certificate chain checked against `sslrootcert` (or the system roots), not the host name.
+        case verifyCA = "verify-ca"
+        /// TLS required, the chain and the host name checked: what a database on another machine needs.
+        case verifyFull = "verify-full"
+    }
+
+    public var user: String
+    public var password: String?
+    public var host: String
+    public var port: Int
+    public var database: String
+    public var sslMode: SSLMode
+    /// A PEM file of the certificate authorities to trust (`sslrootcert`).
+    public var rootCertificate: String?
+    /// A directory holding the server's Unix socket (`?host=/run/postgresql`), used instead of TCP.
+    public var socketDirectory: String?
+
+    /// Parses `text`; throws ``PostgresURLError`` naming what is wrong (never echoing a password).
+    public init(_ text: String) throws(PostgresURLError) {
+        guard let components = URLComponents(string: text), let scheme = components.scheme else { throw .notAURL }
+        guard scheme == "postgres" || scheme == "postgresql" else { throw .scheme(scheme) }
+        guard let user = components.user, !user.isEmpty else { throw .missing("a user name (postgres://USER@HOST/DB)") }
+        let host = components.host ?? ""
+        let database = String(components.path.drop(while: { $0 == "/" }))
+        guard !database.isEmpty, !database.contains("/") else { throw .missing("a database name (postgres://USER@HOST/DB)") }
+        self.user = user
+        self.password = components.password
+        self.host = host
+        self.port = components.port ?? 5432
+        self.database = database
+        self.sslMode = .prefer
+        for item in components.queryItems ?? [] {
+            switch item.name {
+            case "sslmode":
+                guard let mode = item.value.flatMap(SSLMode.init(rawValue:)) else { throw .sslMode(item.value ?? "") }
+                sslMode = mode
+            case "sslrootcert": rootCertificate = item.value
+            case "host": socketDirectory = item.value
+            default: throw .parameter(item.name)
+            }
+        }
+        guard !host.isEmpty || socketDirectory != nil else { throw .missing("a host (postgres://USER@HOST/DB)") }
+        guard (1...65535).contains(port) else { throw .port(port) }
+    }
+
+    /// The URL with the password replaced by `***`.
+    public var description: String {
+        var text = "postgres://\(user)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(sslMode.rawValue)"
+        if let rootCertificate { text += "&sslrootcert=\(rootCertificate)" }
+        if let socketDirectory { text += "&host=\(socketDirectory)" }
+        return text
+    }
+
+    /// Whether the server is on this machine (loopback or a Unix socket): plain connections are then fine.
+    public var isLocal: Bool { socketDirectory != nil || ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host) }
+
+    /// The client configuration: TLS per ``sslMode``, `poolSize` connections at most.
+    func clientConfiguration(poolSize: Int) throws -> PostgresClient.Configuration {
+        var configuration: PostgresClient.Configuration
+        if let socketDirectory {
+            configuration = .init(
+                unixSocketPath: socketDirectory + "/.s.PGSQL.\(port)", username: user, password: password, database: database)
+        } else {
+            configuration = .init(host: host, port: port, username: user, password: password, database: database, tls: try tls())
+        }
+        configuration.options.maximumConnections = max(1, poolSize)
+        configuration.options.minimumConnections = 0
+        configuration.options.connectTimeout = .seconds(5)
+        // A statement or lock wait that takes this long is a stuck database: the request gets
+        // a 503 instead of holding its client (and the chain's lock) forever.
+        configuration.options.additionalStartupParameters = [
+            ("statement_timeout", "15s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "30s"),
+            ("application_name", "coffer"),
+        ]
+        return configuration
+    }
+
+    private func tls() throws -> PostgresClient.Configuration.TLS {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let rootCertificate {
+            do { tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(rootCertificate)) } catch {
+                throw PostgresURLError.rootCertificate(rootCertificate, "\(error)")
+            }
+        }
+        switch sslMode {
+        case .disable: return .disable
+        case .prefer:
+            tls.certificateVerification = .none
+            return .prefer(tls)
+        case .require:
+            tls.certificateVerification = rootCertificate == nil ? .none : .noHostnameVerification
+            return .require(tls)
+        case .verifyCA:
+            tls.certificateVerification = .noHostnameVerification
+            return .require(tls)
+        case .verifyFull:
+            tls.certificateVerification = .fullVerification
+            return .require(tls)
+        }
+    }
+}
+
+/// What is wrong with a PostgreSQL URL.
+public enum PostgresURLError: Error, Sendable, Hashable, CustomStringConvertible {
+    case notAURL
+    case scheme(String)
+    case missing(String)
+    case sslMode(String)
+    case parameter(String)
+    case port(Int)
+    case rootCertificate(String, String)
+
+    public var description: String {
+        switch self {
+        case .notAURL: "not a URL (expected postgres://USER[:PASS]@HOST[:PORT]/DB[?sslmode=…])"
+        case .scheme(let scheme): "scheme '\(scheme)' is not postgres:// or postgresql://"
+        case .missing(let what): "the URL has no \(what)"
+        case .sslMode(let mode):
+            "sslmode '\(mode)' is not one of \(PostgresURL.SSLMode.allCases.map(\.rawValue).joined(separator: ", "))"
+        case .parameter(let name): "unsupported URL parameter '\(name)' (supported: sslmode, sslrootcert, host)"
+        case .port(let port): "port \(port) is out of range"
+        case .rootCertificate(let path, let error): "sslrootcert \(path): \(error)"
+        }
+    }
+}
