@@ -31,11 +31,13 @@ struct LocalFiles {
 
     /// Creates the data directory (0700) when needed, removes partial uploads an earlier run
     /// left, and loads (or creates) the token keys and the ledger signing key.
-    static func open(_ configuration: CofferConfiguration, logger: Logger) throws -> LocalFiles {
+    /// `shared`: other instances may use the directory at the same time (only partial uploads
+    /// untouched for an hour are removed then).
+    static func open(_ configuration: CofferConfiguration, shared: Bool = false, logger: Logger) throws -> LocalFiles {
         let directory = DataDirectory(configuration.dataDirectory)
         try FileManager.default.createDirectory(atPath: directory.path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let content = try LocalContentStore(root: directory.content)
-        let cleaned = try content.cleanTemporaryFiles()
+        let cleaned = try content.cleanTemporaryFiles(olderThan: shared ? 3600 : 0)
         if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
         let tokens = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)
         let ledgerKey = try LedgerKeyFile.resolve(dataDirectory: configuration.dataDirectory, configured: configuration.ledgerKeyFile)

@@ -37,7 +37,7 @@ public struct PostgresStorage: CofferStorage {
     /// instances starting at once wait their turn), and refuses a ledger changed behind the
     /// instances' backs (``LedgerStartupError``).
     public static func open(_ configuration: CofferConfiguration, url: PostgresURL, logger: Logger) async throws -> PostgresStorage {
-        let files = try LocalFiles.open(configuration, logger: logger)
+        let files = try LocalFiles.open(configuration, shared: true, logger: logger)
         if !url.isLocal && url.sslMode != .verifyFull {
             logger.warning(
                 "the database is on another machine and sslmode is \(url.sslMode.rawValue): use sslmode=verify-full (and sslrootcert) so nobody in between can read or alter the ledger"

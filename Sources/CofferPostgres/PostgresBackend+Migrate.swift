@@ -11,7 +11,9 @@ extension PostgresBackend {
     /// records a migration this binary does not know (migrated by a newer Coffer).
     @discardableResult
     public func migrate() async throws -> [String] {
-        try await transaction { connection in
+        // An application role without CREATE on the schema starts fine once the owner migrated.
+        guard try await !pendingMigrations().isEmpty else { return [] }
+        return try await transaction { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
             try await connection.query(
                 "CREATE TABLE IF NOT EXISTS coffer_migrations (name text PRIMARY KEY, applied_at double precision NOT NULL)", logger: logger)

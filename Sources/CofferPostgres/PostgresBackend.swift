@@ -21,10 +21,14 @@ public final class PostgresBackend: Sendable {
     }
 
     /// Connects (at most `poolSize` connections) and checks the server answers.
-    public static func open(_ url: PostgresURL, poolSize: Int, logger: Logger) async throws -> PostgresBackend {
+    /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
+    public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
         let backend = PostgresBackend(
-            client: PostgresClient(configuration: try url.clientConfiguration(poolSize: poolSize), backgroundLogger: logger), url: url,
-            logger: logger)
+            client: PostgresClient(configuration: try url.clientConfiguration(poolSize: poolSize, timeouts: timeouts), backgroundLogger: logger),
+            url: url, logger: logger)
+        // Let the pool's task start before the first lease (the driver warns about a lease
+        // before `run()`; the lease itself would wait either way).
+        for _ in 0..<8 { await Task.yield() }
         do {
             try await backend.read { connection in
                 let rows = try await connection.query("SELECT current_setting('synchronous_commit')", logger: backend.logger)

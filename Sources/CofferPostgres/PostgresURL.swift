@@ -70,7 +70,9 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
     public var isLocal: Bool { socketDirectory != nil || ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host) }
 
     /// The client configuration: TLS per ``sslMode``, `poolSize` connections at most.
-    func clientConfiguration(poolSize: Int) throws -> PostgresClient.Configuration {
+    /// `timeouts`: statements, lock waits and idle transactions are cut off (the server's
+    /// requests); tools that read a whole ledger pass false.
+    func clientConfiguration(poolSize: Int, timeouts: Bool = true) throws -> PostgresClient.Configuration {
         var configuration: PostgresClient.Configuration
         if let socketDirectory {
             configuration = .init(
@@ -83,10 +85,12 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         configuration.options.connectTimeout = .seconds(5)
         // A statement or lock wait that takes this long is a stuck database: the request gets
         // a 503 instead of holding its client (and the chain's lock) forever.
-        configuration.options.additionalStartupParameters = [
-            ("statement_timeout", "15s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "30s"),
-            ("application_name", "coffer"),
-        ]
+        configuration.options.additionalStartupParameters =
+            timeouts
+            ? [
+                ("statement_timeout", "15s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "30s"),
+                ("application_name", "coffer"),
+            ] : [("application_name", "coffer-cli")]
         return configuration
     }
 

@@ -108,7 +108,10 @@ public struct LocalContentStore: ContentStore {
     /// Deletes everything left in `root/tmp` (writes interrupted by a crash) and returns how many
     /// entries were removed. Call it at start-up, before any writer exists.
     @discardableResult
-    public func cleanTemporaryFiles() throws -> Int {
+    ///
+    /// `olderThan` keeps files modified more recently than that many seconds ago: when several
+    /// instances share the directory, a younger file may be another instance's upload in progress.
+    public func cleanTemporaryFiles(olderThan: TimeInterval = 0) throws -> Int {
         let names: [String]
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: temporaryDirectory)
@@ -116,7 +119,14 @@ public struct LocalContentStore: ContentStore {
             throw ContentStoreError.io("cannot list \(temporaryDirectory): \(error)")
         }
         var removed = 0
+        let cutoff = Date().addingTimeInterval(-olderThan)
         for name in names {
+            if olderThan > 0,
+                let modified = try? FileManager.default.attributesOfItem(atPath: temporaryDirectory + "/" + name)[.modificationDate] as? Date,
+                modified > cutoff
+            {
+                continue
+            }
             do {
                 try FileManager.default.removeItem(atPath: temporaryDirectory + "/" + name)
                 removed += 1

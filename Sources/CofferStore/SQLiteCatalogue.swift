@@ -53,4 +53,11 @@ public struct SQLiteCatalogue: CatalogueRepository {
     public func assets() async throws -> [Asset] {
         try await db.pool.read { db in try AssetRecord.fetchLatestVersions(db).map(\.asset) }
     }
+
+    /// Every version of every asset, by asset id and version (for `coffer ledger copy`).
+    public func allVersions() async throws -> [Asset] {
+        try await db.pool.read { db in
+            try AssetRecord.order(AssetRecord.Columns.assetId, AssetRecord.Columns.version).fetchAll(db).map(\.asset)
+        }
+    }
 }

@@ -27,4 +27,11 @@ public struct SQLiteKeys: KeyRepository {
                 .updateAll(db, APIKeyRecord.Columns.revokedAt.set(to: at.timeIntervalSince1970)) > 0
         }
     }
+
+    /// Every key, revoked or not, oldest first (for `coffer ledger copy`).
+    public func all() async throws -> [APIKey] {
+        try await db.pool.read { db in
+            try APIKeyRecord.order(APIKeyRecord.Columns.createdAt, APIKeyRecord.Columns.keyId).fetchAll(db).map { try $0.key() }
+        }
+    }
 }

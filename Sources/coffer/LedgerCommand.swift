@@ -1,6 +1,7 @@
 import ArgumentParser
 import CofferApp
 import CofferCore
+import CofferPostgres
 import CofferServer
 import CofferStore
 import Crypto
@@ -9,7 +10,7 @@ import Foundation
 struct LedgerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ledger", abstract: "Prove the redemption ledger untampered.",
-        subcommands: [Verify.self, Export.self, PublicKey.self, Adopt.self, Keygen.self])
+        subcommands: [Verify.self, Export.self, Copy.self, PublicKey.self, Adopt.self, Keygen.self])
 
     struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -26,6 +27,8 @@ struct LedgerCommand: AsyncParsableCommand {
                 """)
         @Option(name: .customLong("data-dir"), help: "Data directory to check.") var dataDir: String?
         @Option(help: "An export (GET /v1/audit/export?kind=ledger or coffer ledger export) to check offline.") var export: String?
+        @Option(help: ArgumentHelp(DatabaseOption.help + " Read in one snapshot while the instances run."))
+        var database: String?
         @Option(
             name: .customLong("public-key"), help: "The checkpoint public key: a file (PEM, base64 or the JSON of /v1/audit/public-key) or base64.")
         var publicKey: String?
@@ -47,21 +50,36 @@ struct LedgerCommand: AsyncParsableCommand {
                 pinned += saved
             }
             let report: LedgerAuditReport
-            switch (dataDir, export) {
-            case (let dir?, nil):
+            switch (dataDir, export, database) {
+            case (let dir, nil, let database?):
+                let trusted = try key ?? Self.serverKey(dataDir: dir, ledgerKey: ledgerKey)
+                report = try await DatabaseOption.with(database) { backend in
+                    try await PostgresLedger(backend).audit(publicKey: trusted, pinned: pinned)
+                }
+            case (let dir?, nil, nil):
                 let path = DataDirectory(dir).database
                 guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
                 let trusted = try key ?? LedgerKeyFile.resolve(dataDirectory: dir, configured: ledgerKey, create: false).signer.publicKey
                 let database: CofferDatabase
                 do { database = try CofferDatabase(readOnlyPath: path) } catch { throw UsageError("cannot open \(path) read-only: \(error)") }
                 report = try await SQLiteLedger(database).audit(publicKey: trusted, pinned: pinned)
-            case (nil, let file?):
+            case (nil, let file?, nil):
                 report = LedgerExport.verify(Data(try IO.read(file)), publicKey: key, pinned: pinned)
             default:
-                throw UsageError("pass exactly one of --data-dir or --export")
+                throw UsageError("pass exactly one of --data-dir, --database or --export")
             }
             print(json ? try Self.json(report) : Self.text(report))
             if !report.intact { throw ExitCode(1) }
+        }
+
+        /// The public half of the server's key, from the data directory (or --ledger-key) the
+        /// instances use: without --public-key, that only shows the ledger consistent with itself.
+        static func serverKey(dataDir: String?, ledgerKey: String?) throws -> Curve25519.Signing.PublicKey {
+            do {
+                return try LedgerKeyFile.resolve(dataDirectory: dataDir ?? "coffer-data", configured: ledgerKey, create: false).signer.publicKey
+            } catch {
+                throw UsageError("\(error): pass the checkpoint public key with --public-key (or the data directory with --data-dir)")
+            }
         }
 
         static func loadKey(_ value: String) throws -> Curve25519.Signing.PublicKey {
@@ -106,8 +124,17 @@ struct LedgerCommand: AsyncParsableCommand {
         @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
         @Option(help: "Output file (default: standard output).") var out: String?
         @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
+        @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
 
         func run() async throws {
+            if let database {
+                let key = try Verify.serverKey(dataDir: dataDir, ledgerKey: ledgerKey)
+                var text = ""
+                try await DatabaseOption.with(database) { backend in
+                    try await PostgresLedger(backend).export(publicKey: key, now: Date()) { text += $0 }
+                }
+                return try IO.output(Array(text.utf8), to: out)
+            }
             let path = DataDirectory(dataDir).database
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
             let key = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer.publicKey
@@ -116,6 +143,45 @@ struct LedgerCommand: AsyncParsableCommand {
             var text = ""
             try await SQLiteLedger(database).export(publicKey: key, now: Date()) { text += $0 }
             try IO.output(Array(text.utf8), to: out)
+        }
+    }
+
+    struct Copy: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Copy a data directory's SQLite ledger into an empty PostgreSQL database (the move to several instances).",
+            discussion: """
+                Copies the chain, checkpoints and seal, redemptions, attempts, revocations, the admin log, the API keys \
+                and the catalogue in one transaction, every row with its sequence number, then verifies the copy with \
+                the server's public key (exit 1 if it does not verify). The target is migrated first and must hold no \
+                ledger yet. Stop the server first; afterwards start the instances with --database and the same data \
+                directory (content, token keys, ledger key).
+                """)
+        @Option(name: .customLong("from-data-dir"), help: "The data directory whose ledger is copied.") var fromDataDir: String
+        @Option(name: .customLong("to-database"), help: ArgumentHelp(DatabaseOption.help)) var toDatabase: String
+        @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
+
+        func run() async throws {
+            let path = DataDirectory(fromDataDir).database
+            guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
+            let key = try Verify.serverKey(dataDir: fromDataDir, ledgerKey: ledgerKey)
+            let database: CofferDatabase
+            do { database = try CofferDatabase(readOnlyPath: path) } catch { throw UsageError("cannot open \(path) read-only: \(error)") }
+            let source = try await SQLiteLedger(database).audit(publicKey: key)
+            guard source.intact else {
+                print("refused: the source ledger does not verify:\n" + Verify.text(source))
+                throw ExitCode(1)
+            }
+            let summary: LedgerCopy.Summary
+            do {
+                summary = try await DatabaseOption.with(toDatabase, migrate: true) { backend in
+                    try await LedgerCopy.copy(from: database, to: backend, publicKey: key)
+                }
+            } catch let error as PostgresStoreError {
+                throw UsageError("\(error)")
+            }
+            for (table, rows) in summary.counts { print("copied \(rows) \(table)") }
+            print(Verify.text(summary.audit))
+            if !summary.audit.intact || summary.audit.headHash != source.headHash { throw ExitCode(1) }
         }
     }
 

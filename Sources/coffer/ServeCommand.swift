@@ -148,9 +148,29 @@ struct MigrateCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
 
+    @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
+
     func run() async throws {
-        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let applied = try CofferDatabase.migrate(path: DataDirectory(dataDir).database)
+        let applied: [String]
+        if let database {
+            let url = try DatabaseOption.url(database)
+            var logger = Logger(label: "coffer")
+            logger.logLevel = .warning
+            let backend: PostgresBackend
+            do { backend = try await PostgresBackend.open(url, poolSize: 1, timeouts: false, logger: logger) } catch {
+                throw UsageError("cannot connect to \(url): \(error)")
+            }
+            do {
+                applied = try await backend.migrate()
+                await backend.close()
+            } catch {
+                await backend.close()
+                throw error
+            }
+        } else {
+            try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            applied = try CofferDatabase.migrate(path: DataDirectory(dataDir).database)
+        }
         print(applied.isEmpty ? "database is up to date" : "applied: \(applied.joined(separator: ", "))")
     }
 }
@@ -167,39 +187,25 @@ struct KeysCommand: AsyncParsableCommand {
         @Option(help: "Who the key is for (appears in logs).") var name: String
         @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
         var ledgerKey: String?
+        @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
 
         func run() async throws {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
-            let path = DataDirectory(dataDir).database
-            let newDatabase = !FileManager.default.fileExists(atPath: path)
-            let db = try CofferDatabase(path: path)
-            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey, newDatabase: newDatabase)
-            let keys = SQLiteKeys(db)
-            let secret = try await APIKeys.create(role: role, name: name, in: keys, now: Date())
-            do {
-                try await log.record(KeysCommand.localAction(.keyCreate, target: name, detail: role.rawValue))
-            } catch {
-                // Never a live key the admin log does not show.
-                if let created = try? await keys.key(secretHash: APIKeys.hash(secret)) {
-                    _ = try? await keys.revoke(keyId: created.keyId, at: Date())
+            let secret = try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: true) { stores in
+                let secret = try await APIKeys.create(role: role, name: name, in: stores.keys, now: Date())
+                do {
+                    try await stores.log.record(KeysCommand.localAction(.keyCreate, target: name, detail: role.rawValue))
+                } catch {
+                    // Never a live key the admin log does not show.
+                    if let created = try? await stores.keys.key(secretHash: APIKeys.hash(secret)) {
+                        _ = try? await stores.keys.revoke(keyId: created.keyId, at: Date())
+                    }
+                    throw error
                 }
-                throw error
+                return secret
             }
             print(secret)
-        }
-    }
-
-    /// The admin log, chained and sealed with the server's ledger key (the CLI appends to the
-    /// same chain the server does, so it must seal what it appends).
-    /// The key is never created here unless the database is new (a first `keys create` before
-    /// the first `serve`): a stray key would sign what the server's key never saw.
-    static func adminLog(_ db: CofferDatabase, dataDir: String, ledgerKey: String?, newDatabase: Bool) throws -> SQLiteAdminLog {
-        do {
-            let signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: newDatabase).signer
-            return SQLiteAdminLog(db, checkpoints: CheckpointPolicy(signer: signer))
-        } catch {
-            throw UsageError("\(error): key changes are chained and sealed with the server's ledger key; pass it with --ledger-key")
         }
     }
 
@@ -222,6 +228,7 @@ struct KeysCommand: AsyncParsableCommand {
         @Option(help: "The key to revoke (prefer stdin: a key on the command line lands in shell history and ps).") var key: String?
         @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
         var ledgerKey: String?
+        @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
 
         func run() async throws {
             let secret: String
@@ -231,14 +238,17 @@ struct KeysCommand: AsyncParsableCommand {
                 if isatty(STDIN_FILENO) == 1 { FileHandle.standardError.write(Data("key to revoke: ".utf8)) }
                 secret = try Self.readKey(from: FileHandle.standardInput)
             }
-            let db = try CofferDatabase(path: DataDirectory(dataDir).database)
-            let log = try KeysCommand.adminLog(db, dataDir: dataDir, ledgerKey: ledgerKey, newDatabase: false)
-            let keys = SQLiteKeys(db)
-            guard let found = try await keys.key(secretHash: APIKeys.hash(secret)), try await keys.revoke(keyId: found.keyId, at: Date()) else {
+            let found = try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: false) { stores -> APIKey? in
+                guard let found = try await stores.keys.key(secretHash: APIKeys.hash(secret)),
+                    try await stores.keys.revoke(keyId: found.keyId, at: Date())
+                else { return nil }
+                try await stores.log.record(KeysCommand.localAction(.keyRevoke, target: found.name, detail: found.role.rawValue))
+                return found
+            }
+            guard let found else {
                 print("no live key matches")
                 throw ExitCode(1)
             }
-            try await log.record(KeysCommand.localAction(.keyRevoke, target: found.name, detail: found.role.rawValue))
             print("revoked \(found.role.rawValue) key '\(found.name)'")
         }
 

@@ -1,0 +1,126 @@
+import CofferCore
+import CofferPostgres
+import CofferStore
+import Crypto
+import Foundation
+
+/// `coffer ledger copy`: a data directory's SQLite ledger — chain, checkpoints, seal, attempts,
+/// revocations, admin log, keys and catalogue — into an empty PostgreSQL database, in one
+/// transaction, every row with its sequence number and values; then the copy is verified with
+/// `publicKey`, as the original is. The upgrade path for a deployment that outgrew one box.
+public enum LedgerCopy {
+    /// What was copied, and the copy's audit.
+    public struct Summary: Sendable {
+        public var counts: [(table: String, rows: Int)]
+        public var audit: LedgerAuditReport
+    }
+
+    static let page = 1000
+
+    public static func copy(from database: CofferDatabase, to backend: PostgresBackend, publicKey: Curve25519.Signing.PublicKey) async throws
+        -> Summary
+    {
+        let ledger = SQLiteLedger(database)
+        let catalogue = SQLiteCatalogue(database)
+        let keys = SQLiteKeys(database)
+        let adminLog = SQLiteAdminLog(database)
+        var counts: [(table: String, rows: Int)] = []
+        try await backend.importLedger { target in
+            let products = try await catalogue.products()
+            try await target.products(products)
+            let assets = try await catalogue.allVersions()
+            try await target.assets(assets)
+            let apiKeys = try await keys.all()
+            try await target.keys(apiKeys)
+            counts += [("products", products.count), ("asset versions", assets.count), ("api keys", apiKeys.count)]
+            counts.append(
+                (
+                    "redemptions",
+                    try await pages {
+                        try await ledger.redemptions(filter(after: $0))
+                    } write: {
+                        try await target.redemptions($0)
+                    }
+                ))
+            counts.append(
+                (
+                    "attempts",
+                    try await pages {
+                        try await ledger.attempts(filter(after: $0))
+                    } write: {
+                        try await target.attempts($0)
+                    }
+                ))
+            counts.append(
+                (
+                    "revocations",
+                    try await pages {
+                        try await ledger.revocations(after: $0, limit: page)
+                    } write: {
+                        try await target.revocations($0)
+                    }
+                ))
+            counts.append(
+                (
+                    "admin actions",
+                    try await pages {
+                        try await adminLog.actions(after: $0, limit: page)
+                    } write: {
+                        try await target.adminActions($0)
+                    }
+                ))
+            counts.append(
+                (
+                    "chain events",
+                    try await pages {
+                        try await ledger.events(after: $0, limit: page)
+                    } write: {
+                        try await target.events($0)
+                    }
+                ))
+            counts.append(
+                (
+                    "checkpoints",
+                    try await pages {
+                        try await ledger.checkpoints(after: $0, limit: page)
+                    } write: {
+                        try await target.checkpoints($0)
+                    }
+                ))
+            if let seal = try await ledger.sealedHead() { try await target.seal(seal) }
+        }
+        let audit = try await PostgresLedger(backend).audit(publicKey: publicKey)
+        return Summary(counts: counts, audit: audit)
+    }
+
+    private static func filter(after: Int64) -> AuditFilter {
+        var filter = AuditFilter()
+        filter.after = after
+        filter.limit = page
+        return filter
+    }
+
+    /// Reads pages after each last sequence until a short page; writes each; returns the rows copied.
+    private static func pages<Row: SequenceNumbered>(_ read: (Int64) async throws -> [Row], write: ([Row]) async throws -> Void) async throws
+        -> Int
+    {
+        var after: Int64 = 0
+        var total = 0
+        while true {
+            let rows = try await read(after)
+            try await write(rows)
+            total += rows.count
+            guard let last = rows.last, rows.count == page else { return total }
+            after = last.sequence
+        }
+    }
+}
+
+/// A row read page by page by its sequence number.
+protocol SequenceNumbered { var sequence: Int64 { get } }
+extension Redemption: SequenceNumbered {}
+extension RejectedAttempt: SequenceNumbered {}
+extension Revocation: SequenceNumbered {}
+extension AdminAction: SequenceNumbered {}
+extension StoredEvent: SequenceNumbered {}
+extension LedgerCheckpoint: SequenceNumbered {}

@@ -1,0 +1,80 @@
+import CofferApp
+import CofferCore
+import CofferPostgres
+import CofferStore
+import Foundation
+import Logging
+
+/// `--database URL` of the commands that work on a ledger: a PostgreSQL database shared by the
+/// instances, instead of the data directory's SQLite file. A URL without a password takes
+/// `PGPASSWORD` from the environment (so it stays out of shell history and process listings).
+enum DatabaseOption {
+    static let help =
+        "PostgreSQL URL (postgres://USER@HOST:PORT/DB?sslmode=…) instead of the data directory's SQLite; the password may come from PGPASSWORD."
+
+    static func url(_ text: String) throws -> PostgresURL {
+        var url: PostgresURL
+        do { url = try PostgresURL(text) } catch { throw UsageError("--database: \(error)") }
+        if url.password == nil, let password = ProcessInfo.processInfo.environment["PGPASSWORD"], !password.isEmpty { url.password = password }
+        return url
+    }
+
+    /// Connects to `text` with a small pool, runs `body`, and closes the pool whatever happens.
+    static func with<T>(_ text: String, migrate: Bool = false, _ body: (PostgresBackend) async throws -> T) async throws -> T {
+        let url = try url(text)
+        var logger = Logger(label: "coffer")
+        logger.logLevel = .warning
+        let backend: PostgresBackend
+        do { backend = try await PostgresBackend.open(url, poolSize: 2, timeouts: false, logger: logger) } catch {
+            throw UsageError("cannot connect to \(url): \(error)")
+        }
+        do {
+            if migrate {
+                try await backend.migrate()
+            } else if let missing = try await backend.pendingMigrations().first {
+                throw UsageError("the database lacks migration \(missing): run coffer migrate --database first")
+            }
+            let result = try await body(backend)
+            await backend.close()
+            return result
+        } catch {
+            await backend.close()
+            throw error
+        }
+    }
+}
+
+/// Where a `keys` command writes: the key store and the admin log (chained and sealed with the
+/// server's ledger key), in the data directory's SQLite or in `--database`.
+struct KeyStores {
+    var keys: any KeyRepository
+    var log: any AdminLogRepository
+
+    /// Runs `body` over the key stores of `database` (when given) or of `dataDir`. The ledger key
+    /// is never created here unless the ledger is new (a first `keys create` before the first
+    /// `serve`): a stray key would sign what the server's key never saw.
+    static func with<T>(dataDir: String, ledgerKey: String?, database: String?, allowNew: Bool, _ body: (KeyStores) async throws -> T)
+        async throws -> T
+    {
+        func signer(create: Bool) throws -> LedgerSigner {
+            do { return try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: create).signer } catch {
+                throw UsageError("\(error): key changes are chained and sealed with the server's ledger key; pass it with --ledger-key")
+            }
+        }
+        guard let database else {
+            let path = DataDirectory(dataDir).database
+            let isNew = !FileManager.default.fileExists(atPath: path)
+            let db = try CofferDatabase(path: path)
+            let policy = CheckpointPolicy(signer: try signer(create: allowNew && isNew))
+            return try await body(KeyStores(keys: SQLiteKeys(db), log: SQLiteAdminLog(db, checkpoints: policy)))
+        }
+        return try await DatabaseOption.with(database, migrate: true) { backend in
+            let isNew = try await PostgresLedger(backend).sealedHead() == nil
+            if allowNew && isNew {
+                try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            }
+            let policy = CheckpointPolicy(signer: try signer(create: allowNew && isNew))
+            return try await body(KeyStores(keys: PostgresKeys(backend), log: PostgresAdminLog(backend, checkpoints: policy)))
+        }
+    }
+}
