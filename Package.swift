@@ -132,7 +132,10 @@ let package = Package(
         // implementation of each storage protocol (a new backend adds a `Backend` case).
         .testTarget(
             name: "CofferContractTests",
-            dependencies: ["CofferCore", "CofferStore", "CofferTestSupport", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "CofferCore", "CofferStore", "CofferPostgres", "CofferTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "CofferServerTests",

@@ -13,7 +13,7 @@ extension PostgresBackend {
     public func migrate() async throws -> [String] {
         // An application role without CREATE on the schema starts fine once the owner migrated.
         guard try await !pendingMigrations().isEmpty else { return [] }
-        return try await transaction { connection in
+        return try await transaction { [self] connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
             try await connection.query(
                 "CREATE TABLE IF NOT EXISTS coffer_migrations (name text PRIMARY KEY, applied_at double precision NOT NULL)", logger: logger)
@@ -39,7 +39,7 @@ extension PostgresBackend {
 
     /// Migrations this binary expects that the database lacks (read-only tools refuse such a database).
     public func pendingMigrations() async throws -> [String] {
-        try await read { connection in
+        try await read { [self] connection in
             let exists = try await connection.query("SELECT to_regclass('coffer_migrations') IS NOT NULL", logger: logger).decode(Bool.self)
             var tableExists = false
             for try await value in exists { tableExists = value }

@@ -11,11 +11,15 @@ public final class PostgresBackend: Sendable {
     let client: PostgresClient
     let logger: Logger
     public let url: PostgresURL
+    /// How long one read or transaction may take, waiting for a connection included: a
+    /// database that is down or stuck answers 503 within this time, never holds a request.
+    let deadline: Duration?
     private let running: Task<Void, Never>
 
-    private init(client: PostgresClient, url: PostgresURL, logger: Logger) {
+    private init(client: PostgresClient, url: PostgresURL, deadline: Duration?, logger: Logger) {
         self.client = client
         self.url = url
+        self.deadline = deadline
         self.logger = logger
         self.running = Task { await client.run() }
     }
@@ -25,7 +29,7 @@ public final class PostgresBackend: Sendable {
     public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
         let backend = PostgresBackend(
             client: PostgresClient(configuration: try url.clientConfiguration(poolSize: poolSize, timeouts: timeouts), backgroundLogger: logger),
-            url: url, logger: logger)
+            url: url, deadline: timeouts ? .seconds(10) : nil, logger: logger)
         // Let the pool's task start before the first lease (the driver warns about a lease
         // before `run()`; the lease itself would wait either way).
         for _ in 0..<8 { await Task.yield() }
@@ -50,18 +54,43 @@ public final class PostgresBackend: Sendable {
     }
 
     /// Runs `body` on a leased connection (reads).
-    func read<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await client.withConnection { connection in try await body(connection) }
+            return try await withDeadline { [client] in try await client.withConnection { connection in try await body(connection) } }
         } catch {
             throw PostgresStoreError.wrapping(error)
         }
     }
 
+    /// Runs `body`, failing with ``PostgresStoreError/timedOut`` when it takes longer than
+    /// ``deadline`` (the driver's connection pool waits for a connection as long as it takes).
+    private func withDeadline<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        guard let deadline else { return try await body() }
+        return try await withThrowingTaskGroup(of: T.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: deadline)
+                throw PostgresStoreError.timedOut(deadline)
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next() else { throw PostgresStoreError.timedOut(deadline) }
+            return first
+        }
+    }
+
     /// Runs `body` in one transaction (READ COMMITTED unless `isolation` says otherwise):
-    /// committed when it returns, rolled back when it throws.
+    /// committed when it returns, rolled back when it throws; within ``deadline``.
     @discardableResult
-    func transaction<T: Sendable>(isolation: String? = nil, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(isolation: String? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await withDeadline { [self] in try await unboundedTransaction(isolation: isolation, body) }
+        } catch {
+            throw PostgresStoreError.wrapping(error)
+        }
+    }
+
+    /// ``transaction(isolation:_:)`` without the deadline, for tools that copy or read a whole ledger.
+    func unboundedTransaction<T: Sendable>(isolation: String? = nil, _ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
             return try await client.withConnection { connection in
                 try await connection.query(isolation.map { PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \($0)") } ?? "BEGIN", logger: logger)
@@ -91,6 +120,8 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
     case invalidValue(column: String, value: String)
     /// The ledger's writer has finished (the instance is shutting down).
     case closed
+    /// A read or transaction took longer than the backend's deadline (the database is down or stuck).
+    case timedOut(Duration)
     /// `coffer ledger copy` needs an empty ledger to copy into.
     case notEmpty(String)
 
@@ -116,6 +147,7 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
         case .unknownMigrations(let names): "the database was migrated by a newer Coffer (\(names.joined(separator: ", ")))"
         case .invalidValue(let column, let value): "unexpected value in \(column): \(value.prefix(80))"
         case .closed: "the ledger's writer has finished: the server is shutting down"
+        case .timedOut(let deadline): "no answer from the database within \(deadline)"
         case .notEmpty(let what): "the target database is not empty (\(what)): copy into a new database"
         }
     }

@@ -120,7 +120,7 @@ extension PostgresBackend {
     /// Runs `body` in one transaction over an empty, migrated database (``PostgresStoreError/notEmpty(_:)``
     /// otherwise), holding the chain's lock; then moves each identity sequence past the rows copied.
     public func importLedger(_ body: (PostgresImporter) async throws -> Void) async throws {
-        try await transaction { c in
+        try await unboundedTransaction { c in
             try await PostgresChain.lock(c, logger: logger)
             for table in Self.importedTables {
                 let rows = try await c.column("SELECT count(*) FROM \(unescaped: table)", Int64.self, logger: logger)

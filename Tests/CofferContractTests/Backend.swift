@@ -1,7 +1,9 @@
 import CofferCore
+import CofferPostgres
 import CofferStore
 import CofferTestSupport
 import Foundation
+import Logging
 import Testing
 
 /// The implementations the storage contract runs against. Every contract test takes a
@@ -13,6 +15,10 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case inMemory
     /// The embedded deployment: SQLite and the local content store in a temporary directory.
     case sqlite
+    /// The scaled-out deployment: a fresh database on a real PostgreSQL server (a throwaway
+    /// cluster this test process starts, or `COFFER_TEST_POSTGRES_URL`'s); content stays local.
+    /// Never skipped: without PostgreSQL installed the tests fail, saying how to install it.
+    case postgres
 
     var testDescription: String { rawValue }
 
@@ -40,6 +46,27 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                         catalogue: SQLiteCatalogue(database), ledger: ledger, ledgerAudit: ledger,
                         adminLog: SQLiteAdminLog(database, checkpoints: policy), keys: SQLiteKeys(database),
                         content: try LocalContentStore(root: directory.appendingPathComponent("content").path)))
+            }
+        case .postgres:
+            let url = try PostgresURL(try PostgresCluster.shared().createDatabase())
+            let backend = try await PostgresBackend.open(url, poolSize: 4, logger: Logger(label: "contract"))
+            do {
+                try await backend.migrate()
+                let policy = signer.map { CheckpointPolicy(signer: $0, every: checkpointEvery) }
+                let ledger = PostgresLedger(backend, checkpoints: policy)
+                let result = try await withTemporaryDirectory(prefix: "coffer-contract") { directory in
+                    try await body(
+                        ContractStorage(
+                            catalogue: PostgresCatalogue(backend), ledger: ledger, ledgerAudit: ledger,
+                            adminLog: PostgresAdminLog(backend, checkpoints: policy), keys: PostgresKeys(backend),
+                            content: try LocalContentStore(root: directory.appendingPathComponent("content").path)))
+                }
+                await ledger.finishWrites()
+                await backend.close()
+                return result
+            } catch {
+                await backend.close()
+                throw error
             }
         }
     }
