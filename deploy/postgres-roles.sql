@@ -1,0 +1,66 @@
+-- deploy/postgres-roles.sql: what each PostgreSQL role may do in Coffer's database.
+-- A TEMPLATE: review it (role and database names, the schema, the optional parts) before you
+-- run it. README, "PostgreSQL"; deploy/README.md, "Two or more instances on PostgreSQL".
+--
+--   coffer_owner  owns the tables: runs `coffer migrate` and `coffer ledger copy`. No instance
+--                 connects as it.
+--   coffer_app    `coffer serve` and `coffer keys`: reads, appends to the ledger, edits the
+--                 catalogue and the API keys, rewrites the seal. No DDL; no UPDATE or DELETE
+--                 on the ledger.
+--   coffer_audit  read-only, for `coffer ledger verify|export --database` (optional: delete
+--                 its lines if you don't create it).
+--
+-- 1. Roles and database (passwords are prompted for, never on a command line):
+--      sudo -u postgres createuser --pwprompt coffer_owner
+--      sudo -u postgres createuser --pwprompt coffer_app
+--      sudo -u postgres createuser --pwprompt coffer_audit
+--      sudo -u postgres createdb --owner coffer_owner coffer
+-- 2. coffer migrate --database 'postgres://coffer_owner:…@HOST:5432/coffer?sslmode=…'
+-- 3. This file, as a superuser, now and again after every `coffer migrate` (it only grants and
+--    revokes, so it can run any number of times):
+--      sudo -u postgres psql -v ON_ERROR_STOP=1 -d coffer -f postgres-roles.sql
+--
+-- Assumes Coffer's tables are in schema public (the default search_path).
+
+BEGIN;
+
+-- Nobody else connects, creates temporary tables or creates objects in public.
+REVOKE ALL ON DATABASE coffer FROM PUBLIC;
+GRANT CONNECT ON DATABASE coffer TO coffer_app, coffer_audit;
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+GRANT USAGE ON SCHEMA public TO coffer_app, coffer_audit;
+
+-- The ledger: read and append. Its append-only triggers refuse UPDATE, DELETE and TRUNCATE to
+-- every role, the owner included; the owner (or a superuser) can drop a trigger, which is what
+-- the hash chain, the seal and pinned checkpoints are there to detect.
+GRANT SELECT, INSERT ON redemptions, attempts, revocations, ledger_events, ledger_checkpoints, admin_actions TO coffer_app;
+-- The seal: one row, signed and rewritten by every transaction that appends.
+GRANT SELECT, INSERT, UPDATE ON ledger_head TO coffer_app;
+-- The catalogue (admin API) and the API keys (`coffer keys`).
+GRANT SELECT, INSERT, UPDATE, DELETE ON products, assets, api_keys TO coffer_app;
+-- `serve` reads which migrations were applied; only `coffer migrate` records one.
+GRANT SELECT ON coffer_migrations TO coffer_app;
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON coffer_migrations FROM coffer_app;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO coffer_app;
+
+-- Auditors: read everything, in read-only transactions.
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO coffer_audit;
+ALTER ROLE coffer_audit IN DATABASE coffer SET default_transaction_read_only = on;
+
+-- Durability: a 201 means the COMMIT was flushed on the server only while synchronous_commit
+-- is on (the default). Pinned here for Coffer's sessions, whatever postgresql.conf, the database
+-- or a later ALTER SYSTEM says. With synchronous replication, `on` waits for the synchronous
+-- standby's flush too; use remote_apply here if you also want the standby to have applied it.
+ALTER ROLE coffer_app IN DATABASE coffer SET synchronous_commit = on;
+
+-- Optional: cap the connections, at least instances × COFFER_DATABASE_POOL_SIZE (default 10)
+-- plus a few for `coffer keys`.
+-- ALTER ROLE coffer_app CONNECTION LIMIT 40;
+
+COMMIT;
+
+-- Tables a later migration adds: read and append for coffer_app, read for coffer_audit. Anything
+-- more a new table needs is granted above, by name, in that release's copy of this file.
+ALTER DEFAULT PRIVILEGES FOR ROLE coffer_owner IN SCHEMA public GRANT SELECT, INSERT ON TABLES TO coffer_app;
+ALTER DEFAULT PRIVILEGES FOR ROLE coffer_owner IN SCHEMA public GRANT USAGE ON SEQUENCES TO coffer_app;
+ALTER DEFAULT PRIVILEGES FOR ROLE coffer_owner IN SCHEMA public GRANT SELECT ON TABLES TO coffer_audit;
