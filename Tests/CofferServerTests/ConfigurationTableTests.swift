@@ -59,6 +59,10 @@ struct ConfigurationTableTests {
         "rateNotificationBurst": (12, 13, 14), "downloadStallTimeout": (15, 16, 17), "downloadsPerAddress": (18, 19, 20),
         "bodyBudget": (9_000_001, 9_000_002, 9_000_003), "accelRedirect": ("/_f/", "/_e/", "/_c/"),
         "checkpointEvery": (21, 22, 23), "checkpointInterval": (24, 25, 26), "ledgerKey": ("/k/flag.key", "/k/env.key", "/k/file.key"),
+        "database": (
+            "postgres://f@db:5433/flag?sslmode=disable", "postgres://e@db:5433/env?sslmode=require", "postgres://c@db:5433/file?sslmode=verify-full"
+        ),
+        "databasePoolSize": (31, 32, 33),
         "trustedProxies": (["192.0.2.1", "192.0.2.2"], ["192.0.2.3", "2001:db8::4"], ["192.0.2.5"]), "tokenKey": ("c2VjcmV0", "c2VjcmV0", ""),
     ]
 
