@@ -36,11 +36,6 @@ public struct PostgresKeys: KeyRepository {
         }
     }
 
-    /// Every key, oldest first (for `coffer ledger copy`).
-    func all() async throws -> [APIKey] {
-        try await backend.read { c in try await c.rows("SELECT * FROM api_keys ORDER BY created_at, key_id", logger: backend.logger, Self.key) }
-    }
-
     static func key(_ row: PostgresRandomAccessRow) throws -> APIKey {
         let role = try row.value("role", String.self)
         guard let known = Role(rawValue: role) else { throw PostgresStoreError.invalidValue(column: "api_keys.role", value: role) }

@@ -133,7 +133,7 @@ public enum PostgresURLError: Error, Sendable, Hashable, CustomStringConvertible
         switch self {
         case .notAURL: "not a URL (expected postgres://USER[:PASS]@HOST[:PORT]/DB[?sslmode=…])"
         case .scheme(let scheme): "scheme '\(scheme)' is not postgres:// or postgresql://"
-        case .missing(let what): "the URL has no \(what)"
+        case .missing(let what): "the URL lacks \(what)"
         case .sslMode(let mode):
             "sslmode '\(mode)' is not one of \(PostgresURL.SSLMode.allCases.map(\.rawValue).joined(separator: ", "))"
         case .parameter(let name): "unsupported URL parameter '\(name)' (supported: sslmode, sslrootcert, host)"

@@ -14,13 +14,9 @@ final class GroupCommitter: Sendable {
     /// Rows per transaction at most (a bound on the latency one batch adds).
     static let maxBatch = 512
 
-    private let db: CofferDatabase
-    private let checkpoints: CheckpointPolicy?
     private let queue: GroupCommitQueue<Job>
 
     init(db: CofferDatabase, checkpoints: CheckpointPolicy?) {
-        self.db = db
-        self.checkpoints = checkpoints
         self.queue = GroupCommitQueue(
             maxBatch: Self.maxBatch, write: { batch in await Self.write(batch, db: db, checkpoints: checkpoints) }, refuse: Self.refuse)
     }

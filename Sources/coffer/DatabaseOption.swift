@@ -19,8 +19,25 @@ enum DatabaseOption {
         return url
     }
 
-    /// Connects to `text` with a small pool, runs `body`, and closes the pool whatever happens.
+    /// Applies pending migrations to `text`'s database; returns their names.
+    static func migrate(_ text: String) async throws -> [String] {
+        try await connect(text) { try await $0.migrate() }
+    }
+
+    /// Connects to `text` with a small pool, runs `body` (after checking the schema is current,
+    /// or migrating it when `migrate`), and closes the pool whatever happens.
     static func with<T>(_ text: String, migrate: Bool = false, _ body: (PostgresBackend) async throws -> T) async throws -> T {
+        try await connect(text) { backend in
+            if migrate {
+                try await backend.migrate()
+            } else if let missing = try await backend.pendingMigrations().first {
+                throw UsageError("the database lacks migration \(missing): run coffer migrate --database first")
+            }
+            return try await body(backend)
+        }
+    }
+
+    private static func connect<T>(_ text: String, _ body: (PostgresBackend) async throws -> T) async throws -> T {
         let url = try url(text)
         var logger = Logger(label: "coffer")
         logger.logLevel = .warning
@@ -29,11 +46,6 @@ enum DatabaseOption {
             throw UsageError("cannot connect to \(url): \(error)")
         }
         do {
-            if migrate {
-                try await backend.migrate()
-            } else if let missing = try await backend.pendingMigrations().first {
-                throw UsageError("the database lacks migration \(missing): run coffer migrate --database first")
-            }
             let result = try await body(backend)
             await backend.close()
             return result

@@ -153,20 +153,7 @@ struct MigrateCommand: AsyncParsableCommand {
     func run() async throws {
         let applied: [String]
         if let database {
-            let url = try DatabaseOption.url(database)
-            var logger = Logger(label: "coffer")
-            logger.logLevel = .warning
-            let backend: PostgresBackend
-            do { backend = try await PostgresBackend.open(url, poolSize: 1, timeouts: false, logger: logger) } catch {
-                throw UsageError("cannot connect to \(url): \(error)")
-            }
-            do {
-                applied = try await backend.migrate()
-                await backend.close()
-            } catch {
-                await backend.close()
-                throw error
-            }
+            applied = try await DatabaseOption.migrate(database)
         } else {
             try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             applied = try CofferDatabase.migrate(path: DataDirectory(dataDir).database)
