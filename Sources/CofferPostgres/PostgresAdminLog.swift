@@ -17,8 +17,8 @@ public struct PostgresAdminLog: AdminLogRepository {
         let action = AdminAction.escapedForLedger(a)
         let logger = backend.logger
         try await backend.transaction { [checkpoints] c in
-            try await PostgresChain.sealed(c, policy: checkpoints, now: action.at, logger: logger) { head in
-                let (_, newHead) = try await PostgresChain.insert(c, action, policy: checkpoints, head: head, logger: logger)
+            try await PostgresChain.sealed(c, policy: checkpoints, logger: logger) { locked in
+                let (_, newHead) = try await PostgresChain.insert(c, action, policy: checkpoints, head: locked.head, logger: logger)
                 return ((), newHead)
             }
         }

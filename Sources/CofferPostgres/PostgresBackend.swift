@@ -1,6 +1,8 @@
 import CofferCore
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import PostgresNIO
 
 /// The connection pool to one PostgreSQL database, shared by every repository of this module.
@@ -9,6 +11,11 @@ import PostgresNIO
 /// (503 `storageUnavailable`), never bare errors of the driver.
 public final class PostgresBackend: Sendable {
     let client: PostgresClient
+    /// The backend's own event loop thread: the connections' I/O and the ledger writer's task
+    /// (``executor``) run on it, not on the threads that verify receipts and serve HTTP.
+    private let group: MultiThreadedEventLoopGroup
+    /// Runs a task's jobs on ``group``'s thread (for the ledger writer, see ``PostgresLedgerWriter``).
+    let executor: EventLoopTaskExecutor
     let logger: Logger
     public let url: PostgresURL
     /// How long one read or transaction may take, waiting for a connection included: a
@@ -16,8 +23,10 @@ public final class PostgresBackend: Sendable {
     let deadline: Duration?
     private let running: Task<Void, Never>
 
-    private init(client: PostgresClient, url: PostgresURL, deadline: Duration?, logger: Logger) {
+    private init(client: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger) {
         self.client = client
+        self.group = group
+        self.executor = EventLoopTaskExecutor(group.next())
         self.url = url
         self.deadline = deadline
         self.logger = logger
@@ -27,9 +36,11 @@ public final class PostgresBackend: Sendable {
     /// Connects (at most `poolSize` connections) and checks the server answers.
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
     public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
+        let configuration = try url.clientConfiguration(poolSize: poolSize, timeouts: timeouts)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let backend = PostgresBackend(
-            client: PostgresClient(configuration: try url.clientConfiguration(poolSize: poolSize, timeouts: timeouts), backgroundLogger: logger),
-            url: url, deadline: timeouts ? .seconds(10) : nil, logger: logger)
+            client: PostgresClient(configuration: configuration, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
+            deadline: timeouts ? .seconds(10) : nil, logger: logger)
         // Let the pool's task start before the first lease (the driver warns about a lease
         // before `run()`; the lease itself would wait either way).
         for _ in 0..<8 { await Task.yield() }
@@ -51,6 +62,7 @@ public final class PostgresBackend: Sendable {
     public func close() async {
         running.cancel()
         await running.value
+        try? await group.shutdownGracefully()
     }
 
     /// Runs `body` on a leased connection (reads).
@@ -155,3 +167,19 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
 
 /// The database's failures are storage failures: 503 `storageUnavailable` with `Retry-After`.
 extension PostgresStoreError: StorageFailure {}
+
+/// A task executor on one event loop: the jobs of a task that prefers it
+/// (`withTaskExecutorPreference`) run on that loop's thread. The ledger writer holds the
+/// chain's lock across several round trips; on the cooperative pool each resumption would
+/// wait behind receipt verifications (jobs of ~0.3 ms), lengthening every batch of every
+/// instance. On the loop that reads the connection's answers it resumes at once.
+final class EventLoopTaskExecutor: TaskExecutor {
+    private let loop: any EventLoop
+
+    init(_ loop: any EventLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}

@@ -19,14 +19,57 @@ enum PostgresChain {
         var hex: String { hash.hexString }
     }
 
-    /// Takes the chain's lock for the rest of the transaction (waits for the instance holding it).
-    static func lock(_ c: PostgresConnection, logger: Logger) async throws {
-        try await c.query("SELECT pg_advisory_xact_lock(\(lockKey))", logger: logger)
+    /// What an appending transaction reads once it holds the chain's lock.
+    struct Locked {
+        var head: Head
+        var seal: LedgerCheckpoint?
+        /// Of the purchases asked about: those already redeemed.
+        var redeemed: Set<PurchaseKey>
+        /// Of the purchases asked about: the sequences of their kept revocations.
+        var revoked: [Int64]
+        /// The numbers the next redemption and the next attempt take (rows are numbered under the lock).
+        var nextRedemption: Int64
+        var nextAttempt: Int64
     }
 
-    /// The chain's last event (the genesis hash at 0 when empty) and the seal, in one query.
-    /// Runs after ``lock(_:logger:)``: in READ COMMITTED each statement sees every commit made
-    /// before it started, so this sees the head the previous lock holder committed.
+    /// Takes the chain's lock for the rest of the transaction (waits for the instance holding
+    /// it), then reads the head, the seal and the replay rule's lookups for `purchases` — one
+    /// round trip (`coffer_lock_chain`, migration 0002: its reads see every commit made before
+    /// the lock was granted).
+    static func lock(_ c: PostgresConnection, purchases: [PurchaseKey] = [], logger: Logger) async throws -> Locked {
+        let rows = try await c.rows(
+            """
+            SELECT * FROM coffer_lock_chain(\(lockKey), \(purchases.map(\.environment))::text[], \(purchases.map(\.key))::text[])
+            """, logger: logger
+        ) { row -> Locked in
+            var head = Head(sequence: 0, hash: LedgerChain.genesis)
+            if let sequence = try row.value("head_sequence", Int64?.self) {
+                let hex = try row.value("head_hash", String.self)
+                guard let hash = Hex.decode(hex), hash.count == 32 else { throw PostgresStoreError.invalidValue(column: "entry_hash", value: hex) }
+                head = Head(sequence: sequence, hash: hash)
+            }
+            var seal: LedgerCheckpoint?
+            if let sequence = try row.value("seal_sequence", Int64?.self) {
+                seal = LedgerCheckpoint(
+                    sequence: sequence, entryHash: try row.value("seal_hash"), time: try row.value("seal_time"), keyId: try row.value("seal_key_id"),
+                    signature: try row.value("seal_signature"))
+            }
+            let environments = try row.value("redeemed_environments", [String].self)
+            let keys = try row.value("redeemed_keys", [String].self)
+            guard environments.count == keys.count else {
+                throw PostgresStoreError.invalidValue(column: "redeemed_keys", value: "\(keys.count) keys for \(environments.count) environments")
+            }
+            let redeemed = Set(zip(environments, keys).map { PurchaseKey(environment: $0, key: $1) })
+            return Locked(
+                head: head, seal: seal, redeemed: redeemed, revoked: try row.value("revoked", [Int64].self),
+                nextRedemption: try row.value("next_redemption"), nextAttempt: try row.value("next_attempt"))
+        }
+        guard let first = rows.first else { throw PostgresStoreError.invalidValue(column: "coffer_lock_chain", value: "no row") }
+        return first
+    }
+
+    /// The chain's last event (the genesis hash at 0 when empty) and the seal, in one query,
+    /// without the lock (readers: what an appender sees comes from ``lock(_:purchases:logger:)``).
     static func headAndSeal(_ c: PostgresConnection, logger: Logger) async throws -> (Head, LedgerCheckpoint?) {
         let rows = try await c.rows(
             """
@@ -78,18 +121,18 @@ enum PostgresChain {
             """, logger: logger)
     }
 
-    /// Runs `body`, which appends after the head it is given and returns the new head, between
-    /// the chain's lock and seal check and a new seal — in the caller's transaction. Without a
-    /// policy (tools that hold no key) the lock is still taken but nothing is checked or sealed.
+    /// Runs `body`, which appends after the head it is given (with ``append(_:policy:head:now:entries:logger:)``,
+    /// which also rewrites the seal) and returns the new head, after the chain's lock and seal
+    /// check — in the caller's transaction. `purchases` are looked up for the replay rule under
+    /// the lock. Without a policy (tools that hold no key) the lock is still taken but nothing
+    /// is checked or sealed.
     static func sealed<T>(
-        _ c: PostgresConnection, policy: CheckpointPolicy?, now: Date, logger: Logger, _ body: (Head) async throws -> (T, Head)
+        _ c: PostgresConnection, policy: CheckpointPolicy?, purchases: [PurchaseKey] = [], logger: Logger,
+        _ body: (Locked) async throws -> (T, Head)
     ) async throws -> T {
-        try await lock(c, logger: logger)
-        let (head, seal) = try await headAndSeal(c, logger: logger)
-        if let policy { try await checkSeal(c, policy: policy, head: head, seal: seal, logger: logger) }
-        let (result, newHead) = try await body(head)
-        if let policy, newHead.sequence != head.sequence { try await writeSeal(c, policy: policy, head: newHead, now: now, logger: logger) }
-        return result
+        let locked = try await lock(c, purchases: purchases, logger: logger)
+        if let policy { try await checkSeal(c, policy: policy, head: locked.head, seal: locked.seal, logger: logger) }
+        return try await body(locked).0
     }
 
     /// Throws when a value of `entry` holds U+0000, which PostgreSQL's text cannot store (the
@@ -102,38 +145,49 @@ enum PostgresChain {
         }
     }
 
-    /// Appends one event per entry after `head` (each entry built from its position), and the
-    /// checkpoints that fall due on the policy's interval; returns the new head.
-    static func append(
-        _ c: PostgresConnection, policy: CheckpointPolicy?, head: Head, now: Date, entries: [(Int64) -> LedgerEntry], logger: Logger
-    ) async throws -> Head {
-        guard !entries.isEmpty else { return head }
-        var current = head
+    /// What an append writes: the events, the checkpoints due and (with a policy) the new seal.
+    struct Linked {
         var sequences: [Int64] = []
         var kinds: [String] = []
         var rows: [Int64] = []
         var hashes: [String] = []
         var checkpoints: [LedgerCheckpoint] = []
+        var seal: LedgerCheckpoint?
+        var head: Head
+    }
+
+    /// Chains one event per entry after `head` (each entry built from its position), signs the
+    /// checkpoints that fall due on the policy's interval and the new head's seal. No I/O.
+    static func link(policy: CheckpointPolicy?, head: Head, now: Date, entries: [(Int64) -> LedgerEntry]) throws -> Linked {
+        var linked = Linked(head: head)
+        guard !entries.isEmpty else { return linked }
         for make in entries {
-            let entry = make(current.sequence + 1)
+            let entry = make(linked.head.sequence + 1)
             try checkStorable(entry)
-            current = Head(sequence: entry.sequence, hash: LedgerChain.hash(previous: current.hash, entry: entry))
-            sequences.append(entry.sequence)
-            kinds.append(entry.kind.rawValue)
-            rows.append(entry.row)
-            hashes.append(current.hex)
+            linked.head = Head(sequence: entry.sequence, hash: LedgerChain.hash(previous: linked.head.hash, entry: entry))
+            linked.sequences.append(entry.sequence)
+            linked.kinds.append(entry.kind.rawValue)
+            linked.rows.append(entry.row)
+            linked.hashes.append(linked.head.hex)
             if let policy, entry.sequence % policy.every == 0 {
-                checkpoints.append(
-                    try policy.signer.checkpoint(sequence: entry.sequence, entryHash: current.hex, time: Int64(now.timeIntervalSince1970)))
+                linked.checkpoints.append(
+                    try policy.signer.checkpoint(sequence: entry.sequence, entryHash: linked.head.hex, time: Int64(now.timeIntervalSince1970)))
             }
         }
-        try await c.query(
-            """
-            INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash)
-            SELECT * FROM unnest(\(sequences)::bigint[], \(kinds)::text[], \(rows)::bigint[], \(hashes)::text[])
-            """, logger: logger)
-        for checkpoint in checkpoints { try await insert(c, checkpoint, logger: logger) }
-        return current
+        linked.seal = try policy?.seal(headSequence: linked.head.sequence, headHash: linked.head.hex, now: now)
+        return linked
+    }
+
+    /// Appends one event per entry after `head`, the checkpoints due and, with a policy, the new
+    /// head's seal — one statement (``PostgresRows/write(_:redemptions:attempts:linked:logger:)``);
+    /// returns the new head.
+    static func append(
+        _ c: PostgresConnection, policy: CheckpointPolicy?, head: Head, now: Date, entries: [(Int64) -> LedgerEntry], logger: Logger
+    ) async throws -> Head {
+        let linked = try link(policy: policy, head: head, now: now, entries: entries)
+        guard !linked.sequences.isEmpty else { return head }
+        try await PostgresRows.write(c, redemptions: [], attempts: [], linked: linked, logger: logger)
+        return linked.head
     }
 
     static func insert(_ c: PostgresConnection, _ k: LedgerCheckpoint, logger: Logger) async throws {

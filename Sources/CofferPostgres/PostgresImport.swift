@@ -121,13 +121,15 @@ extension PostgresBackend {
     /// otherwise), holding the chain's lock; then moves each identity sequence past the rows copied.
     public func importLedger(_ body: (PostgresImporter) async throws -> Void) async throws {
         try await unboundedTransaction { c in
-            try await PostgresChain.lock(c, logger: logger)
+            _ = try await PostgresChain.lock(c, logger: logger)
             for table in Self.importedTables {
                 let rows = try await c.column("SELECT count(*) FROM \(unescaped: table)", Int64.self, logger: logger)
                 if let count = rows.first, count > 0 { throw PostgresStoreError.notEmpty("\(table) has \(count) rows") }
             }
             try await body(PostgresImporter(c: c, logger: logger))
-            for table in ["redemptions", "attempts", "revocations", "admin_actions"] {
+            // Redemptions and attempts are numbered under the chain's lock from the rows themselves
+            // (migration 0002); the other chained tables keep an identity default.
+            for table in ["revocations", "admin_actions"] {
                 try await c.query(
                     """
                     SELECT setval(pg_get_serial_sequence(\(table), 'sequence'), coalesce((SELECT max(sequence) FROM \(unescaped: table)), 0) + 1, false)

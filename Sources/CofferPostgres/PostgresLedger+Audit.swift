@@ -40,8 +40,8 @@ extension PostgresLedger: LedgerAuditRepository {
         return try await backend.transaction { c -> LedgerCheckpoint? in
             let leader = try await c.column("SELECT pg_try_advisory_xact_lock(\(Self.checkpointLock))", Bool.self, logger: logger)
             guard leader.first == true else { return nil }
-            try await PostgresChain.lock(c, logger: logger)
-            let (head, seal) = try await PostgresChain.headAndSeal(c, logger: logger)
+            let locked = try await PostgresChain.lock(c, logger: logger)
+            let (head, seal) = (locked.head, locked.seal)
             // Never sign over entries the instances did not seal.
             try await PostgresChain.checkSeal(c, policy: policy, head: head, seal: seal, logger: logger)
             let latest = try await PostgresChain.latestCheckpoint(c, logger: logger)?.sequence ?? 0
@@ -68,8 +68,8 @@ extension PostgresLedger: LedgerAuditRepository {
         guard let policy = checkpoints else { return }
         let logger = backend.logger
         try await backend.transaction { c in
-            try await PostgresChain.lock(c, logger: logger)
-            let (head, seal) = try await PostgresChain.headAndSeal(c, logger: logger)
+            let locked = try await PostgresChain.lock(c, logger: logger)
+            let (head, seal) = (locked.head, locked.seal)
             try await PostgresChain.checkSeal(c, policy: policy, head: head, seal: seal, logger: logger)
             if seal == nil { try await PostgresChain.writeSeal(c, policy: policy, head: head, now: now, logger: logger) }
         }

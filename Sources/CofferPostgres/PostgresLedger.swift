@@ -38,8 +38,9 @@ public struct PostgresLedger: LedgerRepository {
         let key = PurchaseKey(environment: revocation.environment ?? "", key: revocation.replayKey ?? revocation.transactionId)
         let logger = backend.logger
         return try await backend.transaction { [checkpoints] c in
-            try await PostgresChain.sealed(c, policy: checkpoints, now: revocation.recordedAt, logger: logger) { head in
-                if try await !PostgresReplayRule.revocations(c, [key], logger: logger).isEmpty { return (.alreadyRevoked, head) }
+            try await PostgresChain.sealed(c, policy: checkpoints, purchases: [key], logger: logger) { locked in
+                let head = locked.head
+                if !locked.revoked.isEmpty { return (.alreadyRevoked, head) }
                 let redemptionId = try await Self.redemptionIds(c, key, logger: logger).first
                 if redemptionId == nil && !keepUnredeemed { return (.notRedeemed, head) }
                 var row = revocation

@@ -19,7 +19,11 @@ final class PostgresLedgerWriter: Sendable {
 
     init(backend: PostgresBackend, checkpoints: CheckpointPolicy?) {
         queue = GroupCommitQueue(
-            maxBatch: Self.maxBatch, write: { batch in await Self.write(batch, backend: backend, checkpoints: checkpoints) },
+            maxBatch: Self.maxBatch,
+            write: { batch in
+                // The whole batch, lock to COMMIT, on the backend's own thread (EventLoopTaskExecutor).
+                await withTaskExecutorPreference(backend.executor) { await Self.write(batch, backend: backend, checkpoints: checkpoints) }
+            },
             refuse: { $0.fail(PostgresStoreError.closed) })
     }
 
@@ -37,9 +41,9 @@ final class PostgresLedgerWriter: Sendable {
         let results: [LedgerWriteJob.Result]
         do {
             results = try await backend.transaction { c in
-                try await PostgresChain.sealed(c, policy: checkpoints, now: Date(), logger: backend.logger) { head in
-                    var plan = try await BatchPlan(batch, c, logger: backend.logger)
-                    let newHead = try await plan.write(c, policy: checkpoints, head: head, logger: backend.logger)
+                try await PostgresChain.sealed(c, policy: checkpoints, purchases: BatchPlan.purchases(batch), logger: backend.logger) { locked in
+                    var plan = try await BatchPlan(batch, locked, c, logger: backend.logger)
+                    let newHead = try await plan.write(c, policy: checkpoints, locked: locked, logger: backend.logger)
                     return (plan.results, newHead)
                 }
             }
@@ -52,7 +56,8 @@ final class PostgresLedgerWriter: Sendable {
     }
 }
 
-/// What one batch writes, decided in job order from two indexed lookups: each redemption is
+/// What one batch writes, decided in job order from the replay rule's lookups made under the
+/// chain's lock (``PostgresChain/lock(_:purchases:logger:)``): each redemption is
 /// inserted, or refused as a replay (also of an earlier job of the same batch) or as revoked,
 /// its refusal attempt recorded in its place; attempts are recorded. Each job adds at most one
 /// chain event, in job order.
@@ -68,12 +73,19 @@ private struct BatchPlan {
     /// The row each job appends to the chain, in job order (nil: none).
     private var rows: [Row?] = []
 
-    init(_ batch: [LedgerWriteJob], _ c: PostgresConnection, logger: Logger) async throws {
+    /// The purchases of the batch's redemptions.
+    static func purchases(_ batch: [LedgerWriteJob]) -> [PurchaseKey] {
+        batch.compactMap { job in
+            guard case .redemption(let r, _, _) = job else { return nil }
+            return PurchaseKey(r)
+        }
+    }
+
+    init(_ batch: [LedgerWriteJob], _ locked: PostgresChain.Locked, _ c: PostgresConnection, logger: Logger) async throws {
         results = Array(repeating: .recorded, count: batch.count)
-        var wanted: [PurchaseKey] = []
-        for job in batch { if case .redemption(let r, _, _) = job { wanted.append(PurchaseKey(r)) } }
-        var redeemed = try await PostgresReplayRule.redeemed(c, wanted, logger: logger)
-        let revoked = try await PostgresReplayRule.revocations(c, wanted, logger: logger)
+        var redeemed = locked.redeemed
+        // Revocations are rare: their rows are read only when one matches.
+        let revoked = try await PostgresReplayRule.revocations(c, sequences: locked.revoked, logger: logger)
         for (index, job) in batch.enumerated() {
             switch job {
             case .redemption(let redemption, let refusals, _):
@@ -117,14 +129,13 @@ private struct BatchPlan {
         return nil
     }
 
-    /// Inserts the rows, then their chain events in job order; fills in the results.
-    mutating func write(_ c: PostgresConnection, policy: CheckpointPolicy?, head: PostgresChain.Head, logger: Logger) async throws
+    /// Numbers the rows from the lock's next numbers, chains their events in job order and
+    /// writes it all in one statement; fills in the results.
+    mutating func write(_ c: PostgresConnection, policy: CheckpointPolicy?, locked: PostgresChain.Locked, logger: Logger) async throws
         -> PostgresChain.Head
     {
-        let redemptionSequences = try await PostgresRows.insert(redemptions, c, logger: logger)
-        let attemptSequences = try await PostgresRows.insert(attempts, c, logger: logger)
-        for i in redemptions.indices { redemptions[i].sequence = redemptionSequences[i] }
-        for i in attempts.indices { attempts[i].sequence = attemptSequences[i] }
+        for i in redemptions.indices { redemptions[i].sequence = locked.nextRedemption + Int64(i) }
+        for i in attempts.indices { attempts[i].sequence = locked.nextAttempt + Int64(i) }
         var entries: [(Int64) -> LedgerEntry] = []
         for (job, row) in zip(results.indices, rows) {
             switch row {
@@ -138,7 +149,10 @@ private struct BatchPlan {
             case nil: break
             }
         }
-        return try await PostgresChain.append(c, policy: policy, head: head, now: Date(), entries: entries, logger: logger)
+        let linked = try PostgresChain.link(policy: policy, head: locked.head, now: Date(), entries: entries)
+        guard !linked.sequences.isEmpty else { return locked.head }
+        try await PostgresRows.write(c, redemptions: redemptions, attempts: attempts, linked: linked, logger: logger)
+        return linked.head
     }
 }
 
@@ -155,27 +169,8 @@ struct PurchaseKey: Hashable {
     init(_ r: Redemption) { self.init(environment: r.environment, key: r.effectiveReplayKey) }
 }
 
-/// The replay rule's lookups for many purchases at once (one indexed search each, one round trip).
+/// The replay rule's revocation lookups (the redeemed lookup runs in `coffer_lock_chain`).
 enum PostgresReplayRule {
-    /// The purchases of `keys` already redeemed: by environment and replay key, or — rows copied
-    /// from a SQLite ledger older than its migration 0003, keyed by their transaction id — by
-    /// original transaction id.
-    static func redeemed(_ c: PostgresConnection, _ keys: [PurchaseKey], logger: Logger) async throws -> Set<PurchaseKey> {
-        guard !keys.isEmpty else { return [] }
-        let environments = keys.map(\.environment)
-        let replayKeys = keys.map(\.key)
-        let found = try await c.rows(
-            """
-            SELECT environment, coalesce(replay_key, transaction_id) AS k FROM redemptions
-            WHERE (environment, coalesce(replay_key, transaction_id)) IN (SELECT * FROM unnest(\(environments)::text[], \(replayKeys)::text[]))
-            UNION ALL
-            SELECT environment, original_transaction_id AS k FROM redemptions
-            WHERE replay_key IS NULL AND (environment, original_transaction_id) IN (SELECT * FROM unnest(\(environments)::text[], \(replayKeys)::text[]))
-            """, logger: logger
-        ) { PurchaseKey(environment: try $0.value("environment"), key: try $0.value("k")) }
-        return Set(found)
-    }
-
     /// The kept revocations of `keys`, by purchase.
     static func revocations(_ c: PostgresConnection, _ keys: [PurchaseKey], logger: Logger) async throws -> [PurchaseKey: Revocation] {
         guard !keys.isEmpty else { return [:] }
@@ -184,6 +179,19 @@ enum PostgresReplayRule {
             SELECT \(unescaped: Revocation.columns) FROM revocations
             WHERE (coalesce(environment, ''), coalesce(replay_key, transaction_id)) IN (SELECT * FROM unnest(\(keys.map(\.environment))::text[], \(keys.map(\.key))::text[]))
             """, logger: logger, Revocation.init(row:))
+        return byPurchase(found)
+    }
+
+    /// The revocations with these sequences, by purchase.
+    static func revocations(_ c: PostgresConnection, sequences: [Int64], logger: Logger) async throws -> [PurchaseKey: Revocation] {
+        guard !sequences.isEmpty else { return [:] }
+        let found = try await c.rows(
+            "SELECT \(unescaped: Revocation.columns) FROM revocations WHERE sequence = ANY(\(sequences)::bigint[])", logger: logger,
+            Revocation.init(row:))
+        return byPurchase(found)
+    }
+
+    private static func byPurchase(_ found: [Revocation]) -> [PurchaseKey: Revocation] {
         var byKey: [PurchaseKey: Revocation] = [:]
         for revocation in found {
             byKey[PurchaseKey(environment: revocation.environment ?? "", key: revocation.replayKey ?? revocation.transactionId)] = revocation

@@ -91,63 +91,63 @@ extension LedgerCheckpoint {
     }
 }
 
-/// Many rows inserted with one statement each table: columns as array parameters, `unnest`ed
-/// in order (PostgreSQL arrays hold no NULL from this driver, so each nullable column comes
-/// with a flag array). Returns the sequences assigned, in input order: the identity default
-/// is drawn row by row in the SELECT's `ORDER BY ordinality`, so they ascend in that order.
+/// A batch's rows, their chain events, the checkpoints due and the seal, in one statement:
+/// columns as array parameters, `unnest`ed (PostgreSQL arrays hold no NULL from this driver, so
+/// each nullable column comes with a flag array). Redemptions and attempts carry the numbers
+/// given under the chain's lock (``PostgresChain/Locked``).
 enum PostgresRows {
-    static func insert(_ rows: [Redemption], _ c: PostgresConnection, logger: Logger) async throws -> [Int64] {
-        guard !rows.isEmpty else { return [] }
+    static func write(
+        _ c: PostgresConnection, redemptions rows: [Redemption], attempts: [RejectedAttempt], linked: PostgresChain.Linked, logger: Logger
+    ) async throws {
         let original = Nullable(rows.map(\.originalTransactionId))
         let purchase = Nullable(rows.map { $0.purchaseDate?.timeIntervalSince1970 }, placeholder: 0)
         let token = Nullable(rows.map(\.appAccountToken))
         let replay = Nullable(rows.map(\.replayKey))
-        let sequences = try await c.column(
+        let transaction = Nullable(attempts.map(\.transactionId))
+        let product = Nullable(attempts.map(\.productId))
+        let claimed = Nullable(attempts.map(\.claimed), placeholder: false)
+        let checkpoints = linked.checkpoints
+        let seal = linked.seal.map { [$0] } ?? []
+        // Data-modifying WITH clauses run once each, whether or not the outer statement reads them.
+        try await c.query(
             """
-            INSERT INTO redemptions (redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment, purchase_date,
-              quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key)
-            SELECT r.id, r.tx, CASE WHEN r.otx_null THEN NULL ELSE r.otx END, r.product, r.bundle, r.env, CASE WHEN r.pd_null THEN NULL ELSE r.pd END,
-              r.qty, r.sha, r.fmt, r.at, r.client, CASE WHEN r.token_null THEN NULL ELSE r.token END, r.status, r.grant_hash,
-              CASE WHEN r.rk_null THEN NULL ELSE r.rk END
-            FROM unnest(\(rows.map(\.redemptionId))::text[], \(rows.map(\.transactionId))::text[], \(original.values)::text[], \(original.isNull)::bool[],
-              \(rows.map(\.productId))::text[], \(rows.map(\.bundleId))::text[], \(rows.map(\.environment))::text[], \(purchase.values)::float8[],
-              \(purchase.isNull)::bool[], \(rows.map { Int32(clamping: $0.quantity) })::int4[], \(rows.map(\.receiptSHA256))::text[],
-              \(rows.map(\.sourceFormat.rawValue))::text[], \(rows.map { $0.redeemedAt.timeIntervalSince1970 })::float8[],
-              \(rows.map(\.clientAddress))::text[], \(token.values)::text[], \(token.isNull)::bool[], \(rows.map(\.status))::text[],
-              \(rows.map(\.grantHash))::text[], \(replay.values)::text[], \(replay.isNull)::bool[])
-              WITH ORDINALITY AS r(id, tx, otx, otx_null, product, bundle, env, pd, pd_null, qty, sha, fmt, at, client, token, token_null, status,
-                grant_hash, rk, rk_null, ord)
-            ORDER BY r.ord
-            RETURNING sequence
-            """, Int64.self, logger: logger)
-        return try ordered(sequences, count: rows.count)
-    }
-
-    static func insert(_ rows: [RejectedAttempt], _ c: PostgresConnection, logger: Logger) async throws -> [Int64] {
-        guard !rows.isEmpty else { return [] }
-        let transaction = Nullable(rows.map(\.transactionId))
-        let product = Nullable(rows.map(\.productId))
-        let claimed = Nullable(rows.map(\.claimed), placeholder: false)
-        let sequences = try await c.column(
-            """
-            INSERT INTO attempts (at, code, detail, transaction_id, product_id, receipt_sha256, client_address, claimed)
-            SELECT a.at, a.code, a.detail, CASE WHEN a.tx_null THEN NULL ELSE a.tx END, CASE WHEN a.product_null THEN NULL ELSE a.product END,
-              a.sha, a.client, CASE WHEN a.claimed_null THEN NULL ELSE a.claimed END
-            FROM unnest(\(rows.map { $0.at.timeIntervalSince1970 })::float8[], \(rows.map(\.code))::text[], \(rows.map(\.detail))::text[],
-              \(transaction.values)::text[], \(transaction.isNull)::bool[], \(product.values)::text[], \(product.isNull)::bool[],
-              \(rows.map(\.receiptSHA256))::text[], \(rows.map(\.clientAddress))::text[], \(claimed.values)::bool[], \(claimed.isNull)::bool[])
-              WITH ORDINALITY AS a(at, code, detail, tx, tx_null, product, product_null, sha, client, claimed, claimed_null, ord)
-            ORDER BY a.ord
-            RETURNING sequence
-            """, Int64.self, logger: logger)
-        return try ordered(sequences, count: rows.count)
-    }
-
-    private static func ordered(_ sequences: [Int64], count: Int) throws -> [Int64] {
-        guard sequences.count == count else {
-            throw PostgresStoreError.invalidValue(column: "sequence", value: "\(sequences.count) rows inserted of \(count)")
-        }
-        return sequences.sorted()
+            WITH redemption_rows AS (
+              INSERT INTO redemptions (sequence, redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment,
+                purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key)
+              SELECT r.seq, r.id, r.tx, CASE WHEN r.otx_null THEN NULL ELSE r.otx END, r.product, r.bundle, r.env,
+                CASE WHEN r.pd_null THEN NULL ELSE r.pd END, r.qty, r.sha, r.fmt, r.at, r.client, CASE WHEN r.token_null THEN NULL ELSE r.token END,
+                r.status, r.grant_hash, CASE WHEN r.rk_null THEN NULL ELSE r.rk END
+              FROM unnest(\(rows.map(\.sequence))::bigint[], \(rows.map(\.redemptionId))::text[], \(rows.map(\.transactionId))::text[],
+                \(original.values)::text[], \(original.isNull)::bool[], \(rows.map(\.productId))::text[], \(rows.map(\.bundleId))::text[],
+                \(rows.map(\.environment))::text[], \(purchase.values)::float8[], \(purchase.isNull)::bool[],
+                \(rows.map { Int32(clamping: $0.quantity) })::int4[], \(rows.map(\.receiptSHA256))::text[], \(rows.map(\.sourceFormat.rawValue))::text[],
+                \(rows.map { $0.redeemedAt.timeIntervalSince1970 })::float8[], \(rows.map(\.clientAddress))::text[], \(token.values)::text[],
+                \(token.isNull)::bool[], \(rows.map(\.status))::text[], \(rows.map(\.grantHash))::text[], \(replay.values)::text[], \(replay.isNull)::bool[])
+                AS r(seq, id, tx, otx, otx_null, product, bundle, env, pd, pd_null, qty, sha, fmt, at, client, token, token_null, status, grant_hash, rk,
+                  rk_null)
+            ), attempt_rows AS (
+              INSERT INTO attempts (sequence, at, code, detail, transaction_id, product_id, receipt_sha256, client_address, claimed)
+              SELECT a.seq, a.at, a.code, a.detail, CASE WHEN a.tx_null THEN NULL ELSE a.tx END, CASE WHEN a.product_null THEN NULL ELSE a.product END,
+                a.sha, a.client, CASE WHEN a.claimed_null THEN NULL ELSE a.claimed END
+              FROM unnest(\(attempts.map(\.sequence))::bigint[], \(attempts.map { $0.at.timeIntervalSince1970 })::float8[], \(attempts.map(\.code))::text[],
+                \(attempts.map(\.detail))::text[], \(transaction.values)::text[], \(transaction.isNull)::bool[], \(product.values)::text[],
+                \(product.isNull)::bool[], \(attempts.map(\.receiptSHA256))::text[], \(attempts.map(\.clientAddress))::text[], \(claimed.values)::bool[],
+                \(claimed.isNull)::bool[])
+                AS a(seq, at, code, detail, tx, tx_null, product, product_null, sha, client, claimed, claimed_null)
+            ), events AS (
+              INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash)
+              SELECT * FROM unnest(\(linked.sequences)::bigint[], \(linked.kinds)::text[], \(linked.rows)::bigint[], \(linked.hashes)::text[])
+            ), checkpoints AS (
+              INSERT INTO ledger_checkpoints (sequence, entry_hash, time, key_id, signature)
+              SELECT * FROM unnest(\(checkpoints.map(\.sequence))::bigint[], \(checkpoints.map(\.entryHash))::text[], \(checkpoints.map(\.time))::bigint[],
+                \(checkpoints.map(\.keyId))::text[], \(checkpoints.map(\.signature))::text[])
+            )
+            INSERT INTO ledger_head (id, sequence, entry_hash, time, key_id, signature)
+            SELECT 1, * FROM unnest(\(seal.map(\.sequence))::bigint[], \(seal.map(\.entryHash))::text[], \(seal.map(\.time))::bigint[],
+              \(seal.map(\.keyId))::text[], \(seal.map(\.signature))::text[])
+            ON CONFLICT (id) DO UPDATE SET sequence = excluded.sequence, entry_hash = excluded.entry_hash, time = excluded.time,
+              key_id = excluded.key_id, signature = excluded.signature
+            """, logger: logger)
     }
 
     /// A nullable column as two arrays: the values (a placeholder where nil) and the nil flags.

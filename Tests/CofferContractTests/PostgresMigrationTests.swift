@@ -1,4 +1,6 @@
+import CofferTestSupport
 import Foundation
+import Logging
 import Testing
 
 @testable import CofferPostgres
@@ -27,5 +29,46 @@ import Testing
         #expect(statements.count == 3)
         #expect(statements[1].hasPrefix("CREATE FUNCTION") && statements[1].hasSuffix("$$;"))
         #expect(PostgresBackend.statements(PostgresMigrations.all[0].sql).count > 20)
+    }
+}
+
+/// Migration 0002 on a database that 0001 alone migrated and an older Coffer filled: its rows
+/// keep their numbers, new ones continue after the largest, and a row inserted without a
+/// number is refused (no identity default is left to hand out one the writer also uses).
+@Suite("PostgreSQL migration 0002 over a filled 0001 database")
+struct PostgresUpgradeTests {
+    @Test func rowsNumberedUnderTheLockContinueAfterTheOldOnes() async throws {
+        let cluster = try PostgresCluster.shared()
+        let url = try cluster.createDatabase()
+        let name = String(try #require(URLComponents(string: url)).path.dropFirst())
+        let first = try #require(PostgresMigrations.all.first)
+        #expect(first.name == "0001_initial")
+        try cluster.psql(first.sql, database: name)
+        try cluster.psql(
+            """
+            CREATE TABLE coffer_migrations (name text PRIMARY KEY, applied_at double precision NOT NULL);
+            INSERT INTO coffer_migrations VALUES ('0001_initial', 0);
+            INSERT INTO attempts (at, code, detail, receipt_sha256, client_address) VALUES (0, 'c', 'd', 'x', 'a'), (0, 'c', 'd', 'x', 'a');
+            """, database: name)
+        #expect(try cluster.psql("SELECT max(sequence) FROM attempts", database: name) == "2")
+
+        let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: false, logger: Logger(label: "upgrade"))
+        do {
+            #expect(try await backend.migrate() == ["0002_chain_lock"])
+            #expect(try await backend.pendingMigrations().isEmpty)
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            try await ledger.record(makeAttempt(code: "late", transactionId: "1"))
+            #expect(try await ledger.insert(makeRedemption("1")).inserted?.sequence == 1)
+            await ledger.finishWrites()
+            #expect(try cluster.psql("SELECT string_agg(sequence::text, ',' ORDER BY sequence) FROM attempts", database: name) == "1,2,3")
+            #expect(throws: (any Error).self) {
+                try cluster.psql(
+                    "INSERT INTO attempts (at, code, detail, receipt_sha256, client_address) VALUES (0, 'c', 'd', 'x', 'a')", database: name)
+            }
+        } catch {
+            await backend.close()
+            throw error
+        }
+        await backend.close()
     }
 }

@@ -1,0 +1,52 @@
+# Shared by the load scripts (sourced, not run): the release build, sandbox receipts as
+# request bodies, and one wrk phase of Benchmarks/redeem.lua.
+
+# build_coffer: builds `coffer` in release into .build-release/ and sets BIN.
+build_coffer() {
+    echo "building coffer (release) …" >&2
+    swift build -c release --product coffer --scratch-path .build-release >&2
+    BIN=$PWD/.build-release/release/coffer
+}
+
+# wait_healthy PORT: until GET /healthz answers (10 s at most).
+wait_healthy() {
+    for _ in $(seq 1 100); do
+        curl -sf "http://127.0.0.1:$1/healthz" >/dev/null && return 0
+        sleep 0.1
+    done
+    echo "the server on port $1 did not become healthy" >&2
+    return 1
+}
+
+# mint_bodies SANDBOX_DIR COUNT OUT SHARDS: COUNT fresh sandbox receipts for the demo
+# product, as one JSON body per line, dealt round-robin into OUT/bodies-1.ndjson …
+# OUT/bodies-SHARDS.ndjson (one file per load generator, so that none replays another's).
+mint_bodies() {
+    local sandbox=$1 count=$2 out=$3 shards=$4
+    echo "minting $count sandbox receipts …" >&2
+    rm -rf "$out/receipts"
+    "$BIN" sandbox receipt --dir "$sandbox" --bundle-id com.coffer.demo --purchase com.coffer.demo.levelpack1:1000000 \
+        --count "$count" --out-dir "$out/receipts" >/dev/null
+    python3 - "$out" "$shards" <<'PY'
+import base64, os, sys
+out, shards = sys.argv[1], int(sys.argv[2])
+files = [open(os.path.join(out, "bodies-%d.ndjson" % (k + 1)), "w") for k in range(shards)]
+for i, name in enumerate(sorted(os.listdir(os.path.join(out, "receipts")))):
+    with open(os.path.join(out, "receipts", name), "rb") as r:
+        files[i % shards].write('{"receipt":"%s"}\n' % base64.b64encode(r.read()).decode())
+for f in files:
+    f.close()
+PY
+}
+
+# run_wrk OUTFILE PORT BODIES START COUNT RATE CONNECTIONS: one wrk process (THREADS
+# threads, SECONDS_EACH seconds) posting bodies START… of BODIES to PORT; RATE 0 = as fast
+# as it goes. Writes rate, percentiles, statuses and requests to OUTFILE.
+run_wrk() {
+    local outfile=$1 port=$2 bodies=$3 start=$4 count=$5 rate=$6 connections=$7
+    BODIES="$bodies" THREADS=$T CONNECTIONS=$connections START=$start COUNT=$count RATE=$rate \
+        wrk -t"$T" -c"$connections" -d"${S}s" --timeout 5s -s Benchmarks/redeem.lua "http://127.0.0.1:$port" >"$outfile"
+}
+
+# field NAME FILE: the value after the first "NAME:" in a wrk output file.
+field() { awk -v k="$1:" '{for (i = 1; i < NF; i++) if ($i == k) {print $(i + 1); exit}}' "$2"; }

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Scale-out redemption load: two release `coffer serve --database URL` instances on one
+# local throwaway PostgreSQL (fsync and synchronous_commit on: a 201 is flushed on the
+# server), against the SQLite mode's saturated rate measured in the same run.
+#
+# Phases, SECONDS_EACH each, every one driven by two wrk processes (one per instance, one
+# thread each, CONNECTIONS/2 connections each; the SQLite phase sends both to its one
+# instance, so the client side is the same):
+#   sqlite-sat  — one SQLite instance (synchronous=FULL), as fast as it goes: the reference;
+#   pg-paced    — the two instances held at RATE redemptions/s in total (default 2,000):
+#                 the latency a client sees at that load;
+#   pg-sat      — the two instances as fast as they go.
+# Then `coffer ledger verify --database URL` on the shared ledger.
+#
+#   Benchmarks/load-postgres.sh
+#   SECONDS_EACH=20 CONNECTIONS=64 RATE=2500 Benchmarks/load-postgres.sh
+#   DATABASE_URL=postgres://… Benchmarks/load-postgres.sh   # an empty database of yours
+#
+# The p99 printed for a two-process phase is the larger of the two processes' p99s: an
+# upper bound of the p99 over all requests (no more than 1% of either side is above it).
+# Goals (issue #13): pg-sat ≥ 2,000/s; p99 < 20 ms at the paced rate; pg-sat ≥ 0.7 ×
+# sqlite-sat. Each is printed as met or MISSED with its number. Needs wrk and Debian's postgresql; as root the
+# cluster runs as the postgres user (scripts/postgres-throwaway.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. Benchmarks/load-common.sh
+S=${SECONDS_EACH:-10}
+C=${CONNECTIONS:-32}
+T=1
+RATE=${RATE:-2000}
+# Fresh receipts for the paced and the saturated PostgreSQL phases (the SQLite ledger is
+# another database: it uses the same receipts).
+N=${RECEIPTS:-$((S * 8000))}
+PORT=${PORT:-18490}
+OUT=.build-release/load-postgres
+command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
+half=$((C / 2))
+[ "$half" -ge 1 ] || { echo "CONNECTIONS must be at least 2" >&2; exit 2; }
+
+build_coffer
+scripts/postgres-throwaway.sh stop "$OUT/cluster" 2>/dev/null || true
+rm -rf "$OUT" && mkdir -p "$OUT"
+SERVERS=()
+cleanup() {
+    for pid in "${SERVERS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    scripts/postgres-throwaway.sh stop "$OUT/cluster" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# serve NAME PORT ARGS…: a demo instance in the background, its pid appended to SERVERS.
+serve() {
+    local name=$1 port=$2
+    shift 2
+    "$BIN" serve --demo --port "$port" --content content --rate-redemptions 0 --log-level warning "$@" >"$OUT/$name.log" 2>&1 &
+    SERVERS+=($!)
+    wait_healthy "$port" || { cat "$OUT/$name.log" >&2; exit 1; }
+}
+
+tick=$(getconf CLK_TCK)
+# cpu PID…: CPU seconds (user + system) used so far by these processes.
+cpu() {
+    local total=0 pid
+    for pid in "$@"; do
+        [ -r "/proc/$pid/stat" ] || continue
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    awk -v t="$total" -v k="$tick" 'BEGIN{print t / k}'
+}
+# The PostgreSQL server's processes: the postmaster and its children (backends, WAL writer…).
+postgres_pids() {
+    local pm
+    pm=$(head -1 "$OUT/cluster/data/postmaster.pid")
+    echo "$pm" $(ps -o pid= --ppid "$pm")
+}
+
+# phase NAME PORT_A PORT_B START RATE: both wrk processes at once, bodies-1 to PORT_A and
+# bodies-2 to PORT_B, from body START of each; RATE in total (0: saturate). Prints one line.
+phase() {
+    local name=$1 port_a=$2 port_b=$3 start=$4 rate=$5
+    local coffer_before pg_before coffer_after pg_after pgp=""
+    [ -f "$OUT/cluster/data/postmaster.pid" ] && pgp=$(postgres_pids)
+    coffer_before=$(cpu "${SERVERS[@]}")
+    pg_before=$(cpu $pgp)
+    run_wrk "$OUT/$name-a.txt" "$port_a" "$OUT/bodies-1.ndjson" "$start" 0 $((rate / 2)) "$half" &
+    local a=$!
+    run_wrk "$OUT/$name-b.txt" "$port_b" "$OUT/bodies-2.ndjson" "$start" 0 $((rate / 2)) "$half"
+    wait "$a"
+    coffer_after=$(cpu "${SERVERS[@]}")
+    pg_after=$(cpu $pgp)
+    local ra rb
+    ra=$(field rate "$OUT/$name-a.txt")
+    rb=$(field rate "$OUT/$name-b.txt")
+    eval "${name//-/_}_rate=$((ra + rb))"
+    eval "${name//-/_}_p99=$(awk -v a="$(field p99_ms "$OUT/$name-a.txt")" -v b="$(field p99_ms "$OUT/$name-b.txt")" 'BEGIN{print (a > b ? a : b)}')"
+    eval "${name//-/_}_requests=\"$(field requests "$OUT/$name-a.txt") $(field requests "$OUT/$name-b.txt")\""
+    local line_a line_b
+    line_a=$(grep '^p50' "$OUT/$name-a.txt" | sed 's/ max_ms.*//')
+    line_b=$(grep '^p50' "$OUT/$name-b.txt" | sed 's/ max_ms.*//')
+    printf '%-10s %5d/s  [a] %s  [b] %s\n' "$name" $((ra + rb)) "$line_a" "$line_b"
+    printf '%-10s statuses [a] %s [b] %s; CPU per 1,000: coffer %.2f s, postgres %.2f s\n' "" \
+        "$(grep '^statuses' "$OUT/$name-a.txt" | cut -d' ' -f2-)" "$(grep '^statuses' "$OUT/$name-b.txt" | cut -d' ' -f2-)" \
+        "$(awk -v a="$coffer_before" -v b="$coffer_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print (b-a)/(n*s)*1000}')" \
+        "$(awk -v a="$pg_before" -v b="$pg_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print (b-a)/(n*s)*1000}')"
+}
+
+# 1. SQLite: the reference.
+serve sqlite "$PORT" --data-dir "$OUT/sqlite"
+mint_bodies "$OUT/sqlite/sandbox" "$N" "$OUT" 2
+phase sqlite-sat "$PORT" "$PORT" 1 0
+for pid in "${SERVERS[@]}"; do kill "$pid"; wait "$pid" 2>/dev/null || true; done
+SERVERS=()
+
+# 2. Two instances on one PostgreSQL, sharing a data directory (the same sandbox CA, so the
+# same receipts verify; the same token keys).
+if [ -n "${DATABASE_URL:-}" ]; then
+    # A database of your own (empty, or migrated by this Coffer): its server's CPU is not shown.
+    URL=$DATABASE_URL
+else
+    {
+        read -r pg_port
+        read -r URL
+    } < <(scripts/postgres-throwaway.sh start "$OUT/cluster")
+    echo "PostgreSQL $(ls -d /usr/lib/postgresql/*/bin | sort -t/ -k4,4 -n -r | head -1 | cut -d/ -f4) on port $pg_port" >&2
+fi
+mkdir -p "$OUT/shared"
+cp -a "$OUT/sqlite/sandbox" "$OUT/shared/sandbox"
+rm -f "$OUT/shared/sandbox/demo-keys.json"
+"$BIN" migrate --database "$URL" >/dev/null
+serve pg-a $((PORT + 1)) --data-dir "$OUT/shared" --database "$URL"
+serve pg-b $((PORT + 2)) --data-dir "$OUT/shared" --database "$URL"
+phase pg-paced $((PORT + 1)) $((PORT + 2)) 1 "$RATE"
+read -r pa pb <<<"$pg_paced_requests"
+# Fresh receipts for the saturated phase start after the paced ones of either side (plus
+# the requests still in flight when wrk stopped).
+phase pg-sat $((PORT + 1)) $((PORT + 2)) $(((pa > pb ? pa : pb) + half + 1)) 0
+"$BIN" ledger verify --database "$URL" --ledger-key "$OUT/shared/keys/ledger-signing.key" | head -2 || true
+
+echo
+ratio=$(awk -v p="$pg_sat_rate" -v s="$sqlite_sat_rate" 'BEGIN{printf "%.2f", p / s}')
+verdict() { if awk "BEGIN{exit !($1)}"; then echo "met"; else echo "MISSED"; fi; }
+printf 'goal  pg-sat ≥ 2,000/s: %d/s (%s)\n' "$pg_sat_rate" "$(verdict "$pg_sat_rate >= 2000")"
+printf 'goal  p99 < 20 ms at the paced rate (%d/s offered %d/s): ≤ %s ms (%s)\n' "$pg_paced_rate" "$RATE" "$pg_paced_p99" \
+    "$(verdict "$pg_paced_p99 < 20")"
+printf 'goal  pg-sat ≥ 0.7 × sqlite-sat: %d/s vs %d/s = %s× (%s)\n' "$pg_sat_rate" "$sqlite_sat_rate" "$ratio" "$(verdict "$ratio >= 0.7")"
