@@ -62,7 +62,12 @@ public struct PostgresStorage: CofferStorage {
 
     public func finishWrites() async { await ledger.finishWrites() }
 
-    public func close() async throws { await backend.close() }
+    /// Closes the pool — after the writer's last batch (idempotent if the server already
+    /// finished it): a batch must not run on the backend's thread once that thread is gone.
+    public func close() async throws {
+        await ledger.finishWrites()
+        await backend.close()
+    }
 }
 
 extension PostgresLedger: StartupCheckedLedger {}

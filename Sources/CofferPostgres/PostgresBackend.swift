@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import PostgresNIO
+import Synchronization
 
 /// The connection pool to one PostgreSQL database, shared by every repository of this module.
 /// It runs the pool (``PostgresClient/run()``) from ``open(_:poolSize:logger:)`` until ``close()``,
@@ -36,11 +37,16 @@ public final class PostgresBackend: Sendable {
     /// Connects (at most `poolSize` connections) and checks the server answers.
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
     public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
+        try await open(url, poolSize: poolSize, timeouts: timeouts, deadline: .seconds(10), logger: logger)
+    }
+
+    /// ``open(_:poolSize:timeouts:logger:)`` with another wait for a connection (tests).
+    static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool, deadline: Duration, logger: Logger) async throws -> PostgresBackend {
         let configuration = try url.clientConfiguration(poolSize: poolSize, timeouts: timeouts)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let backend = PostgresBackend(
             client: PostgresClient(configuration: configuration, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? .seconds(10) : nil, logger: logger)
+            deadline: timeouts ? deadline : nil, logger: logger)
         // Let the pool's task start before the first lease (the driver warns about a lease
         // before `run()`; the lease itself would wait either way).
         for _ in 0..<8 { await Task.yield() }
@@ -68,56 +74,109 @@ public final class PostgresBackend: Sendable {
     /// Runs `body` on a leased connection (reads).
     func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await withDeadline { [client] in try await client.withConnection { connection in try await body(connection) } }
+            return try await withConnection(body)
         } catch {
             throw PostgresStoreError.wrapping(error)
         }
     }
 
-    /// Runs `body`, failing with ``PostgresStoreError/timedOut`` when it takes longer than
-    /// ``deadline`` (the driver's connection pool waits for a connection as long as it takes).
-    private func withDeadline<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        guard let deadline else { return try await body() }
-        return try await withThrowingTaskGroup(of: T.self) { group in
-            group.addTask { try await body() }
+    /// Runs `body` on a leased connection, failing with ``PostgresStoreError/timedOut`` when no
+    /// connection came within ``deadline`` (the driver's pool waits for one as long as it takes,
+    /// so a database that is down would hold every request).
+    ///
+    /// The deadline covers the wait for the connection only. Once `body` has its connection it
+    /// runs to the end, bounded by the server's `statement_timeout`, `lock_timeout` and
+    /// `idle_in_transaction_session_timeout`: the driver's queries do not stop when their task
+    /// is cancelled, so a deadline during `body` would answer 503 for a transaction that then
+    /// commits — a 201 the buyer never sees, and every retry a 409. Whichever comes first, the
+    /// connection or the deadline, wins (``LeaseRace``): a connection granted after the
+    /// deadline runs nothing.
+    private func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        guard let deadline else { return try await client.withConnection(body) }
+        let race = LeaseRace()
+        return try await withThrowingTaskGroup(of: T?.self) { [client] group in
+            group.addTask {
+                try await client.withConnection { connection in
+                    guard race.connect() else { throw PostgresStoreError.timedOut(deadline) }
+                    return try await body(connection)
+                }
+            }
             group.addTask {
                 try await Task.sleep(for: deadline)
+                guard race.expire() else { return nil }  // connected in time: wait for the body
                 throw PostgresStoreError.timedOut(deadline)
             }
             defer { group.cancelAll() }
-            guard let first = try await group.next() else { throw PostgresStoreError.timedOut(deadline) }
-            return first
+            while let result = try await group.next() {
+                if let result { return result }
+            }
+            throw PostgresStoreError.timedOut(deadline)
         }
     }
 
-    /// Runs `body` in one transaction (READ COMMITTED unless `isolation` says otherwise):
-    /// committed when it returns, rolled back when it throws; within ``deadline``.
+    /// Runs `body` in one transaction — READ COMMITTED unless `isolation` says otherwise, never
+    /// the server's default (the chain's lock relies on each statement seeing the commits made
+    /// before it): committed when it returns, rolled back when it throws; the connection within
+    /// ``deadline``.
     @discardableResult
-    func transaction<T: Sendable>(isolation: String? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(
+        isolation: String = "READ COMMITTED", _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
         do {
-            return try await withDeadline { [self] in try await unboundedTransaction(isolation: isolation, body) }
+            return try await withConnection { [logger] connection in
+                try await Self.inTransaction(connection, isolation: isolation, logger: logger, body)
+            }
         } catch {
             throw PostgresStoreError.wrapping(error)
         }
     }
 
     /// ``transaction(isolation:_:)`` without the deadline, for tools that copy or read a whole ledger.
-    func unboundedTransaction<T: Sendable>(isolation: String? = nil, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func unboundedTransaction<T: Sendable>(isolation: String = "READ COMMITTED", _ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await client.withConnection { connection in
-                try await connection.query(isolation.map { PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \($0)") } ?? "BEGIN", logger: logger)
-                do {
-                    let result = try await body(connection)
-                    try await connection.query("COMMIT", logger: logger)
-                    return result
-                } catch {
-                    _ = try? await connection.query("ROLLBACK", logger: logger)
-                    throw error
-                }
+            return try await client.withConnection { [logger] connection in
+                try await Self.inTransaction(connection, isolation: isolation, logger: logger, body)
             }
         } catch {
             throw PostgresStoreError.wrapping(error)
         }
+    }
+
+}
+
+extension PostgresBackend {
+    /// BEGIN, `body`, COMMIT — or ROLLBACK when `body` throws.
+    fileprivate static func inTransaction<T>(
+        _ connection: PostgresConnection, isolation: String, logger: Logger, _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        try await connection.query(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation)"), logger: logger)
+        do {
+            let result = try await body(connection)
+            try await connection.query("COMMIT", logger: logger)
+            return result
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+}
+
+/// The race between a connection and the deadline: the first to claim it wins, once.
+final class LeaseRace: Sendable {
+    private enum State: UInt8 {
+        case waiting, connected, expired
+    }
+
+    private let state = Atomic<UInt8>(State.waiting.rawValue)
+
+    /// True when the connection came first: the body may run.
+    func connect() -> Bool { claim(.connected) }
+
+    /// True when the deadline came first: the caller answers "timed out" and the body never runs.
+    func expire() -> Bool { claim(.expired) }
+
+    private func claim(_ outcome: State) -> Bool {
+        state.compareExchange(expected: State.waiting.rawValue, desired: outcome.rawValue, ordering: .acquiringAndReleasing).exchanged
     }
 }
 

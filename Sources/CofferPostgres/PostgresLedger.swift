@@ -41,7 +41,10 @@ public struct PostgresLedger: LedgerRepository {
             try await PostgresChain.sealed(c, policy: checkpoints, purchases: [key], logger: logger) { locked in
                 let head = locked.head
                 if !locked.revoked.isEmpty { return (.alreadyRevoked, head) }
-                let redemptionId = try await Self.redemptionIds(c, key, logger: logger).first
+                let redemptionIds = try await Self.redemptionIds(c, key, logger: logger)
+                // A revocation copied from before SQLite's migration 0003 names the redemption instead.
+                if try await Self.legacyRevocation(c, of: redemptionIds, logger: logger) != nil { return (.alreadyRevoked, head) }
+                let redemptionId = redemptionIds.first
                 if redemptionId == nil && !keepUnredeemed { return (.notRedeemed, head) }
                 var row = revocation
                 row.redemptionId = redemptionId ?? ""
@@ -75,6 +78,20 @@ public struct PostgresLedger: LedgerRepository {
             """, String.self, logger: logger)
     }
 
+    /// A revocation copied from a SQLite ledger older than its migration 0003 (no environment,
+    /// no replay key) naming one of these redemptions, the oldest such redemption first.
+    static func legacyRevocation(_ c: PostgresConnection, of redemptionIds: [String], logger: Logger) async throws -> Revocation? {
+        for id in redemptionIds {
+            if let legacy = try await c.rows(
+                "SELECT \(unescaped: Revocation.columns) FROM revocations WHERE redemption_id = \(id) AND environment IS NULL LIMIT 1",
+                logger: logger, Revocation.init(row:)
+            ).first {
+                return legacy
+            }
+        }
+        return nil
+    }
+
     public func revocation(of redemption: Redemption) async throws -> Revocation? {
         let logger = backend.logger
         return try await backend.read { c in
@@ -86,15 +103,7 @@ public struct PostgresLedger: LedgerRepository {
             }
             if let keyed = try await PostgresReplayRule.revocations(c, [PurchaseKey(redemption)], logger: logger).values.first { return keyed }
             // A revocation copied from before SQLite's migration 0003 names a redemption of this purchase.
-            for id in try await Self.redemptionIds(c, PurchaseKey(redemption), logger: logger) {
-                if let legacy = try await c.rows(
-                    "SELECT \(unescaped: Revocation.columns) FROM revocations WHERE redemption_id = \(id) AND environment IS NULL LIMIT 1",
-                    logger: logger, Revocation.init(row:)
-                ).first {
-                    return legacy
-                }
-            }
-            return nil
+            return try await Self.legacyRevocation(c, of: try await Self.redemptionIds(c, PurchaseKey(redemption), logger: logger), logger: logger)
         }
     }
 

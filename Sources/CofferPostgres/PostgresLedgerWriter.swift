@@ -73,10 +73,11 @@ private struct BatchPlan {
     /// The row each job appends to the chain, in job order (nil: none).
     private var rows: [Row?] = []
 
-    /// The purchases of the batch's redemptions.
+    /// The purchases of the batch's redemptions that can be stored (one holding U+0000 is
+    /// refused on its own below; sent to the lookup it would fail the whole batch).
     static func purchases(_ batch: [LedgerWriteJob]) -> [PurchaseKey] {
         batch.compactMap { job in
-            guard case .redemption(let r, _, _) = job else { return nil }
+            guard case .redemption(let r, _, _) = job, unstorable(.redemption(r, sequence: 1)) == nil else { return nil }
             return PurchaseKey(r)
         }
     }
@@ -134,8 +135,10 @@ private struct BatchPlan {
     mutating func write(_ c: PostgresConnection, policy: CheckpointPolicy?, locked: PostgresChain.Locked, logger: Logger) async throws
         -> PostgresChain.Head
     {
-        for i in redemptions.indices { redemptions[i].sequence = locked.nextRedemption + Int64(i) }
-        for i in attempts.indices { attempts[i].sequence = locked.nextAttempt + Int64(i) }
+        let redemptionNumbers = try PostgresLedgerWriterNumbers.numbers(from: locked.nextRedemption, count: redemptions.count, table: "redemptions")
+        let attemptNumbers = try PostgresLedgerWriterNumbers.numbers(from: locked.nextAttempt, count: attempts.count, table: "attempts")
+        for i in redemptions.indices { redemptions[i].sequence = redemptionNumbers[i] }
+        for i in attempts.indices { attempts[i].sequence = attemptNumbers[i] }
         var entries: [(Int64) -> LedgerEntry] = []
         for (job, row) in zip(results.indices, rows) {
             switch row {
@@ -153,6 +156,22 @@ private struct BatchPlan {
         guard !linked.sequences.isEmpty else { return locked.head }
         try await PostgresRows.write(c, redemptions: redemptions, attempts: attempts, linked: linked, logger: logger)
         return linked.head
+    }
+}
+
+/// Row numbers for a batch, from the next number the database gave under the chain's lock.
+enum PostgresLedgerWriterNumbers {
+    /// `count` numbers from `first` — which the database gave (a row inserted behind the
+    /// servers' backs sets it): out of range is a storage failure (503), never an overflow.
+    static func numbers(from first: Int64, count: Int, table: String) throws -> [Int64] {
+        try check(first: first, count: count, table: table)
+        return (0..<Int64(count)).map { first + $0 }
+    }
+
+    static func check(first: Int64, count: Int, table: String = "rows") throws {
+        guard first >= 1, count >= 0, first <= Int64.max - Int64(count) else {
+            throw PostgresStoreError.invalidValue(column: "\(table).sequence", value: "next number \(first)")
+        }
     }
 }
 

@@ -8,9 +8,13 @@
 -- Redemptions and attempts are numbered by the writer holding the chain's lock (the largest
 -- number + 1), no longer by an identity default: the numbers have no gaps (a sequence skips
 -- a number on every rollback), and a row inserted behind the servers' backs must name its
--- number (it is still found by the start-up check for rows no event chains).
+-- number (it is still found by the start-up check for rows no event chains). The numbers stay
+-- below 2^53 (exact as JSON numbers everywhere), so a row inserted with a huge number cannot
+-- make the next one overflow.
 ALTER TABLE redemptions ALTER COLUMN sequence DROP IDENTITY;
 ALTER TABLE attempts ALTER COLUMN sequence DROP IDENTITY;
+ALTER TABLE redemptions ADD CONSTRAINT redemptions_sequence_range CHECK (sequence BETWEEN 1 AND 9007199254740991);
+ALTER TABLE attempts ADD CONSTRAINT attempts_sequence_range CHECK (sequence BETWEEN 1 AND 9007199254740991);
 
 -- coffer_lock_chain's reads need a snapshot taken after the lock was granted: a VOLATILE
 -- function takes a new snapshot for each statement it runs (READ COMMITTED), so the RETURN
