@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Every performance figure in the README's "Performance" section, in one run on this machine:
 # verification and tokens side by side with OpenSSL and Apple's Python library
-# (compare.sh), redemptions over HTTP (load-redemptions.sh), downloads against nginx
-# (load-downloads.sh). Each prints its own table of ratios; a copy of everything goes to
+# (compare.sh), redemptions over HTTP (load-redemptions.sh), two instances on one
+# PostgreSQL against SQLite (load-postgres.sh), downloads against nginx (load-downloads.sh). Each prints its own table of ratios; a copy of everything goes to
 # .build-release/performance.txt.
 #
 #   Benchmarks/all.sh
 #   SECONDS_EACH=10 Benchmarks/all.sh
 #
-# Needs openssl, cc, libssl-dev, python3 (venv), wrk and nginx (apt-get install wrk nginx).
-# Takes about 6 minutes after the release build. Run it on an otherwise idle machine: the
+# Needs openssl, cc, libssl-dev, python3 (venv), wrk, nginx and postgresql (apt-get install
+# wrk nginx postgresql). Takes about 9 minutes after the release build. Run it on an otherwise idle machine: the
 # ratios are measured together, but the load generator and the server share the cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,9 @@ mkdir -p .build-release
     echo
     echo "## Redemptions over HTTP"
     Benchmarks/load-redemptions.sh
+    echo
+    echo "## Two instances on one PostgreSQL, against SQLite"
+    Benchmarks/load-postgres.sh
     echo
     echo "## Downloads (16 connections)"
     Benchmarks/load-downloads.sh

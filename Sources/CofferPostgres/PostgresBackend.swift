@@ -37,16 +37,11 @@ public final class PostgresBackend: Sendable {
     /// Connects (at most `poolSize` connections) and checks the server answers.
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
     public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
-        try await open(url, poolSize: poolSize, timeouts: timeouts, deadline: .seconds(10), logger: logger)
-    }
-
-    /// ``open(_:poolSize:timeouts:logger:)`` with another wait for a connection (tests).
-    static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool, deadline: Duration, logger: Logger) async throws -> PostgresBackend {
         let configuration = try url.clientConfiguration(poolSize: poolSize, timeouts: timeouts)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let backend = PostgresBackend(
             client: PostgresClient(configuration: configuration, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? deadline : nil, logger: logger)
+            deadline: timeouts ? .seconds(10) : nil, logger: logger)
         // Let the pool's task start before the first lease (the driver warns about a lease
         // before `run()`; the lease itself would wait either way).
         for _ in 0..<8 { await Task.yield() }
@@ -91,8 +86,10 @@ public final class PostgresBackend: Sendable {
     /// commits — a 201 the buyer never sees, and every retry a 409. Whichever comes first, the
     /// connection or the deadline, wins (``LeaseRace``): a connection granted after the
     /// deadline runs nothing.
-    private func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        guard let deadline else { return try await client.withConnection(body) }
+    private func withConnection<T: Sendable>(
+        deadline: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        guard let deadline = deadline ?? self.deadline else { return try await client.withConnection(body) }
         let race = LeaseRace()
         return try await withThrowingTaskGroup(of: T?.self) { [client] group in
             group.addTask {
@@ -117,13 +114,13 @@ public final class PostgresBackend: Sendable {
     /// Runs `body` in one transaction — READ COMMITTED unless `isolation` says otherwise, never
     /// the server's default (the chain's lock relies on each statement seeing the commits made
     /// before it): committed when it returns, rolled back when it throws; the connection within
-    /// ``deadline``.
+    /// ``deadline`` (`deadline` overrides it for this call, when the backend has one: tests).
     @discardableResult
     func transaction<T: Sendable>(
-        isolation: String = "READ COMMITTED", _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+        isolation: String = "READ COMMITTED", deadline: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         do {
-            return try await withConnection { [logger] connection in
+            return try await withConnection(deadline: self.deadline == nil ? nil : deadline) { [logger] connection in
                 try await Self.inTransaction(connection, isolation: isolation, logger: logger, body)
             }
         } catch {

@@ -13,14 +13,11 @@ import Testing
 @Suite("PostgreSQL backend edges")
 struct PostgresWriterTests {
     /// A fresh, migrated database and a backend on it; closed afterwards.
-    static func withBackend<T>(
-        poolSize: Int = 2, deadline: Duration = .seconds(10), _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
-    ) async throws -> T {
+    static func withBackend<T>(poolSize: Int = 2, _ body: (PostgresBackend, PostgresCluster, String) async throws -> T) async throws -> T {
         let cluster = try PostgresCluster.shared()
         let url = try cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
-        let backend = try await PostgresBackend.open(
-            try PostgresURL(url), poolSize: poolSize, timeouts: true, deadline: deadline, logger: Logger(label: "edges"))
+        let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: poolSize, timeouts: true, logger: Logger(label: "edges"))
         do {
             try await backend.migrate()
             let result = try await body(backend, cluster, name)
@@ -34,11 +31,12 @@ struct PostgresWriterTests {
 
     @Test("a transaction that outlasts the deadline once it has its connection commits and answers; one still waiting times out and runs nothing")
     func deadlineCoversTheWaitForAConnectionOnly() async throws {
-        try await Self.withBackend(poolSize: 1, deadline: .milliseconds(500)) { backend, cluster, name in
+        // One connection, made (and warm) by the migration; per-call deadlines of 2 s and 1 s
+        // against a transaction holding it for 4 s: robust on a loaded machine.
+        try await Self.withBackend(poolSize: 1) { backend, cluster, name in
             try cluster.psql("CREATE TABLE marks (id int)", database: name)
-            // Holds the only connection for 1.5 s, three deadlines.
-            async let slow: Int = backend.transaction { c in
-                try await c.query("SELECT pg_sleep(1.5)", logger: backend.logger)
+            async let slow: Int = backend.transaction(deadline: .seconds(2)) { c in
+                try await c.query("SELECT pg_sleep(4)", logger: backend.logger)
                 try await c.query("INSERT INTO marks VALUES (1)", logger: backend.logger)
                 return 1
             }
@@ -46,11 +44,11 @@ struct PostgresWriterTests {
             var waited = 0
             while try cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'") == "0" {
                 waited += 1
-                try #require(waited < 100, "the slow transaction never started")
+                try #require(waited < 300, "the slow transaction never started")
                 try await Task.sleep(for: .milliseconds(10))
             }
             await #expect(throws: PostgresStoreError.self) {
-                try await backend.transaction { c in
+                try await backend.transaction(deadline: .seconds(1)) { c in
                     try await c.query("INSERT INTO marks VALUES (2)", logger: backend.logger)
                 }
             }
