@@ -54,6 +54,11 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // S3-compatible object storage: AWS Signature Version 4 on swift-crypto (no S3 SDK is mirrored).
+        .target(
+            name: "CofferS3",
+            dependencies: ["CofferCore", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         // PostgreSQL: every repository of CofferCore on postgres-nio, for instances that share one ledger.
         .target(
             name: "CofferPostgres",
@@ -125,6 +130,7 @@ let package = Package(
             dependencies: ["CofferCore", "CofferSandbox", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.copy("Fixtures")]
         ),
+        .testTarget(name: "CofferS3Tests", dependencies: ["CofferS3"]),
         .testTarget(
             name: "CofferStoreTests",
             dependencies: ["CofferCore", "CofferStore", "CofferTestSupport", .product(name: "GRDB", package: "GRDB.swift")]
