@@ -111,13 +111,12 @@ public struct SigV4Signer: Sendable {
         var signed: String
     }
 
-    /// Names lowercased, values trimmed with inner runs of spaces made one, a repeated name's
+    /// Names lowercased, values trimmed with inner runs of spaces and tabs made one space, a repeated name's
     /// values joined by commas in the order given; sorted by name.
     static func canonicalHeaders(_ headers: [(String, String)]) -> CanonicalHeaders {
         var byName: [String: [String]] = [:]
         for (name, value) in headers {
-            let trimmed = value.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
-                .trimmingCharacters(in: .whitespacesAndNewlines)
+            let trimmed = value.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ")
             byName[name.lowercased(), default: []].append(trimmed)
         }
         let names = byName.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
