@@ -94,8 +94,12 @@ public struct SigV4Signer: Sendable {
             var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
             var parts = tm()
             gmtime_r(&seconds, &parts)
-            day = String(format: "%04d%02d%02d", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday))
-            time = day + String(format: "T%02d%02d%02dZ", Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
+            func padded(_ value: Int32, _ width: Int) -> String {
+                let digits = String(value)
+                return String(repeating: "0", count: max(0, width - digits.count)) + digits
+            }
+            day = padded(parts.tm_year + 1900, 4) + padded(parts.tm_mon + 1, 2) + padded(parts.tm_mday, 2)
+            time = day + "T" + padded(parts.tm_hour, 2) + padded(parts.tm_min, 2) + padded(parts.tm_sec, 2) + "Z"
         }
     }
 
