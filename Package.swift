@@ -130,7 +130,7 @@ let package = Package(
             dependencies: ["CofferCore", "CofferSandbox", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.copy("Fixtures")]
         ),
-        .testTarget(name: "CofferS3Tests", dependencies: ["CofferS3"]),
+        .testTarget(name: "CofferS3Tests", dependencies: ["CofferS3", "CofferTestSupport"]),
         .testTarget(
             name: "CofferStoreTests",
             dependencies: ["CofferCore", "CofferStore", "CofferTestSupport", .product(name: "GRDB", package: "GRDB.swift")]

@@ -101,7 +101,7 @@ stop)
     [ -d "$dir" ] || exit 0
     dir=$(cd "$dir" && pwd)
     if [ -f "$dir/data/postmaster.pid" ]; then
-        as_postgres "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+        as_postgres "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null || echo "$0: pg_ctl stop failed; removing $dir anyway" >&2
     fi
     rm -rf "$dir"
     ;;

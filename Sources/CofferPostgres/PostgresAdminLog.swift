@@ -18,8 +18,7 @@ public struct PostgresAdminLog: AdminLogRepository {
         let logger = backend.logger
         try await backend.transaction { [checkpoints] c in
             try await PostgresChain.sealed(c, policy: checkpoints, logger: logger) { locked in
-                let (_, newHead) = try await PostgresChain.insert(c, action, policy: checkpoints, head: locked.head, logger: logger)
-                return ((), newHead)
+                _ = try await PostgresChain.insert(c, action, policy: checkpoints, head: locked.head, logger: logger)
             }
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import PostgresNIO
 
 extension PostgresBackend {
@@ -17,13 +18,7 @@ extension PostgresBackend {
             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
             try await connection.query(
                 "CREATE TABLE IF NOT EXISTS coffer_migrations (name text PRIMARY KEY, applied_at double precision NOT NULL)", logger: logger)
-            var applied: Set<String> = []
-            for try await name in try await connection.query("SELECT name FROM coffer_migrations", logger: logger).decode(String.self) {
-                applied.insert(name)
-            }
-            let known = Set(PostgresMigrations.all.map(\.name))
-            let unknown = applied.subtracting(known).sorted()
-            guard unknown.isEmpty else { throw PostgresStoreError.unknownMigrations(unknown) }
+            let applied = try await Self.applied(connection, logger: logger)
             var done: [String] = []
             for migration in PostgresMigrations.all where !applied.contains(migration.name) {
                 for statement in Self.statements(migration.sql) {
@@ -37,19 +32,30 @@ extension PostgresBackend {
         }
     }
 
-    /// Migrations this binary expects that the database lacks (read-only tools refuse such a database).
+    /// Migrations this binary expects that the database lacks (read-only tools refuse such a
+    /// database). Throws ``PostgresStoreError/unknownMigrations(_:)`` when the database records
+    /// one this binary does not know — on every start, not only when something is pending: an
+    /// older binary must not append to a schema a newer one changed.
     public func pendingMigrations() async throws -> [String] {
         try await read { [self] connection in
             let exists = try await connection.query("SELECT to_regclass('coffer_migrations') IS NOT NULL", logger: logger).decode(Bool.self)
             var tableExists = false
             for try await value in exists { tableExists = value }
             guard tableExists else { return PostgresMigrations.all.map(\.name) }
-            var applied: Set<String> = []
-            for try await name in try await connection.query("SELECT name FROM coffer_migrations", logger: logger).decode(String.self) {
-                applied.insert(name)
-            }
+            let applied = try await Self.applied(connection, logger: logger)
             return PostgresMigrations.all.map(\.name).filter { !applied.contains($0) }
         }
+    }
+
+    /// The migrations the database records; throws when one is unknown to this binary.
+    private static func applied(_ connection: PostgresConnection, logger: Logger) async throws -> Set<String> {
+        var applied: Set<String> = []
+        for try await name in try await connection.query("SELECT name FROM coffer_migrations", logger: logger).decode(String.self) {
+            applied.insert(name)
+        }
+        let unknown = applied.subtracting(PostgresMigrations.all.map(\.name)).sorted()
+        guard unknown.isEmpty else { throw PostgresStoreError.unknownMigrations(unknown) }
+        return applied
     }
 
     /// The statements of a migration, one by one (the extended protocol takes one at a time): a

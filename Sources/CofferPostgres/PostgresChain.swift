@@ -17,6 +17,23 @@ enum PostgresChain {
         var sequence: Int64
         var hash: [UInt8]
         var hex: String { hash.hexString }
+
+        init(sequence: Int64, hash: [UInt8]) {
+            self.sequence = sequence
+            self.hash = hash
+        }
+
+        /// The last event's sequence and hash as a query returned them; the genesis hash at 0
+        /// when the chain is empty (both NULL).
+        init(row: PostgresRandomAccessRow, sequence: String, hash: String) throws {
+            guard let last = try row.value(sequence, Int64?.self) else {
+                self.init(sequence: 0, hash: LedgerChain.genesis)
+                return
+            }
+            let hex = try row.value(hash, String.self)
+            guard let bytes = Hex.decode(hex), bytes.count == 32 else { throw PostgresStoreError.invalidValue(column: "entry_hash", value: hex) }
+            self.init(sequence: last, hash: bytes)
+        }
     }
 
     /// What an appending transaction reads once it holds the chain's lock.
@@ -42,12 +59,7 @@ enum PostgresChain {
             SELECT * FROM coffer_lock_chain(\(lockKey), \(purchases.map(\.environment))::text[], \(purchases.map(\.key))::text[])
             """, logger: logger
         ) { row -> Locked in
-            var head = Head(sequence: 0, hash: LedgerChain.genesis)
-            if let sequence = try row.value("head_sequence", Int64?.self) {
-                let hex = try row.value("head_hash", String.self)
-                guard let hash = Hex.decode(hex), hash.count == 32 else { throw PostgresStoreError.invalidValue(column: "entry_hash", value: hex) }
-                head = Head(sequence: sequence, hash: hash)
-            }
+            let head = try Head(row: row, sequence: "head_sequence", hash: "head_hash")
             var seal: LedgerCheckpoint?
             if let sequence = try row.value("seal_sequence", Int64?.self) {
                 seal = LedgerCheckpoint(
@@ -79,12 +91,7 @@ enum PostgresChain {
             LEFT JOIN ledger_head AS h ON h.id = 1
             """, logger: logger
         ) { row -> (Head, LedgerCheckpoint?) in
-            var head = Head(sequence: 0, hash: LedgerChain.genesis)
-            if let sequence = try row.value("head_sequence", Int64?.self) {
-                let hex = try row.value("head_hash", String.self)
-                guard let hash = Hex.decode(hex), hash.count == 32 else { throw PostgresStoreError.invalidValue(column: "entry_hash", value: hex) }
-                head = Head(sequence: sequence, hash: hash)
-            }
+            let head = try Head(row: row, sequence: "head_sequence", hash: "head_hash")
             let seal = try row.value("sequence", Int64?.self) == nil ? nil : try LedgerCheckpoint(row: row)
             return (head, seal)
         }
@@ -109,30 +116,26 @@ enum PostgresChain {
         try policy.verifySeal(seal, headSequence: head.sequence, headHash: head.hex, covering: covering)
     }
 
-    /// Signs `head` and stores it as the seal (one row, rewritten).
+    /// Signs `head` and stores it as the seal (one row, rewritten), with the statement appends use.
     static func writeSeal(_ c: PostgresConnection, policy: CheckpointPolicy, head: Head, now: Date, logger: Logger) async throws {
         guard head.sequence > 0 else { return }
-        let s = try policy.seal(headSequence: head.sequence, headHash: head.hex, now: now)
-        try await c.query(
-            """
-            INSERT INTO ledger_head (id, sequence, entry_hash, time, key_id, signature) VALUES (1, \(s.sequence), \(s.entryHash), \(s.time), \(s.keyId), \(s.signature))
-            ON CONFLICT (id) DO UPDATE SET sequence = excluded.sequence, entry_hash = excluded.entry_hash, time = excluded.time,
-              key_id = excluded.key_id, signature = excluded.signature
-            """, logger: logger)
+        var linked = Linked(head: head)
+        linked.seal = try policy.seal(headSequence: head.sequence, headHash: head.hex, now: now)
+        try await PostgresRows.write(c, redemptions: [], attempts: [], linked: linked, logger: logger)
     }
 
-    /// Runs `body`, which appends after the head it is given (with ``append(_:policy:head:now:entries:logger:)``,
-    /// which also rewrites the seal) and returns the new head, after the chain's lock and seal
-    /// check — in the caller's transaction. `purchases` are looked up for the replay rule under
+    /// Runs `body`, which appends after the head it is given (with ``append(_:policy:head:now:entries:logger:)``
+    /// or ``PostgresRows/write(_:redemptions:attempts:linked:logger:)``, which also rewrite the
+    /// seal), after the chain's lock and seal check — in the caller's transaction. `purchases` are looked up for the replay rule under
     /// the lock. Without a policy (tools that hold no key) the lock is still taken but nothing
     /// is checked or sealed.
     static func sealed<T>(
         _ c: PostgresConnection, policy: CheckpointPolicy?, purchases: [PurchaseKey] = [], logger: Logger,
-        _ body: (Locked) async throws -> (T, Head)
+        _ body: (Locked) async throws -> T
     ) async throws -> T {
         let locked = try await lock(c, purchases: purchases, logger: logger)
         if let policy { try await checkSeal(c, policy: policy, head: locked.head, seal: locked.seal, logger: logger) }
-        return try await body(locked).0
+        return try await body(locked)
     }
 
     /// Throws when a value of `entry` holds U+0000, which PostgreSQL's text cannot store (the
@@ -179,15 +182,13 @@ enum PostgresChain {
     }
 
     /// Appends one event per entry after `head`, the checkpoints due and, with a policy, the new
-    /// head's seal — one statement (``PostgresRows/write(_:redemptions:attempts:linked:logger:)``);
-    /// returns the new head.
+    /// head's seal — one statement (``PostgresRows/write(_:redemptions:attempts:linked:logger:)``).
     static func append(
         _ c: PostgresConnection, policy: CheckpointPolicy?, head: Head, now: Date, entries: [(Int64) -> LedgerEntry], logger: Logger
-    ) async throws -> Head {
+    ) async throws {
         let linked = try link(policy: policy, head: head, now: now, entries: entries)
-        guard !linked.sequences.isEmpty else { return head }
+        guard !linked.sequences.isEmpty else { return }
         try await PostgresRows.write(c, redemptions: [], attempts: [], linked: linked, logger: logger)
-        return linked.head
     }
 
     static func insert(_ c: PostgresConnection, _ k: LedgerCheckpoint, logger: Logger) async throws {
@@ -212,9 +213,9 @@ enum PostgresChain {
     }
 
     /// Appends an admin action and its event after `head`, in the caller's transaction.
-    static func insert(_ c: PostgresConnection, _ action: AdminAction, policy: CheckpointPolicy?, head: Head, logger: Logger) async throws -> (
-        AdminAction, Head
-    ) {
+    static func insert(_ c: PostgresConnection, _ action: AdminAction, policy: CheckpointPolicy?, head: Head, logger: Logger) async throws
+        -> AdminAction
+    {
         try checkStorable(.adminAction(action, sequence: 1))
         let sequences = try await c.column(
             """
@@ -225,7 +226,7 @@ enum PostgresChain {
         var stored = action
         stored.sequence = sequences.first ?? 0
         let row = stored
-        let newHead = try await append(c, policy: policy, head: head, now: action.at, entries: [{ .adminAction(row, sequence: $0) }], logger: logger)
-        return (stored, newHead)
+        try await append(c, policy: policy, head: head, now: action.at, entries: [{ .adminAction(row, sequence: $0) }], logger: logger)
+        return stored
     }
 }

@@ -38,14 +38,13 @@ public struct PostgresLedger: LedgerRepository {
         let key = PurchaseKey(environment: revocation.environment ?? "", key: revocation.replayKey ?? revocation.transactionId)
         let logger = backend.logger
         return try await backend.transaction { [checkpoints] c in
-            try await PostgresChain.sealed(c, policy: checkpoints, purchases: [key], logger: logger) { locked in
-                let head = locked.head
-                if !locked.revoked.isEmpty { return (.alreadyRevoked, head) }
+            try await PostgresChain.sealed(c, policy: checkpoints, purchases: [key], logger: logger) { locked -> RevocationOutcome in
+                if !locked.revoked.isEmpty { return .alreadyRevoked }
                 let redemptionIds = try await Self.redemptionIds(c, key, logger: logger)
                 // A revocation copied from before SQLite's migration 0003 names the redemption instead.
-                if try await Self.legacyRevocation(c, of: redemptionIds, logger: logger) != nil { return (.alreadyRevoked, head) }
+                if try await Self.legacyRevocation(c, of: redemptionIds, logger: logger) != nil { return .alreadyRevoked }
                 let redemptionId = redemptionIds.first
-                if redemptionId == nil && !keepUnredeemed { return (.notRedeemed, head) }
+                if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
                 var row = revocation
                 row.redemptionId = redemptionId ?? ""
                 try PostgresChain.checkStorable(.revocation(row, sequence: 1))
@@ -59,9 +58,10 @@ public struct PostgresLedger: LedgerRepository {
                         """, Int64.self, logger: logger
                     ).first ?? 0
                 let stored = row
-                let newHead = try await PostgresChain.append(
-                    c, policy: checkpoints, head: head, now: revocation.recordedAt, entries: [{ .revocation(stored, sequence: $0) }], logger: logger)
-                return (redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored), newHead)
+                try await PostgresChain.append(
+                    c, policy: checkpoints, head: locked.head, now: revocation.recordedAt, entries: [{ .revocation(stored, sequence: $0) }],
+                    logger: logger)
+                return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
             }
         }
     }

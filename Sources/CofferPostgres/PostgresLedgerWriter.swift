@@ -43,8 +43,8 @@ final class PostgresLedgerWriter: Sendable {
             results = try await backend.transaction { c in
                 try await PostgresChain.sealed(c, policy: checkpoints, purchases: BatchPlan.purchases(batch), logger: backend.logger) { locked in
                     var plan = try await BatchPlan(batch, locked, c, logger: backend.logger)
-                    let newHead = try await plan.write(c, policy: checkpoints, locked: locked, logger: backend.logger)
-                    return (plan.results, newHead)
+                    try await plan.write(c, policy: checkpoints, locked: locked, logger: backend.logger)
+                    return plan.results
                 }
             }
         } catch {
@@ -132,9 +132,7 @@ private struct BatchPlan {
 
     /// Numbers the rows from the lock's next numbers, chains their events in job order and
     /// writes it all in one statement; fills in the results.
-    mutating func write(_ c: PostgresConnection, policy: CheckpointPolicy?, locked: PostgresChain.Locked, logger: Logger) async throws
-        -> PostgresChain.Head
-    {
+    mutating func write(_ c: PostgresConnection, policy: CheckpointPolicy?, locked: PostgresChain.Locked, logger: Logger) async throws {
         let redemptionNumbers = try PostgresLedgerWriterNumbers.numbers(from: locked.nextRedemption, count: redemptions.count, table: "redemptions")
         let attemptNumbers = try PostgresLedgerWriterNumbers.numbers(from: locked.nextAttempt, count: attempts.count, table: "attempts")
         for i in redemptions.indices { redemptions[i].sequence = redemptionNumbers[i] }
@@ -153,9 +151,8 @@ private struct BatchPlan {
             }
         }
         let linked = try PostgresChain.link(policy: policy, head: locked.head, now: Date(), entries: entries)
-        guard !linked.sequences.isEmpty else { return locked.head }
+        guard !linked.sequences.isEmpty else { return }
         try await PostgresRows.write(c, redemptions: redemptions, attempts: attempts, linked: linked, logger: logger)
-        return linked.head
     }
 }
 
@@ -164,14 +161,10 @@ enum PostgresLedgerWriterNumbers {
     /// `count` numbers from `first` — which the database gave (a row inserted behind the
     /// servers' backs sets it): out of range is a storage failure (503), never an overflow.
     static func numbers(from first: Int64, count: Int, table: String) throws -> [Int64] {
-        try check(first: first, count: count, table: table)
-        return (0..<Int64(count)).map { first + $0 }
-    }
-
-    static func check(first: Int64, count: Int, table: String = "rows") throws {
         guard first >= 1, count >= 0, first <= Int64.max - Int64(count) else {
             throw PostgresStoreError.invalidValue(column: "\(table).sequence", value: "next number \(first)")
         }
+        return (0..<Int64(count)).map { first + $0 }
     }
 }
 

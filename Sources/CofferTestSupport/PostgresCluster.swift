@@ -338,11 +338,11 @@ public final class PostgresCluster: Sendable {
 
     /// A shell that waits for this process to end (or the directory to go), then stops the
     /// server and removes the directory. Arguments: this process's id, the directory, runuser
-    /// (empty when we are not root), pg_ctl. It ignores SIGINT and SIGHUP: a Ctrl-C that ends the
-    /// test run must not end the watchdog before it has cleaned up.
+    /// (empty when we are not root), pg_ctl. It ignores SIGINT, SIGHUP and SIGTERM: a Ctrl-C or a
+    /// CI runner's SIGTERM to the process group must not end it before it has cleaned up.
     private static func startWatchdog(_ owned: Owned) throws -> pid_t {
         let script = """
-            trap '' INT HUP
+            trap '' INT HUP TERM
             while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done
             [ -d "$2" ] || exit 0
             cd "$2"
@@ -367,7 +367,7 @@ public final class PostgresCluster: Sendable {
     }
 
     private static func stopWatchdog(_ watchdog: pid_t) {
-        kill(watchdog, SIGTERM)
+        kill(watchdog, SIGKILL)  // it ignores SIGTERM
         ChildProcess.wait(watchdog)
     }
 

@@ -81,7 +81,8 @@ struct KeyStores {
             return try await body(KeyStores(keys: SQLiteKeys(db), log: SQLiteAdminLog(db, checkpoints: policy)))
         }
         return try await DatabaseOption.with(database, migrate: true) { backend in
-            let isNew = try await PostgresLedger(backend).sealedHead() == nil
+            // New only when nothing is chained yet: a chain without a seal (copied in) is not new.
+            let isNew = try await PostgresLedger(backend).chainedEntries(after: 0, limit: 1).isEmpty
             if allowNew && isNew {
                 try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             }

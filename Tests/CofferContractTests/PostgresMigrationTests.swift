@@ -65,6 +65,10 @@ struct PostgresUpgradeTests {
                 try cluster.psql(
                     "INSERT INTO attempts (at, code, detail, receipt_sha256, client_address) VALUES (0, 'c', 'd', 'x', 'a')", database: name)
             }
+            // Migrated by a newer Coffer: refused though nothing is pending (the restart path).
+            try cluster.psql("INSERT INTO coffer_migrations VALUES ('9999_from_the_future', 0)", database: name)
+            await #expect(throws: PostgresStoreError.self) { try await backend.pendingMigrations() }
+            await #expect(throws: PostgresStoreError.self) { try await backend.migrate() }
         } catch {
             await backend.close()
             throw error

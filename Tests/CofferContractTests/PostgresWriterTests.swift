@@ -32,17 +32,19 @@ struct PostgresWriterTests {
     @Test("a transaction that outlasts the deadline once it has its connection commits and answers; one still waiting times out and runs nothing")
     func deadlineCoversTheWaitForAConnectionOnly() async throws {
         // One connection, made (and warm) by the migration; per-call deadlines of 2 s and 1 s
-        // against a transaction holding it for 4 s: robust on a loaded machine.
+        // against a transaction holding it for 8 s: robust on a loaded machine.
         try await Self.withBackend(poolSize: 1) { backend, cluster, name in
             try cluster.psql("CREATE TABLE marks (id int)", database: name)
             async let slow: Int = backend.transaction(deadline: .seconds(2)) { c in
-                try await c.query("SELECT pg_sleep(4)", logger: backend.logger)
+                try await c.query("SELECT pg_sleep(8)", logger: backend.logger)
                 try await c.query("INSERT INTO marks VALUES (1)", logger: backend.logger)
                 return 1
             }
             // Wait until the slow one holds the connection, then ask for another.
             var waited = 0
-            while try cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'") == "0" {
+            while try cluster.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active' AND datname = '\(name)'") == "0"
+            {
                 waited += 1
                 try #require(waited < 300, "the slow transaction never started")
                 try await Task.sleep(for: .milliseconds(10))
@@ -67,7 +69,7 @@ struct PostgresWriterTests {
             let ledger = PostgresLedger(backend, checkpoints: nil)
             await #expect(throws: (any Error).self) { try await ledger.record(makeAttempt(code: "next", transactionId: "1")) }
             #expect(try await ledger.insert(makeRedemption("1")).inserted?.sequence == 1, "redemptions are numbered apart")
-            #expect(throws: (any Error).self) { try PostgresLedgerWriterNumbers.check(first: Int64.max, count: 2) }
+            #expect(throws: (any Error).self) { try PostgresLedgerWriterNumbers.numbers(from: Int64.max, count: 2, table: "attempts") }
             await ledger.finishWrites()
         }
     }

@@ -1,3 +1,4 @@
+import CofferTestSupport
 import Foundation
 import Testing
 
@@ -5,7 +6,7 @@ import Testing
 
 /// ``SigV4Signer`` against botocore's own S3 signers (`Differential/botocore_sign.py`) on
 /// generated requests: odd and unicode keys, spaces, repeated query names, empty values,
-/// header values with runs of spaces and tabs, empty and huge payloads, session tokens,
+/// header values with runs of spaces and tabs, empty payloads and payload hashes as given, session tokens,
 /// secrets with `+` and `/`, presigned URLs. Seeded: the same requests every run.
 ///
 /// Needs botocore (PyPI) in `.build-venv` (`.ci/run` makes it) or the Python named by
@@ -34,27 +35,14 @@ struct SigV4DifferentialTests {
         var canonical: String?
     }
 
-    /// SplitMix64: a seeded generator, so a failure names a request that comes back.
-    struct Seeded: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static let pieces = [
         "levels", "a b", "é", "日本語", "🎮", "x+y", "100%", "q?x", "h#1", "a=b&c", "(1)", "*", "~tilde", "semi;colon", "comma,", "at@",
         "dollar$", "'quote'", "[br]", "sp  two", "dot.", "-_", "plus+ space", "%41", "\u{00A0}nbsp",
     ]
 
     static func generate(count: Int, seed: UInt64) -> [Request] {
-        var rng = Seeded(state: seed)
-        let hugePayload = SigV4Signer.hexSHA256(Data(repeating: 0xA5, count: 20 << 20))
-        let payloads = [SigV4Signer.emptyPayload, SigV4Signer.unsignedPayload, SigV4Signer.hexSHA256(Data("x".utf8)), hugePayload]
+        var rng = SplitMix64(state: seed)
+        let payloads = [SigV4Signer.emptyPayload, SigV4Signer.unsignedPayload, SigV4Signer.hexSHA256(Data("x".utf8))]
         return (0..<count).map { i in
             func piece() -> String { pieces.randomElement(using: &rng) ?? "p" }
             let key = (0..<Int.random(in: 1...4, using: &rng)).map { _ in piece() }.joined(separator: Bool.random(using: &rng) ? "/" : "//")
@@ -125,7 +113,6 @@ struct SigV4DifferentialTests {
         try #require(process.terminationStatus == 0, "botocore_sign.py failed")
         let results = try JSONDecoder().decode([Result].self, from: try Data(contentsOf: output))
         try #require(results.count == requests.count)
-        var presigned = 0
         for (request, expected) in zip(requests, results) {
             let signer = SigV4Signer(
                 credentials: S3Credentials(accessKeyId: request.access, secretAccessKey: request.secret, sessionToken: request.token),
@@ -133,7 +120,6 @@ struct SigV4DifferentialTests {
             let date = Date(timeIntervalSince1970: TimeInterval(request.date))
             let query = request.query.map { ($0[0], $0[1]) }
             if let expires = request.expires {
-                presigned += 1
                 let ours = signer.presignedQuery(
                     method: request.method, path: request.path, query: query, host: request.host, expires: expires, date: date)
                 #expect(Self.sorted(ours) == Self.sorted(expected.query ?? ""), "\(request)")
@@ -150,7 +136,6 @@ struct SigV4DifferentialTests {
                 )
             }
         }
-        #expect(presigned == 100)
     }
 
     /// A query string's parameters in order (botocore puts the request's own first).

@@ -37,3 +37,6 @@ public struct LedgerWriteError: Error, Sendable, Hashable, CustomStringConvertib
     public static let noOutcome = LedgerWriteError()
     public var description: String { "the ledger writer gave a redemption no outcome" }
 }
+
+/// A writer that gave no outcome failed as storage does: 503 `storageUnavailable`, never a 500.
+extension LedgerWriteError: StorageFailure {}
