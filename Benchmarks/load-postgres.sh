@@ -134,7 +134,13 @@ read -r pa pb <<<"$pg_paced_requests"
 # Fresh receipts for the saturated phase start after the paced ones of either side (plus
 # the requests still in flight when wrk stopped).
 phase pg-sat $((PORT + 1)) $((PORT + 2)) $(((pa > pb ? pa : pb) + half + 1)) 0
-"$BIN" ledger verify --database "$URL" --ledger-key "$OUT/shared/keys/ledger-signing.key" | head -2 || true
+if "$BIN" ledger verify --database "$URL" --ledger-key "$OUT/shared/keys/ledger-signing.key" >"$OUT/verify.txt" 2>&1; then
+    head -2 "$OUT/verify.txt"
+else
+    echo "LEDGER VERIFY FAILED:" >&2
+    cat "$OUT/verify.txt" >&2
+    exit 1
+fi
 
 echo
 ratio=$(awk -v p="$pg_sat_rate" -v s="$sqlite_sat_rate" 'BEGIN{printf "%.2f", p / s}')
