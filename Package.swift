@@ -26,6 +26,7 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         .target(
@@ -57,7 +58,14 @@ let package = Package(
         // S3-compatible object storage: AWS Signature Version 4 on swift-crypto (no S3 SDK is mirrored).
         .target(
             name: "CofferS3",
-            dependencies: ["CofferCore", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "CofferCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         // PostgreSQL: every repository of CofferCore on postgres-nio, for instances that share one ledger.
         .target(
@@ -96,6 +104,7 @@ let package = Package(
                 "CofferServer",
                 "CofferStore",
                 "CofferPostgres",
+                "CofferS3",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -117,6 +126,7 @@ let package = Package(
                 "CofferServer",
                 "CofferApp",
                 "CofferPostgres",
+                "CofferS3",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -130,7 +140,13 @@ let package = Package(
             dependencies: ["CofferCore", "CofferSandbox", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.copy("Fixtures")]
         ),
-        .testTarget(name: "CofferS3Tests", dependencies: ["CofferS3", "CofferTestSupport"]),
+        .testTarget(
+            name: "CofferS3Tests",
+            dependencies: [
+                "CofferCore", "CofferS3", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(
             name: "CofferStoreTests",
             dependencies: ["CofferCore", "CofferStore", "CofferTestSupport", .product(name: "GRDB", package: "GRDB.swift")]
@@ -140,7 +156,7 @@ let package = Package(
         .testTarget(
             name: "CofferContractTests",
             dependencies: [
-                "CofferCore", "CofferStore", "CofferPostgres", "CofferTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                "CofferCore", "CofferStore", "CofferPostgres", "CofferS3", "CofferTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

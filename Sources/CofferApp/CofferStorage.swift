@@ -12,7 +12,7 @@ public protocol CofferStorage: Sendable {
     /// The catalogue (the demo fills it), read through a cache.
     var catalogue: CachedCatalogue { get }
     var keyRepository: any KeyRepository { get }
-    var content: LocalContentStore { get }
+    var content: any ContentStore { get }
     /// What the HTTP layer is built over.
     var dependencies: ServerDependencies { get }
     /// Stops taking ledger writes and returns once the queued ones are committed (at shutdown).
@@ -23,9 +23,9 @@ public protocol CofferStorage: Sendable {
     var databaseDescription: String { get }
 }
 
-/// What every deployment keeps in its data directory, opened and checked.
+/// What every deployment keeps in its data directory (and the content store), opened and checked.
 struct LocalFiles {
-    var content: LocalContentStore
+    var content: any ContentStore
     var tokens: TokenSigner
     var ledgerSigner: LedgerSigner
 
@@ -33,12 +33,9 @@ struct LocalFiles {
     /// left, and loads (or creates) the token keys and the ledger signing key.
     /// `shared`: other instances may use the directory at the same time (only partial uploads
     /// untouched for an hour are removed then).
-    static func open(_ configuration: CofferConfiguration, shared: Bool = false, logger: Logger) throws -> LocalFiles {
+    static func open(_ configuration: CofferConfiguration, shared: Bool = false, logger: Logger) async throws -> LocalFiles {
         let directory = DataDirectory(configuration.dataDirectory)
         try FileManager.default.createDirectory(atPath: directory.path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let content = try LocalContentStore(root: directory.content)
-        let cleaned = try content.cleanTemporaryFiles(olderThan: shared ? 3600 : 0)
-        if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
         let tokens = try TokenKeyFile.signer(dataDirectory: configuration.dataDirectory, configured: configuration.tokenKeyBase64)
         let ledgerKey = try LedgerKeyFile.resolve(dataDirectory: configuration.dataDirectory, configured: configuration.ledgerKeyFile)
         if ledgerKey.insideDataDirectory {
@@ -46,6 +43,7 @@ struct LocalFiles {
                 "the ledger signing key is in the data directory: whoever copies it can re-sign a rewritten ledger; keep it apart with --ledger-key",
                 metadata: ["path": "\(ledgerKey.path)"])
         }
+        let content = try await ContentStores.open(configuration, shared: shared, logger: logger)
         return LocalFiles(content: content, tokens: tokens, ledgerSigner: ledgerKey.signer)
     }
 }

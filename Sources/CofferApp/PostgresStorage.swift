@@ -22,7 +22,7 @@ public struct PostgresStorage: CofferStorage {
     public let tokens: TokenSigner
     public let keys: PostgresKeys
     public let adminLog: PostgresAdminLog
-    public let content: LocalContentStore
+    public let content: any ContentStore
 
     public var keyRepository: any KeyRepository { keys }
     public var databaseDescription: String { backend.url.description }
@@ -37,13 +37,17 @@ public struct PostgresStorage: CofferStorage {
     /// instances starting at once wait their turn), and refuses a ledger changed behind the
     /// instances' backs (``LedgerStartupError``).
     public static func open(_ configuration: CofferConfiguration, url: PostgresURL, logger: Logger) async throws -> PostgresStorage {
-        let files = try LocalFiles.open(configuration, shared: true, logger: logger)
+        let files = try await LocalFiles.open(configuration, shared: true, logger: logger)
         if !url.isLocal && url.sslMode != .verifyFull {
             logger.warning(
                 "the database is on another machine and sslmode is \(url.sslMode.rawValue): use sslmode=verify-full (and sslrootcert) so nobody in between can read or alter the ledger"
             )
         }
-        let backend = try await PostgresBackend.open(url, poolSize: configuration.databasePoolSize, logger: logger)
+        let backend: PostgresBackend
+        do { backend = try await PostgresBackend.open(url, poolSize: configuration.databasePoolSize, logger: logger) } catch {
+            await ContentStores.close(files.content)
+            throw error
+        }
         do {
             let applied = try await backend.migrate()
             if !applied.isEmpty { logger.info("applied database migrations", metadata: ["migrations": "\(applied)"]) }
@@ -56,6 +60,7 @@ public struct PostgresStorage: CofferStorage {
                 adminLog: PostgresAdminLog(backend, checkpoints: policy), content: files.content)
         } catch {
             await backend.close()
+            await ContentStores.close(files.content)
             throw error
         }
     }
@@ -67,6 +72,7 @@ public struct PostgresStorage: CofferStorage {
     public func close() async throws {
         await ledger.finishWrites()
         await backend.close()
+        await ContentStores.close(content)
     }
 }
 

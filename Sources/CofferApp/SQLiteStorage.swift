@@ -17,7 +17,7 @@ public struct SQLiteStorage: CofferStorage {
     public let tokens: TokenSigner
     public let keys: SQLiteKeys
     public let adminLog: SQLiteAdminLog
-    public let content: LocalContentStore
+    public let content: any ContentStore
 
     public var keyRepository: any KeyRepository { keys }
     public var databaseDescription: String { "SQLite in the data directory" }
@@ -32,11 +32,19 @@ public struct SQLiteStorage: CofferStorage {
     /// content store with leftover temporary files removed, token keys, the ledger signing
     /// key; refuses a ledger that was changed behind the server's back (``LedgerStartupError``).
     public static func open(_ configuration: CofferConfiguration, logger: Logger) async throws -> SQLiteStorage {
-        let files = try LocalFiles.open(configuration, logger: logger)
-        let database = try CofferDatabase(path: DataDirectory(configuration.dataDirectory).database)
+        let files = try await LocalFiles.open(configuration, logger: logger)
+        let database: CofferDatabase
+        do { database = try CofferDatabase(path: DataDirectory(configuration.dataDirectory).database) } catch {
+            await ContentStores.close(files.content)
+            throw error
+        }
         let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
         let ledger = SQLiteLedger(database, checkpoints: policy)
-        try await ledger.checkStartup()
+        do { try await ledger.checkStartup() } catch {
+            try? database.close()
+            await ContentStores.close(files.content)
+            throw error
+        }
         return SQLiteStorage(
             configuration: configuration, database: database, catalogue: CachedCatalogue(SQLiteCatalogue(database)), ledger: ledger,
             ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: SQLiteKeys(database),
@@ -45,5 +53,8 @@ public struct SQLiteStorage: CofferStorage {
 
     public func finishWrites() async { await ledger.finishWrites() }
 
-    public func close() async throws { try database.close() }
+    public func close() async throws {
+        await ContentStores.close(content)
+        try database.close()
+    }
 }

@@ -18,7 +18,9 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
     case transactionNotInReceipt, transactionRequired, alreadyRedeemed, revoked, grantInvalid, tokenExpired, tokenInvalid
     case notRedeemed, alreadyRevoked, ambiguousTransaction, noCheckpoint
     // The server's state: 503, always with `Retry-After`.
-    case storageUnavailable, busy, uploadsBusy, notReady, ledgerSealBroken
+    case storageUnavailable, busy, uploadsBusy, notReady, ledgerSealBroken, contentStoreUnavailable
+    // The object store behind the server refused or answered wrongly: 502.
+    case contentStoreError
     case internalError
 
     /// The HTTP status of a problem with this code.
@@ -43,7 +45,8 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
             422
         case .rateLimited, .tooManyDownloads: 429
         case .httpError, .internalError: 500
-        case .storageUnavailable, .busy, .uploadsBusy, .notReady, .ledgerSealBroken: 503
+        case .contentStoreError: 502
+        case .storageUnavailable, .busy, .uploadsBusy, .notReady, .ledgerSealBroken, .contentStoreUnavailable: 503
         }
     }
 

@@ -101,7 +101,7 @@ struct AdminController {
                 headers: [.retryAfter: "5"])
         }
         defer { uploads.leave() }
-        let writer = try await content.makeUpload(maxBytes: limit)
+        let writer = try await content.makeUpload(maxBytes: limit, expectedSHA256: expected)
         let stored: (sha256: String, size: Int64)
         do {
             for try await buffer in request.body {
@@ -109,13 +109,13 @@ struct AdminController {
             }
             stored = try await writer.finish(expectedSHA256: expected)
         } catch ContentStoreError.tooLarge {
-            writer.abort()
+            await writer.abort()
             throw Problem(.payloadTooLarge, "asset exceeds the upload limit of \(limit) bytes")
         } catch ContentStoreError.digestMismatch {
-            writer.abort()
+            await writer.abort()
             throw Problem(.digestMismatch, "the body does not match Content-Digest")
         } catch {
-            writer.abort()
+            await writer.abort()
             throw error
         }
         let asset = try await catalogue.addAssetVersion(

@@ -60,7 +60,8 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
                 limiter: RateLimiter(perMinute: c.notificationsPerMinute, burst: c.notificationBurst), metrics: metrics, route: "notifications")))
     DownloadController(
         tokens: d.tokens, content: d.content, catalogue: d.catalogue, metrics: metrics,
-        slots: DownloadSlots(perAddress: c.maxDownloadsPerAddress, metrics: metrics), accelRedirectPrefix: c.accelRedirectPrefix,
+        slots: DownloadSlots(perAddress: c.maxDownloadsPerAddress, metrics: metrics), mode: c.downloadMode,
+        accelRedirectPrefix: c.accelRedirectPrefix,
         stallTimeoutSeconds: c.downloadStallTimeoutSeconds
     ).add(to: router)
 

@@ -15,6 +15,38 @@ extension CofferConfiguration {
         try await readServer(reader)
         try await readLimits(reader)
         try await readLedgerAndTrust(reader)
+        try await readContent(reader)
+    }
+
+    private mutating func readContent(_ reader: ConfigReader) async throws {
+        contentStore = try await reader.string(.contentStore)
+        if let store = contentStore, !store.hasPrefix("s3://") {
+            throw CofferConfigurationError("content-store must be s3://BUCKET[/PREFIX] (omit it for DATA/content/)")
+        }
+        s3Endpoint = try await reader.string(.s3Endpoint)
+        s3Region = try await reader.string(.s3Region) ?? s3Region
+        s3PartSize =
+            try await reader.integer(.s3PartSize, in: (5 * 1024 * 1024)...(5 * 1024 * 1024 * 1024)) { _ in
+                "s3-part-size must be 5 MiB – 5 GiB (5242880–5368709120 bytes)"
+            } ?? s3PartSize
+        if contentStore == nil, s3Endpoint != nil {
+            throw CofferConfigurationError("s3-endpoint is set but content-store is not s3://…")
+        }
+        if let mode = try await reader.string(.downloadMode) {
+            guard let parsed = DownloadMode(rawValue: mode) else { throw CofferConfigurationError("download-mode must be stream, redirect or accel") }
+            downloadMode = parsed
+        } else if accelRedirectPrefix != nil {
+            downloadMode = .accel  // as before --download-mode existed
+        }
+        switch downloadMode {
+        case .accel where accelRedirectPrefix == nil:
+            throw CofferConfigurationError("download-mode accel needs --accel-redirect PREFIX (nginx's internal location)")
+        case .stream where accelRedirectPrefix != nil, .redirect where accelRedirectPrefix != nil:
+            throw CofferConfigurationError("accel-redirect is only used with download-mode accel")
+        case .redirect where contentStore == nil:
+            throw CofferConfigurationError("download-mode redirect needs an object store (--content-store s3://…): a local directory has no URLs")
+        default: break
+        }
     }
 
     private mutating func readServer(_ reader: ConfigReader) async throws {

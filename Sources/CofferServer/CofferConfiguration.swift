@@ -78,6 +78,26 @@ public struct CofferConfiguration: Sendable {
     public var databaseURL: String?
     /// Connections each instance opens to the database at most.
     public var databasePoolSize = 10
+    /// Where asset bytes live: `s3://BUCKET[/PREFIX]` (an S3-compatible bucket shared by
+    /// several instances); nil: `DATA/content/`.
+    public var contentStore: String?
+    /// The S3 endpoint (MinIO, R2, Ceph, moto…; path-style requests); nil: AWS.
+    public var s3Endpoint: String?
+    public var s3Region = "us-east-1"
+    /// Multipart part size for uploads to the bucket, bytes (5 MiB – 5 GiB).
+    public var s3PartSize = 16 * 1024 * 1024
+    /// How downloads reach the client.
+    public var downloadMode: DownloadMode = .stream
 
     public init() {}
+}
+
+/// How a download's bytes reach the client, once Coffer checked its token.
+public enum DownloadMode: String, Sendable, Hashable, CaseIterable {
+    /// Coffer streams the object (local file or object store), with Range.
+    case stream
+    /// 302 to a presigned URL of the object store (valid ≤ 60 s and never beyond the token).
+    case redirect
+    /// nginx sends the bytes (X-Accel-Redirect; `--accel-redirect` names its internal location).
+    case accel
 }

@@ -65,6 +65,11 @@ public struct CofferSetting: Sendable, Hashable {
     public static let database = Self("database", .string, flag: "--database", environment: "COFFER_DATABASE_URL", isSecret: true)
     public static let databasePoolSize = Self(
         "databasePoolSize", .integer, flag: "--database-pool-size", environment: "COFFER_DATABASE_POOL_SIZE")
+    public static let contentStore = Self("contentStore", .string, flag: "--content-store", environment: "COFFER_CONTENT_STORE")
+    public static let s3Endpoint = Self("s3Endpoint", .string, flag: "--s3-endpoint", environment: "COFFER_S3_ENDPOINT")
+    public static let s3Region = Self("s3Region", .string, flag: "--s3-region", environment: "COFFER_S3_REGION")
+    public static let s3PartSize = Self("s3PartSize", .integer, flag: "--s3-part-size", environment: "COFFER_S3_PART_SIZE")
+    public static let downloadMode = Self("downloadMode", .string, flag: "--download-mode", environment: "COFFER_DOWNLOAD_MODE")
     /// The download-token HMAC key: environment only, a secret.
     public static let tokenKey = Self("tokenKey", .string, flag: nil, environment: "COFFER_TOKEN_KEY", inConfigFile: false, isSecret: true)
     /// The config file's own path.
@@ -74,7 +79,8 @@ public struct CofferSetting: Sendable, Hashable {
     public static let all: [CofferSetting] = [
         host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
         rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
-        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, trustedProxies, tokenKey, config,
+        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, trustedProxies, contentStore, s3Endpoint,
+        s3Region, s3PartSize, downloadMode, tokenKey, config,
     ]
 
     /// The keys a config file may hold.

@@ -13,6 +13,8 @@ struct DownloadController {
     let catalogue: any CatalogueRepository
     let metrics: CofferMetrics
     let slots: DownloadSlots
+    /// How the bytes reach the client (``CofferConfiguration/downloadMode``).
+    let mode: DownloadMode
     /// X-Accel-Redirect mode (``CofferConfiguration/accelRedirectPrefix``).
     let accelRedirectPrefix: String?
     let stallTimeoutSeconds: Int64
@@ -24,19 +26,34 @@ struct DownloadController {
 
     func download(_ request: Request, context: CofferRequestContext, head: Bool) async throws -> Response {
         let claims = try verify(context.parameters.get("token") ?? "")
-        guard let size = try? await content.size(sha256: claims.sha256) else {
+        // A store that cannot answer is a 503/502 (ProblemMiddleware), not a missing asset.
+        guard let size = try await content.size(sha256: claims.sha256) else {
             throw Problem(.assetMissing, "the asset's bytes are not in the content store")
         }
         let asset = try? await catalogue.asset(claims.assetId)
+        let contentType = asset?.sha256 == claims.sha256 ? asset?.contentType ?? "application/octet-stream" : "application/octet-stream"
         var headers: HTTPFields = [
-            .contentType: asset?.sha256 == claims.sha256 ? asset?.contentType ?? "application/octet-stream" : "application/octet-stream",
+            .contentType: contentType,
             .eTag: "\"\(claims.sha256)\"",
             .acceptRanges: "bytes",
             .cacheControl: "private, no-store",
         ]
-        if let prefix = accelRedirectPrefix, let file = content.localFile(sha256: claims.sha256) {
-            // nginx serves the bytes (and any Range) from its internal location.
-            headers[.xAccelRedirect] = prefix + file.relativePath
+        if mode == .redirect {
+            return try redirect(
+                claims, contentType: contentType, fileName: asset?.sha256 == claims.sha256 ? asset?.name ?? claims.assetId : claims.assetId)
+        }
+        if mode == .accel, let prefix = accelRedirectPrefix {
+            // nginx sends the bytes (and any Range): a file from its internal location, or
+            // the object through a presigned URL it proxies (see deploy/nginx).
+            if let file = content.localFile(sha256: claims.sha256) {
+                headers[.xAccelRedirect] = prefix + file.relativePath
+            } else if let url = presigned(claims, contentType: contentType, fileName: asset?.name ?? claims.assetId),
+                let scheme = url.range(of: "://"), let path = url[scheme.upperBound...].firstIndex(of: "/")
+            {
+                headers[.xAccelRedirect] = prefix + "s3" + url[path...]
+            } else {
+                throw Problem(.contentStoreError, "this content store cannot hand downloads to nginx")
+            }
             metrics.downloads.increment()
             return Response(status: .ok, headers: headers, body: .init())
         }
@@ -56,6 +73,27 @@ struct DownloadController {
         let chunks = content.read(sha256: claims.sha256, range: range)
         return Response(status: status, headers: headers, body: FileStream.body(chunks: chunks, length: length, watch: watch))
     }
+
+    /// Redirect mode: 302 to a presigned GET of the object, valid 60 s at most and never
+    /// beyond the token's own expiry, answered with the asset's content type and file name.
+    func redirect(_ claims: DownloadClaims, contentType: String, fileName: String) throws -> Response {
+        guard let url = presigned(claims, contentType: contentType, fileName: fileName) else {
+            throw Problem(.contentStoreError, "this content store cannot hand out download URLs")
+        }
+        metrics.downloads.increment()
+        return Response(status: .found, headers: [.location: url, .cacheControl: "private, no-store"], body: .init())
+    }
+
+    /// A presigned URL for the token's object: valid `min(60 s, the token's remaining life)`.
+    func presigned(_ claims: DownloadClaims, contentType: String, fileName: String) -> String? {
+        let now = Date()
+        let remaining = claims.expiresAt - Int64(now.timeIntervalSince1970)
+        let expires = Int(min(Self.presignedLifetime, max(1, remaining)))
+        return content.presignedURL(sha256: claims.sha256, expires: expires, contentType: contentType, fileName: fileName, now: now)
+    }
+
+    /// Longest life of a presigned download URL, seconds.
+    static let presignedLifetime: Int64 = 60
 
     /// The token's claims; 403 `tokenExpired` or `tokenInvalid` otherwise.
     func verify(_ token: String) throws -> DownloadClaims {

@@ -33,6 +33,22 @@ public struct Problem: HTTPResponseError, Sendable {
         return problem
     }
 
+    /// The content store failed: 503 `contentStoreUnavailable` (unreachable, timed out, a
+    /// local I/O error) or 502 `contentStoreError` (the store refused: credentials,
+    /// permissions, a missing bucket). Details go to the log only.
+    public init(contentStore error: ContentStoreError) {
+        switch error {
+        case .tooLarge: self.init(.payloadTooLarge, "the upload exceeds its limit")
+        case .digestMismatch: self.init(.digestMismatch, "the body does not match Content-Digest")
+        case .io(let detail), .unavailable(let detail):
+            self.init(.contentStoreUnavailable, "the content store is not available; retry later")
+            internalDetail = detail
+        case .failed(let detail):
+            self.init(.contentStoreError, "the content store failed; the server's operator has been told")
+            internalDetail = detail
+        }
+    }
+
     public init(_ failure: VaultFailure) {
         guard !failure.isUnavailable else {
             self = .unavailable(failure.code, internalDetail: failure.detail)
@@ -87,6 +103,8 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                 default: .httpError
                 }
             return try Problem(code, error.body ?? error.status.reasonPhrase, status: error.status).response(from: request, context: context)
+        } catch let error as ContentStoreError {
+            return try respond(Problem(contentStore: error), request, context)
         } catch let error as any StorageFailure {
             return try respond(Problem.unavailable(internalDetail: "\(error)"), request, context)
         } catch {

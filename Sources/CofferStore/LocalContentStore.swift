@@ -40,7 +40,43 @@ public struct LocalContentStore: ContentStore {
         try LocalContentUpload(store: self, maxBytes: maxBytes)
     }
 
-    public func makeUpload(maxBytes: Int64) throws -> any ContentUpload { try makeWriter(maxBytes: maxBytes) }
+    public func makeUpload(maxBytes: Int64, expectedSHA256: String?) throws -> any ContentUpload { try makeWriter(maxBytes: maxBytes) }
+
+    /// A directory hands out no URLs: downloads stream, or nginx sends the file (X-Accel-Redirect).
+    public func presignedURL(sha256: String, expires: Int, contentType: String, fileName: String, now: Date) -> String? { nil }
+
+    /// Every `objects/ab/cdef…` file whose name is a content address.
+    public func objects() throws -> [StoredObject] {
+        var found: [StoredObject] = []
+        let shards: [String]
+        do { shards = try FileManager.default.contentsOfDirectory(atPath: objectsDirectory) } catch {
+            throw ContentStoreError.io("cannot list \(objectsDirectory): \(error)")
+        }
+        for shard in shards.sorted() where shard.utf8.count == 2 {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: objectsDirectory + "/" + shard)) ?? []
+            for name in names.sorted() {
+                let digest = shard + name
+                guard Self.isContentAddress(digest) else { continue }
+                let attributes = try? FileManager.default.attributesOfItem(atPath: objectPath(digest))
+                guard let size = (attributes?[.size] as? NSNumber)?.int64Value else { continue }
+                found.append(StoredObject(sha256: digest, size: size, modified: attributes?[.modificationDate] as? Date))
+            }
+        }
+        return found
+    }
+
+    /// Removes the object's file (nothing when there is none).
+    public func delete(sha256: String) throws {
+        guard Self.isContentAddress(sha256) else { return }
+        guard unlink(objectPath(sha256)) == 0 || errno == ENOENT else {
+            throw ContentStoreError.io("cannot remove \(objectPath(sha256)): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Partial uploads in `root/tmp` older than `olderThan` seconds (see ``cleanTemporaryFiles(olderThan:)``).
+    public func removeAbandonedUploads(olderThan: TimeInterval) throws -> Int {
+        try cleanTemporaryFiles(olderThan: olderThan)
+    }
 
     /// One `stat(2)`: every download asks, so no separate existence check and no FileManager
     /// attribute dictionary. Nil for a missing object or anything but a regular file.

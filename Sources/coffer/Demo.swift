@@ -116,9 +116,10 @@ enum Demo {
         var reused = false
         for entry in manifest.assets {
             let bytes = try IO.read((contentDirectory as NSString).appendingPathComponent(entry.file))
-            let writer = try services.content.makeWriter(maxBytes: services.configuration.uploadLimit)
-            try bytes.withUnsafeBytes { try writer.append($0) }
-            let stored = try writer.finish(expectedSHA256: nil)
+            let stored = try await services.content.write(
+                AsyncStream {
+                    $0.yield(bytes); $0.finish()
+                }, maxBytes: services.configuration.uploadLimit, expectedSHA256: nil)
             let existing = try await services.catalogue.asset(entry.assetId)
             reused = reused || existing != nil
             if existing?.sha256 != stored.sha256 {

@@ -15,14 +15,15 @@ extension ServeCommand {
     var commandLine: InMemoryProvider {
         let strings: [(CofferSetting, String?)] = [
             (.host, host), (.dataDirectory, dataDir), (.config, config), (.logLevel, logLevel), (.accelRedirect, accelRedirect),
-            (.ledgerKey, ledgerKey), (.database, database),
+            (.ledgerKey, ledgerKey), (.database, database), (.contentStore, contentStore), (.s3Endpoint, s3Endpoint), (.s3Region, s3Region),
+            (.downloadMode, downloadMode),
         ]
         let integers: [(CofferSetting, Int?)] = [
             (.port, port), (.appAppleId, appAppleId), (.tokenTTL, tokenTTL), (.uploadLimit, uploadLimit), (.rateRedemptions, rateRedemptions),
             (.rateRedemptionBurst, rateRedemptionBurst), (.rateAuthFailures, rateAuthFailures), (.rateNotifications, rateNotifications),
             (.rateNotificationBurst, rateNotificationBurst), (.downloadStallTimeout, downloadStallTimeout),
             (.downloadsPerAddress, downloadsPerAddress), (.bodyBudget, bodyBudget), (.checkpointEvery, checkpointEvery),
-            (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize),
+            (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize), (.s3PartSize, s3PartSize),
         ]
         let lists: [(CofferSetting, [String])] = [
             (.bundleIds, bundleIds), (.roots, trust.roots), (.environments, trust.environments), (.trustedProxies, trustedProxies),

@@ -65,6 +65,22 @@ struct ServeCommand: AsyncParsableCommand {
     var database: String?
     @Option(name: .customLong("database-pool-size"), help: "Connections to PostgreSQL per instance at most. Default: 10.")
     var databasePoolSize: Int?
+    @Option(
+        name: .customLong("content-store"),
+        help:
+            "Where asset bytes live: s3://BUCKET[/PREFIX], an S3-compatible bucket several instances share (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN). Default: DATA/content/."
+    )
+    var contentStore: String?
+    @Option(name: .customLong("s3-endpoint"), help: "S3 endpoint URL for MinIO, R2, Ceph… (path-style requests). Default: AWS.")
+    var s3Endpoint: String?
+    @Option(name: .customLong("s3-region"), help: "The bucket's region (R2: auto). Default: us-east-1.") var s3Region: String?
+    @Option(name: .customLong("s3-part-size"), help: "Multipart upload part size in bytes (5 MiB–5 GiB). Default: 16777216.") var s3PartSize: Int?
+    @Option(
+        name: .customLong("download-mode"),
+        help:
+            "stream (Coffer sends the bytes), redirect (302 to a presigned URL of the bucket, ≤ 60 s) or accel (nginx, with --accel-redirect). Default: stream (accel when --accel-redirect is set)."
+    )
+    var downloadMode: String?
     @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
     @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
     var printConfig = false
@@ -122,6 +138,11 @@ extension ServeCommand {
         /// The database URL with its password replaced by `***`.
         var database: String?
         var databasePoolSize: Int
+        var contentStore: String?
+        var s3Endpoint: String?
+        var s3Region: String
+        var s3PartSize: Int
+        var downloadMode: String
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -135,7 +156,8 @@ extension ServeCommand {
             rateNotifications: c.notificationsPerMinute, rateNotificationBurst: c.notificationBurst,
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },
-            databasePoolSize: c.databasePoolSize, tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
+            databasePoolSize: c.databasePoolSize, contentStore: c.contentStore, s3Endpoint: c.s3Endpoint, s3Region: c.s3Region,
+            s3PartSize: c.s3PartSize, downloadMode: c.downloadMode.rawValue, tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         print(String(decoding: try encoder.encode(resolved), as: UTF8.self))

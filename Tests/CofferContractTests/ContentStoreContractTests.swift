@@ -26,10 +26,9 @@ struct ContentStoreContractTests {
         return out
     }
 
-    @Test("upload then size and read: the exact bytes, whole and in ranges", arguments: Backend.allCases)
-    func writeAndRead(backend: Backend) async throws {
-        try await backend.withStorage { storage async throws in
-            let content = storage.content
+    @Test("upload then size and read: the exact bytes, whole and in ranges", arguments: ContentBackend.allCases)
+    func writeAndRead(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
             #expect(try await content.size(sha256: Self.helloWorldSHA256) == nil)
             let result = try await content.write(
                 Self.chunks([Array("hello".utf8), [], Array(" world".utf8)]), maxBytes: 11, expectedSHA256: Self.helloWorldSHA256)
@@ -46,10 +45,9 @@ struct ContentStoreContractTests {
         }
     }
 
-    @Test("a large object in many chunks: the digest of a single buffer, every range exact", arguments: Backend.allCases)
-    func largeObject(backend: Backend) async throws {
-        try await backend.withStorage { storage async throws in
-            let content = storage.content
+    @Test("a large object in many chunks: the digest of a single buffer, every range exact", arguments: ContentBackend.allCases)
+    func largeObject(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
             var rng = SplitMix64(state: 0xB10B)
             let bytes = (0..<300_000).map { _ in UInt8.random(in: 0...255, using: &rng) }
             let parts = stride(from: 0, to: bytes.count, by: 65_521).map { Array(bytes[$0..<min(bytes.count, $0 + 65_521)]) }
@@ -64,12 +62,11 @@ struct ContentStoreContractTests {
         }
     }
 
-    @Test("the same bytes twice are one object at one address", arguments: Backend.allCases)
-    func sameBytesSameAddress(backend: Backend) async throws {
-        try await backend.withStorage { storage async throws in
-            let content = storage.content
+    @Test("the same bytes twice are one object at one address", arguments: ContentBackend.allCases)
+    func sameBytesSameAddress(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
             let first = try await content.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: nil)
-            let upload = try await content.makeUpload(maxBytes: 100)
+            let upload = try await content.makeUpload(maxBytes: 100, expectedSHA256: nil)
             try await upload.append(Self.helloWorld[0..<5])
             try await upload.append(Self.helloWorld[5...])
             let second = try await upload.finish(expectedSHA256: nil)
@@ -78,26 +75,25 @@ struct ContentStoreContractTests {
         }
     }
 
-    @Test("the empty object, and an upper-case expected digest", arguments: Backend.allCases)
-    func emptyObject(backend: Backend) async throws {
-        try await backend.withStorage { storage async throws in
-            let upload = try await storage.content.makeUpload(maxBytes: 0)
+    @Test("the empty object, and an upper-case expected digest", arguments: ContentBackend.allCases)
+    func emptyObject(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
+            let upload = try await content.makeUpload(maxBytes: 0, expectedSHA256: nil)
             let result = try await upload.finish(expectedSHA256: Self.emptySHA256.uppercased())
             #expect(result.sha256 == Self.emptySHA256 && result.size == 0)
-            #expect(try await storage.content.size(sha256: Self.emptySHA256) == 0)
+            #expect(try await content.size(sha256: Self.emptySHA256) == 0)
         }
     }
 
-    @Test("more than maxBytes throws tooLarge and stores nothing; the upload is then closed", arguments: Backend.allCases)
-    func tooLarge(backend: Backend) async throws {
-        try await backend.withStorage { storage async throws in
-            let content = storage.content
+    @Test("more than maxBytes throws tooLarge and stores nothing; the upload is then closed", arguments: ContentBackend.allCases)
+    func tooLarge(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
             await #expect(throws: ContentStoreError.tooLarge) {
                 _ = try await content.write(Self.chunks([Array("hello".utf8), Array(" world".utf8)]), maxBytes: 10, expectedSHA256: nil)
             }
             #expect(try await content.size(sha256: Self.helloWorldSHA256) == nil)
 
-            let upload = try await content.makeUpload(maxBytes: 4)
+            let upload = try await content.makeUpload(maxBytes: 4, expectedSHA256: nil)
             try await upload.append(Array("abcd".utf8))
             await #expect(throws: ContentStoreError.tooLarge) { try await upload.append([0x65]) }
             await #expect(throws: ContentStoreError.self) { _ = try await upload.finish(expectedSHA256: nil) }
@@ -106,10 +102,9 @@ struct ContentStoreContractTests {
         }
     }
 
-    @Test("a digest mismatch throws and stores nothing", arguments: Backend.allCases)
-    func digestMismatch(backend: Backend) async throws {
-        try await backend.withStorage { storage async throws in
-            let content = storage.content
+    @Test("a digest mismatch throws and stores nothing", arguments: ContentBackend.allCases)
+    func digestMismatch(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
             await #expect(throws: ContentStoreError.digestMismatch) {
                 _ = try await content.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: String(repeating: "0", count: 64))
             }
@@ -117,15 +112,14 @@ struct ContentStoreContractTests {
         }
     }
 
-    @Test("an aborted upload, or a failing chunk sequence, stores nothing; abort is safe twice", arguments: Backend.allCases)
-    func abortAndFailure(backend: Backend) async throws {
+    @Test("an aborted upload, or a failing chunk sequence, stores nothing; abort is safe twice", arguments: ContentBackend.allCases)
+    func abortAndFailure(backend: ContentBackend) async throws {
         struct Broken: Error {}
-        try await backend.withStorage { storage async throws in
-            let content = storage.content
-            let upload = try await content.makeUpload(maxBytes: 100)
+        try await backend.withContent { content async throws in
+            let upload = try await content.makeUpload(maxBytes: 100, expectedSHA256: nil)
             try await upload.append(Self.helloWorld)
-            upload.abort()
-            upload.abort()
+            await upload.abort()
+            await upload.abort()
             await #expect(throws: ContentStoreError.self) { _ = try await upload.finish(expectedSHA256: nil) }
             let stream = AsyncThrowingStream<[UInt8], any Error> { continuation in
                 continuation.yield(Self.helloWorld)
@@ -136,10 +130,9 @@ struct ContentStoreContractTests {
         }
     }
 
-    @Test("only a 64-character lower-case hex digest names an object; reading a missing one fails", arguments: Backend.allCases)
-    func addresses(backend: Backend) async throws {
-        try await backend.withStorage { storage async throws in
-            let content = storage.content
+    @Test("only a 64-character lower-case hex digest names an object; reading a missing one fails", arguments: ContentBackend.allCases)
+    func addresses(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
             _ = try await content.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: nil)
             let rejected = [
                 "../etc/passwd", "", Self.helloWorldSHA256.uppercased(), String(Self.helloWorldSHA256.dropLast()), Self.helloWorldSHA256 + "0",
@@ -153,6 +146,25 @@ struct ContentStoreContractTests {
             #expect(try await content.size(sha256: absent) == nil, "valid but absent")
             await #expect(throws: (any Error).self) { _ = try await Self.read(content, absent, 0...0) }
             await #expect(throws: (any Error).self) { _ = try await Self.read(content, Self.helloWorldSHA256.uppercased(), 0...0) }
+        }
+    }
+}
+
+extension ContentStoreContractTests {
+    @Test("objects lists what was written; delete removes one, twice without error", arguments: ContentBackend.allCases)
+    func listAndDelete(backend: ContentBackend) async throws {
+        try await backend.withContent { content async throws in
+            let other = Array(repeating: UInt8(7), count: 300)
+            _ = try await content.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: nil)
+            let second = try await content.write(Self.chunks([other]), maxBytes: 300, expectedSHA256: nil)
+            let listed = try await content.objects()
+            #expect(Set(listed.map(\.sha256)) == [Self.helloWorldSHA256, second.sha256])
+            #expect(listed.first { $0.sha256 == second.sha256 }?.size == 300)
+            try await content.delete(sha256: Self.helloWorldSHA256)
+            #expect(try await content.size(sha256: Self.helloWorldSHA256) == nil)
+            try await content.delete(sha256: Self.helloWorldSHA256)
+            #expect(try await content.objects().map(\.sha256) == [second.sha256])
+            #expect(try await content.removeAbandonedUploads(olderThan: 0) == 0, "a finished upload leaves nothing to clean")
         }
     }
 }

@@ -63,9 +63,10 @@ struct Harness {
     }
 
     func store(assetId: String, bytes: [UInt8], contentType: String) async throws {
-        let writer = try services.content.makeWriter(maxBytes: Int64.max)
-        try writer.append(bytes)
-        let stored = try writer.finish(expectedSHA256: nil)
+        let stored = try await services.content.write(
+            AsyncStream {
+                $0.yield(bytes); $0.finish()
+            }, maxBytes: Int64.max, expectedSHA256: nil)
         _ = try await services.catalogue.addAssetVersion(
             assetId: assetId, name: assetId, contentType: contentType, size: stored.size, sha256: stored.sha256, at: Date())
     }

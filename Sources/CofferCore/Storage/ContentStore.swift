@@ -2,10 +2,13 @@ import Foundation
 
 /// Where asset bytes live: content-addressed objects, each stored once under the lower-case hex
 /// SHA-256 of its bytes. Implementations: a local directory (CofferStore's
-/// `LocalContentStore`), an in-memory double (CofferTestSupport).
+/// `LocalContentStore`), an S3-compatible bucket (CofferS3's `S3ContentStore`), an in-memory
+/// double (CofferTestSupport).
 public protocol ContentStore: Sendable {
-    /// Starts a new object of at most `maxBytes` bytes, written as it arrives (never whole in memory).
-    func makeUpload(maxBytes: Int64) async throws -> any ContentUpload
+    /// Starts a new object of at most `maxBytes` bytes, written as it arrives (never whole in
+    /// memory). `expectedSHA256`, when the uploader declared it (`Content-Digest`), lets a store
+    /// write straight to the object's address; ``ContentUpload/finish(expectedSHA256:)`` still checks it.
+    func makeUpload(maxBytes: Int64, expectedSHA256: String?) async throws -> any ContentUpload
     /// The size of the object with this digest; nil when there is none (or `sha256` is not
     /// 64 lower-case hex characters).
     func size(sha256: String) async throws -> Int64?
@@ -16,6 +19,31 @@ public protocol ContentStore: Sendable {
     /// address and for stores that keep no files. It does not tell whether the object exists:
     /// ``size(sha256:)`` does, and the server asks it first.
     func localFile(sha256: String) -> LocalContentFile?
+    /// A URL from which anyone holding it may GET the object (with `Range`) for `expires`
+    /// seconds from `now`, answered with `contentType` and as an attachment named `fileName`;
+    /// nil for stores that cannot hand out such URLs (the local directory).
+    func presignedURL(sha256: String, expires: Int, contentType: String, fileName: String, now: Date) -> String?
+    /// Every object in the store (for `coffer content gc` and `content migrate`).
+    func objects() async throws -> [StoredObject]
+    /// Deletes the object (no error when it does not exist).
+    func delete(sha256: String) async throws
+    /// Removes what interrupted uploads left (temporary files, unfinished multipart uploads)
+    /// older than `olderThan` seconds; returns how many.
+    func removeAbandonedUploads(olderThan: TimeInterval) async throws -> Int
+}
+
+/// One object of a store.
+public struct StoredObject: Sendable, Hashable {
+    public var sha256: String
+    public var size: Int64
+    /// When it was written; nil when the store does not say.
+    public var modified: Date?
+
+    public init(sha256: String, size: Int64, modified: Date?) {
+        self.sha256 = sha256
+        self.size = size
+        self.modified = modified
+    }
 }
 
 /// An object that is a file on this machine.
@@ -43,8 +71,10 @@ public protocol ContentUpload: AnyObject {
     /// ``ContentStoreError/digestMismatch`` (and discards the object) when `expectedSHA256`
     /// is given and differs (compared case-insensitively).
     func finish(expectedSHA256: String?) async throws -> (sha256: String, size: Int64)
-    /// Discards the object. Safe to call more than once, and after a failure.
-    func abort()
+    /// Discards the object (and what a store kept of it so far). Safe to call more than once,
+    /// and after a failure; never throws (a store it cannot reach keeps leftovers that
+    /// ``ContentStore/removeAbandonedUploads(olderThan:)`` removes later).
+    func abort() async
 }
 
 /// Errors from a ``ContentStore`` and its uploads.
@@ -55,6 +85,11 @@ public enum ContentStoreError: Error, Sendable, Hashable {
     case digestMismatch
     /// A storage operation failed.
     case io(String)
+    /// The store cannot be reached or timed out: retry later (503 `contentStoreUnavailable`).
+    case unavailable(String)
+    /// The store refused or answered wrongly (credentials, permissions, a missing bucket):
+    /// its operator must look (502 `contentStoreError`).
+    case failed(String)
 }
 
 extension ContentStore {
@@ -62,12 +97,12 @@ extension ContentStore {
     /// error (too large, digest mismatch, `chunks` throwing) nothing is left behind.
     public func write<S: AsyncSequence>(_ chunks: S, maxBytes: Int64, expectedSHA256: String?) async throws -> (sha256: String, size: Int64)
     where S.Element: Collection<UInt8> {
-        let upload = try await makeUpload(maxBytes: maxBytes)
+        let upload = try await makeUpload(maxBytes: maxBytes, expectedSHA256: expectedSHA256)
         do {
             for try await chunk in chunks { try await upload.append(chunk) }
             return try await upload.finish(expectedSHA256: expectedSHA256)
         } catch {
-            upload.abort()
+            await upload.abort()
             throw error
         }
     }

@@ -1,0 +1,57 @@
+import CofferCore
+import CofferS3
+import CofferServer
+import CofferStore
+import Foundation
+import Logging
+
+/// The content store a deployment serves from: `DATA/content/` (the default), or the bucket
+/// of `--content-store s3://BUCKET[/PREFIX]`, which several instances share.
+public enum ContentStores {
+    /// The store `configuration` names, checked: a bucket is listed once at start-up, so a
+    /// wrong endpoint, bucket, region or credential stops the server with one clear line
+    /// instead of failing its first upload. `shared`: other instances use the same data
+    /// directory (only partial local uploads untouched for an hour are removed).
+    public static func open(
+        _ configuration: CofferConfiguration, shared: Bool, environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger
+    ) async throws -> any ContentStore {
+        guard let url = configuration.contentStore else {
+            let content = try LocalContentStore(root: DataDirectory(configuration.dataDirectory).content)
+            let cleaned = try content.cleanTemporaryFiles(olderThan: shared ? 3600 : 0)
+            if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
+            return content
+        }
+        let store = try s3(url, configuration: configuration, environment: environment, logger: logger)
+        do {
+            try await store.checkAccess()
+        } catch {
+            try? await store.client.shutdown()
+            throw S3ConfigurationError("the content store \(store.client.location) does not answer as it should: \(error)")
+        }
+        logger.info(
+            "content in an object store",
+            metadata: [
+                "store": "\(store.client.location)", "endpoint": "\(configuration.s3Endpoint ?? "AWS")", "region": "\(configuration.s3Region)",
+            ])
+        return store
+    }
+
+    /// The S3 store of `url`, credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+    /// and `AWS_SESSION_TOKEN` (not checked against the store: see ``open(_:shared:environment:logger:)``).
+    public static func s3(_ url: String, configuration: CofferConfiguration, environment: [String: String], logger: Logger) throws
+        -> S3ContentStore
+    {
+        let location = try S3Location(url)
+        let credentials = S3Credentials(
+            accessKeyId: environment["AWS_ACCESS_KEY_ID"] ?? "", secretAccessKey: environment["AWS_SECRET_ACCESS_KEY"] ?? "",
+            sessionToken: environment["AWS_SESSION_TOKEN"].flatMap { $0.isEmpty ? nil : $0 })
+        let client = try S3Client(
+            location: location, endpoint: configuration.s3Endpoint, region: configuration.s3Region, credentials: credentials, logger: logger)
+        return S3ContentStore(client: client, partSize: configuration.s3PartSize)
+    }
+
+    /// Releases what the store holds (the object store's connections).
+    public static func close(_ content: any ContentStore) async {
+        if let s3 = content as? S3ContentStore { try? await s3.client.shutdown() }
+    }
+}
