@@ -144,7 +144,8 @@ let package = Package(
             name: "CofferS3Tests",
             dependencies: [
                 "CofferCore", "CofferS3", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         .testTarget(

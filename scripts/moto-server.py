@@ -2,7 +2,7 @@
 """A throwaway S3-protocol server (moto's standalone `moto_server`) with request
 authentication on, for Coffer's tests and benchmarks.
 
-    moto-server.py INFO_FILE [PARENT_PID]
+    moto-server.py [--no-auth] INFO_FILE [PARENT_PID]
 
 Starts `moto_server -H 127.0.0.1 -p PORT` on a free port with INITIAL_NO_AUTH_ACTION_COUNT=3,
 spends those three unauthenticated actions creating an IAM user, its access key and an
@@ -14,6 +14,12 @@ to INFO_FILE (written whole, then renamed into place). From then on moto checks 
 request's AWS Signature Version 4 against that key: a wrong secret gets 403
 SignatureDoesNotMatch. The server stops when PARENT_PID (default: this script's parent)
 ends, or on SIGTERM/SIGINT.
+
+--no-auth leaves authentication off (any key is accepted; the file names test/test): moto
+5 cannot check presigned URLs with authentication on (its IAM check reads only the
+Authorization header and answers 500 to query authentication), so tests that follow
+presigned URLs use such a server; botocore checks our presigned signatures instead
+(Tests/CofferS3Tests/SigV4DifferentialTests).
 
 Needs `pip install 'moto[server]'` (it brings boto3); run with that environment's python.
 """
@@ -48,11 +54,14 @@ def wait_for_port(port, process, seconds=60):
     return False
 
 
-def start_moto():
+def start_moto(authenticate):
     server = os.path.join(os.path.dirname(sys.executable), "moto_server")
     if not os.access(server, os.X_OK):
         sys.exit(f"moto_server is not beside {sys.executable}: pip install 'moto[server]'")
-    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(NO_AUTH_ACTIONS))
+    env = dict(os.environ)
+    env.pop("INITIAL_NO_AUTH_ACTION_COUNT", None)
+    if authenticate:
+        env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(NO_AUTH_ACTIONS)
     for _ in range(5):
         port = free_port()
         process = subprocess.Popen(
@@ -83,17 +92,20 @@ def bootstrap(endpoint):
 
 
 def main():
-    if len(sys.argv) < 2:
+    arguments = sys.argv[1:]
+    authenticate = "--no-auth" not in arguments
+    arguments = [a for a in arguments if a != "--no-auth"]
+    if not arguments:
         sys.exit(__doc__)
-    info_file = sys.argv[1]
-    parent = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
-    port, process = start_moto()
+    info_file = arguments[0]
+    parent = int(arguments[1]) if len(arguments) > 1 else os.getppid()
+    port, process = start_moto(authenticate)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     try:
         endpoint = f"http://127.0.0.1:{port}"
-        key_id, secret = bootstrap(endpoint)
+        key_id, secret = bootstrap(endpoint) if authenticate else ("test", "test")
         temporary = info_file + ".tmp"
         with open(temporary, "w") as f:
             json.dump({"endpoint": endpoint, "accessKeyId": key_id, "secretAccessKey": secret, "pid": process.pid}, f)

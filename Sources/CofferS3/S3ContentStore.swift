@@ -115,25 +115,34 @@ public final class S3ContentStore: ContentStore {
 
     /// Aborts multipart uploads under the prefix, and deletes staged objects, started more
     /// than `olderThan` seconds ago (an upload in progress on another instance is younger).
+    /// A staged upload's age is in its key (`uploads/<unix seconds>-<uuid>`): some stores
+    /// (moto) report a fixed `Initiated` date; the store's date counts for the others.
     public func removeAbandonedUploads(olderThan: TimeInterval) async throws -> Int {
         let cutoff = Date().addingTimeInterval(-olderThan)
         var removed = 0
         for upload in try await Self.translating({ try await client.multipartUploads(prefix: client.location.prefix) })
         where upload.key.hasPrefix(objectsPrefix) || upload.key.hasPrefix(uploadsPrefix) {
-            guard (upload.initiated ?? .distantPast) < cutoff else { continue }
+            guard (stagedAt(upload.key) ?? upload.initiated ?? .distantPast) <= cutoff else { continue }
             try await Self.translating { try await client.abortMultipartUpload(upload.key, uploadId: upload.uploadId) }
             removed += 1
         }
         var token: String?
         repeat {
             let page = try await Self.translating { [token] in try await client.list(prefix: uploadsPrefix, continuation: token) }
-            for object in page.objects where (object.lastModified ?? .distantPast) < cutoff {
+            for object in page.objects where (stagedAt(object.key) ?? object.lastModified ?? .distantPast) <= cutoff {
                 try await Self.translating { try await client.delete(object.key) }
                 removed += 1
             }
             token = page.next
         } while token != nil
         return removed
+    }
+
+    /// When the staged upload `key` started (nil for any other key).
+    func stagedAt(_ key: String) -> Date? {
+        guard key.hasPrefix(uploadsPrefix) else { return nil }
+        let name = key.dropFirst(uploadsPrefix.count)
+        return name.split(separator: "-", maxSplits: 1).first.flatMap { Int64($0) }.map { Date(timeIntervalSince1970: TimeInterval($0)) }
     }
 
     /// Runs `body`, turning an ``S3Error`` into the ``ContentStoreError`` the server answers with.

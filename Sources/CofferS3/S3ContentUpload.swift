@@ -28,7 +28,9 @@ public final class S3ContentUpload: ContentUpload {
         self.store = store
         self.maxBytes = maxBytes
         self.declaredSHA256 = declaredSHA256
-        key = declaredSHA256.map { store.key(sha256: $0) } ?? store.client.location.key("uploads/" + UUID().uuidString.lowercased())
+        key =
+            declaredSHA256.map { store.key(sha256: $0) }
+            ?? store.client.location.key("uploads/\(Int64(Date().timeIntervalSince1970))-" + UUID().uuidString.lowercased())
         pending = ByteBuffer()
     }
 

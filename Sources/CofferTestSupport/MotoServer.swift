@@ -50,25 +50,30 @@ public final class MotoServer: Sendable {
         ChildProcess.wait(launcher)
     }
 
-    private static let sharedServer = Mutex<Result<MotoServer, any Error>?>(nil)
+    private static let sharedServers = Mutex<[Bool: Result<MotoServer, any Error>]>([:])
 
-    /// The server the tests of this process share, started on the first call; a failure is kept.
-    public static func shared() throws -> MotoServer {
-        try sharedServer.withLock { state in
-            if let state { return try state.get() }
-            let result = Result { try start() }
-            state = result
+    /// The server the tests of this process share, started on the first call; a failure is
+    /// kept. `authenticating: false` gives a server that checks no signature: the only kind on
+    /// which presigned URLs work, because moto 5 answers 500 to query authentication when
+    /// authentication is on (botocore checks our presigned signatures instead).
+    public static func shared(authenticating: Bool = true) throws -> MotoServer {
+        try sharedServers.withLock { servers in
+            if let existing = servers[authenticating] { return try existing.get() }
+            let result = Result { try start(authenticating: authenticating) }
+            servers[authenticating] = result
             return try result.get()
         }
     }
 
     /// Starts a new server (about 2–5 s).
-    public static func start() throws -> MotoServer {
+    public static func start(authenticating: Bool = true) throws -> MotoServer {
         let python = try findPython()
         let directory = try makeTemporaryDirectory(prefix: "coffer-moto")
         defer { try? FileManager.default.removeItem(at: directory) }
         let info = directory.appendingPathComponent("moto.json")
-        let pid = try ChildProcess.start(python, [script, info.path, String(getpid())], environment: ProcessInfo.processInfo.environment)
+        let pid = try ChildProcess.start(
+            python, [script] + (authenticating ? [] : ["--no-auth"]) + [info.path, String(getpid())], environment: ProcessInfo.processInfo.environment
+        )
         let deadline = ContinuousClock.now + .seconds(90)
         while ContinuousClock.now < deadline {
             if let data = FileManager.default.contents(atPath: info.path) {
