@@ -164,7 +164,8 @@ let package = Package(
         .testTarget(
             name: "CofferServerTests",
             dependencies: [
-                "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferSandbox", "CofferTestSupport", "coffer",
+                "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferSandbox", "CofferS3", "CofferTestSupport", "coffer",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -61,6 +61,8 @@ struct ProblemCodeTests {
         ("uploadsBusy", 503),
         ("notReady", 503),
         ("ledgerSealBroken", 503),
+        ("contentStoreUnavailable", 503),
+        ("contentStoreError", 502),
         ("internalError", 500),
     ]
 
@@ -78,7 +80,7 @@ struct ProblemCodeTests {
         }
         // The server's own state is 503 (with Retry-After); nothing else is.
         let unavailable = ProblemCode.allCases.filter { $0.status == 503 }
-        #expect(Set(unavailable) == [.storageUnavailable, .busy, .uploadsBusy, .notReady, .ledgerSealBroken])
+        #expect(Set(unavailable) == [.storageUnavailable, .busy, .uploadsBusy, .notReady, .ledgerSealBroken, .contentStoreUnavailable])
     }
 
     @Test func verificationCodesMapByName() {

@@ -245,38 +245,6 @@ import Testing
     }
 }
 
-/// A TCP listener on 127.0.0.1 that never accepts: connections complete in the kernel's
-/// backlog and requests are never answered — a stalled object store.
-final class SilentListener: Sendable {
-    let fd: Int32
-    let port: Int
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw MotoServer.Failure("socket() failed") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = in_addr_t(0x7F00_0001).bigEndian
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        guard bound == 0, listen(fd, 64) == 0 else {
-            Glibc.close(fd)
-            throw MotoServer.Failure("bind/listen failed")
-        }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        self.fd = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    func close() { Glibc.close(fd) }
-
-    /// Closes the listener and returns its port, where nothing listens now.
-    func closedPort() -> Int {
-        close()
-        return port
-    }
-}
-
 extension Array where Element == UInt8 {
     var sha256Hex: String { SHA256.hash(data: self).hexString }
 }

@@ -105,10 +105,36 @@ struct ConfigurationReaderTests {
         ("COFFER_ACCEL_REDIRECT", "/a/../", "accel-redirect must be a path like /_coffer/"),
         ("COFFER_CHECKPOINT_EVERY", "0", "checkpoint-every must be 1–1000000 entries"),
         ("COFFER_CHECKPOINT_INTERVAL", "86401", "checkpoint-interval must be 1–86400 seconds"),
+        ("COFFER_CONTENT_STORE", "/srv/content", "content-store must be s3://BUCKET[/PREFIX]"),
+        ("COFFER_S3_ENDPOINT", "http://127.0.0.1:9000", "s3-endpoint is set but content-store is not"),
+        ("COFFER_S3_PART_SIZE", "1024", "s3-part-size must be 5 MiB – 5 GiB"),
+        ("COFFER_DOWNLOAD_MODE", "teleport", "download-mode must be stream, redirect or accel"),
+        ("COFFER_DOWNLOAD_MODE", "redirect", "download-mode redirect needs an object store"),
+        ("COFFER_DOWNLOAD_MODE", "accel", "download-mode accel needs --accel-redirect"),
     ])
     func badValuesNameTheirSetting(variable: String, value: String, message: String) async throws {
         let error = await #expect(throws: CofferConfigurationError.self) { try await Self.configuration(environment: [variable: value]) }
         #expect(error?.description.contains(message) == true, "\(String(describing: error))")
+    }
+
+    /// The object store and the download modes: accel-redirect alone still means accel (as
+    /// before the mode existed); a prefix with another mode is a contradiction.
+    @Test func contentStoreAndDownloadModes() async throws {
+        let defaults = try await Self.configuration()
+        #expect(defaults.contentStore == nil && defaults.downloadMode == .stream && defaults.s3Region == "us-east-1")
+        #expect(defaults.s3PartSize == 16 * 1024 * 1024)
+        let accel = try await Self.configuration(environment: ["COFFER_ACCEL_REDIRECT": "/_coffer/"])
+        #expect(accel.downloadMode == .accel)
+        let s3 = try await Self.configuration(
+            environment: [
+                "COFFER_CONTENT_STORE": "s3://assets/game", "COFFER_S3_ENDPOINT": "http://127.0.0.1:9000", "COFFER_S3_REGION": "auto",
+                "COFFER_DOWNLOAD_MODE": "redirect", "COFFER_S3_PART_SIZE": "8388608",
+            ])
+        #expect(s3.contentStore == "s3://assets/game" && s3.s3Endpoint == "http://127.0.0.1:9000" && s3.s3Region == "auto")
+        #expect(s3.downloadMode == .redirect && s3.s3PartSize == 8_388_608)
+        await #expect(throws: CofferConfigurationError.self) {
+            try await Self.configuration(environment: ["COFFER_ACCEL_REDIRECT": "/_coffer/", "COFFER_DOWNLOAD_MODE": "stream"])
+        }
     }
 
     /// A config file is checked as a whole: a misspelt key, or a value of the wrong type, is an

@@ -1,0 +1,252 @@
+import AsyncHTTPClient
+import CofferApp
+import CofferCore
+import CofferS3
+import CofferServer
+import CofferTestSupport
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The HTTP API over a bucket of a real S3-protocol server (moto): uploads stream into it,
+/// downloads stream out of it or redirect to it, bad tokens never reach it, and its failures
+/// are 503/502 with a code — never a 500, never a hang.
+@Suite(.timeLimit(.minutes(3))) struct ObjectStoreHTTPTests {
+    /// Runs `body` over a harness whose content lives in a fresh bucket (part size 5 MiB), and
+    /// closes it (the object store's connections) afterwards, however `body` ended.
+    static func withHarness(
+        mode: DownloadMode = .stream, authenticating: Bool = true, tokenTTL: TimeInterval = 600, _ body: (Harness) async throws -> Void
+    ) async throws {
+        let h = try await harness(mode: mode, authenticating: authenticating, tokenTTL: tokenTTL)
+        defer { h.cleanUp() }
+        do {
+            try await body(h)
+            try await h.services.close()
+        } catch {
+            try? await h.services.close()
+            throw error
+        }
+    }
+
+    static func harness(mode: DownloadMode, authenticating: Bool, tokenTTL: TimeInterval) async throws -> Harness {
+        let moto = try MotoServer.shared(authenticating: authenticating)
+        let bucket = MotoServer.uniqueBucketName()
+        // The credentials of the authenticating server (the other one takes any): every test sets the same.
+        let keys = try MotoServer.shared()
+        setenv("AWS_ACCESS_KEY_ID", keys.accessKeyId, 1)
+        setenv("AWS_SECRET_ACCESS_KEY", keys.secretAccessKey, 1)
+        let owner = try S3Client(
+            location: try S3Location("s3://\(bucket)"), endpoint: moto.endpoint, region: "us-east-1",
+            credentials: S3Credentials(accessKeyId: keys.accessKeyId, secretAccessKey: keys.secretAccessKey))
+        do {
+            try await owner.createBucket()
+            try await owner.shutdown()
+        } catch {
+            try? await owner.shutdown()
+            throw error
+        }
+        return try await Harness.make(tokenTTL: tokenTTL) { configuration in
+            configuration.contentStore = "s3://\(bucket)/game"
+            configuration.s3Endpoint = moto.endpoint
+            configuration.s3PartSize = 5 * 1024 * 1024
+            configuration.downloadMode = mode
+        }
+    }
+
+    static func bytes(_ count: Int, seed: UInt64) -> [UInt8] {
+        var rng = SplitMix64(state: seed)
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) }
+    }
+
+    /// Redeems a fresh receipt; returns the download URL of `level-1`.
+    static func levelURL(_ client: some TestClientProtocol, transaction: String) async throws -> String {
+        let created = try await client.execute(
+            uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt(transaction)])
+        )
+        try #require(created.status == .created, "\(String(decoding: created.body.readableBytesView, as: UTF8.self))")
+        let assets = try #require(try Harness.json(created)["assets"] as? [[String: Any]])
+        return try #require(assets.first { $0["assetId"] as? String == "level-1" }?["url"] as? String)
+    }
+
+    static let contentDigest = HTTPField.Name("Content-Digest") ?? .contentType
+
+    static func digestHeader(_ bytes: [UInt8]) -> String { "sha-256=:\(Data(SHA256.hash(data: bytes)).base64EncodedString()):" }
+
+    @Test func uploadsStreamIntoTheBucketAndStreamedDownloadsReturnTheExactBytes() async throws {
+        let big = Self.bytes(11 * 1024 * 1024 + 3, seed: 11)
+        try await Self.withHarness { h in
+            try await h.app.test(.router) { client in
+                var headers = h.bearer(h.adminKey)
+                headers[.contentType] = "application/octet-stream"
+                headers[Self.contentDigest] = Self.digestHeader(big)
+                let uploaded = try await client.execute(
+                    uri: "/v1/admin/assets/level-1?name=level-1.bin", method: .put, headers: headers, body: ByteBuffer(bytes: big))
+                #expect(uploaded.status == .created, "\(String(decoding: uploaded.body.readableBytesView, as: UTF8.self))")
+
+                // A wrong digest: 400, no new version, and nothing left in the bucket.
+                let before = try await h.services.catalogue.asset("level-1")
+                headers[Self.contentDigest] = Self.digestHeader(Array(big.reversed()))
+                let refused = try await client.execute(uri: "/v1/admin/assets/level-1", method: .put, headers: headers, body: ByteBuffer(bytes: big))
+                #expect(refused.status == .badRequest && Harness.code(refused) == "digestMismatch")
+                #expect(try await h.services.catalogue.asset("level-1") == before, "no version for a refused upload")
+                let store = try #require(h.services.content as? S3ContentStore)
+                #expect(try await store.client.multipartUploads(prefix: "").isEmpty)
+
+                let url = try await Self.levelURL(client, transaction: "5001")
+                let whole = try await client.execute(uri: url, method: .get)
+                #expect(whole.status == .ok)
+                #expect(whole.headers[.contentLength] == String(big.count))
+                #expect(Array(whole.body.readableBytesView).sha256Hex == big.sha256Hex)
+                let ranged = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=5242879-5242890"])
+                #expect(ranged.status == .partialContent)
+                #expect(Array(ranged.body.readableBytesView) == Array(big[5_242_879...5_242_890]))
+                #expect(ranged.headers[.contentRange] == "bytes 5242879-5242890/\(big.count)")
+                let head = try await client.execute(uri: url, method: .head)
+                #expect(head.status == .ok && head.headers[.contentLength] == String(big.count))
+            }
+        }
+    }
+
+    @Test func redirectAnswersAShortLivedPresignedURLAndBadTokensNeverReachTheStore() async throws {
+        try await Self.withHarness(mode: .redirect, authenticating: false, tokenTTL: 45) { h in try await Self.redirects(h) }
+    }
+
+    static func redirects(_ h: Harness) async throws {
+        let counting = CountingContentStore(h.services.content)
+        var dependencies = h.services.dependencies
+        dependencies.content = counting
+        var logger = Logger(label: "coffer-test")
+        logger.logLevel = .warning
+        let app = buildApplication(h.services.configuration, dependencies: dependencies, runtime: h.runtime, logger: logger)
+        try await app.test(.router) { client in
+            let sha = h.levelBytes.sha256Hex
+            let expired = h.services.tokens.mint(
+                DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) - 1))
+            let forged = TokenSigner(active: TokenKey(id: "k1", key: .init(size: .bits256)))
+                .mint(DownloadClaims(assetId: "level-1", sha256: sha, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 60))
+            for (token, code) in [(expired, "tokenExpired"), (forged, "tokenInvalid"), ("garbage", "tokenInvalid")] {
+                let response = try await client.execute(uri: "/v1/downloads/\(token)", method: .get)
+                #expect(response.status == .forbidden && Harness.code(response) == code)
+                #expect(response.headers[.location] == nil)
+            }
+            #expect(counting.calls == 0, "a refused token never reaches the store")
+
+            let url = try await Self.levelURL(client, transaction: "5002")
+            let redirect = try await client.execute(uri: url, method: .get)
+            #expect(redirect.status == .found)
+            #expect(redirect.headers[.cacheControl] == "private, no-store")
+            let location = try #require(redirect.headers[.location])
+            let moto = try MotoServer.shared(authenticating: false)
+            #expect(location.hasPrefix(moto.endpoint + "/"))
+            let expires = try #require(
+                URLComponents(string: location)?.queryItems?.first { $0.name == "X-Amz-Expires" }?.value.flatMap(Int.init))
+            #expect(expires <= 45 && expires >= 40, "≤ 60 s and never beyond the token's remaining life: \(expires)")
+            #expect(location.contains("response-content-type=application%2Fjson"))
+            #expect(counting.calls > 0)
+
+            let whole = try await HTTPClient.shared.execute(HTTPClientRequest(url: location), timeout: .seconds(30))
+            #expect(whole.status == .ok)
+            #expect(whole.headers.first(name: "content-type") == "application/json")
+            #expect(whole.headers.first(name: "content-disposition")?.contains("filename=\"level-1\"") == true)
+            #expect(Array(try await whole.body.collect(upTo: 1 << 20).readableBytesView) == h.levelBytes)
+            var ranged = HTTPClientRequest(url: location)
+            ranged.headers.add(name: "Range", value: "bytes=2-5")
+            let part = try await HTTPClient.shared.execute(ranged, timeout: .seconds(30))
+            #expect(part.status == .partialContent)
+            #expect(Array(try await part.body.collect(upTo: 1 << 20).readableBytesView) == Array(h.levelBytes[2...5]))
+        }
+    }
+
+    @Test func aStoreThatIsDownStalledOrRefusingGives503Or502WithACode() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let token = h.services.tokens.mint(
+            DownloadClaims(assetId: "level-1", sha256: h.levelBytes.sha256Hex, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 60)
+        )
+        let silent = try SilentListener()
+        defer { silent.close() }
+        let moto = try MotoServer.shared()
+        let timeouts = S3Timeouts(connect: .seconds(1), response: .seconds(2), idle: .seconds(2))
+        let cases: [(endpoint: String, secret: String, status: HTTPResponse.Status, code: String)] = [
+            ("http://127.0.0.1:\(silent.port)", moto.secretAccessKey, .serviceUnavailable, "contentStoreUnavailable"),
+            (moto.endpoint, "wrong-secret", .badGateway, "contentStoreError"),
+        ]
+        for item in cases {
+            let client = try S3Client(
+                location: try S3Location("s3://\(MotoServer.uniqueBucketName())"), endpoint: item.endpoint, region: "us-east-1",
+                credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: item.secret), timeouts: timeouts)
+            var dependencies = h.services.dependencies
+            dependencies.content = S3ContentStore(client: client, partSize: 5 * 1024 * 1024)
+            var logger = Logger(label: "coffer-test")
+            logger.logLevel = .critical
+            let app = buildApplication(h.services.configuration, dependencies: dependencies, runtime: h.runtime, logger: logger)
+            defer { Task { try? await client.shutdown() } }
+            try await app.test(.router) { http in
+                let started = ContinuousClock.now
+                let download = try await http.execute(uri: "/v1/downloads/\(token)", method: .get)
+                #expect(download.status == item.status && Harness.code(download) == item.code, "\(item.endpoint)")
+                if item.status == .serviceUnavailable { #expect(download.headers[.retryAfter] != nil) }
+                var headers = h.bearer(h.adminKey)
+                headers[.contentType] = "application/octet-stream"
+                let upload = try await http.execute(
+                    uri: "/v1/admin/assets/level-9", method: .put, headers: headers, body: ByteBuffer(bytes: Array("new level".utf8)))
+                #expect(upload.status == item.status && Harness.code(upload) == item.code, "\(item.endpoint)")
+                #expect(try await h.services.catalogue.asset("level-9") == nil)
+                #expect(ContinuousClock.now - started < .seconds(30), "bounded by the store's timeouts")
+            }
+        }
+    }
+}
+
+/// Counts every call that reaches the wrapped store.
+final class CountingContentStore: ContentStore {
+    let base: any ContentStore
+    private let count = Atomic<Int>(0)
+    var calls: Int { count.load(ordering: .relaxed) }
+
+    init(_ base: any ContentStore) { self.base = base }
+
+    private func tick() { count.add(1, ordering: .relaxed) }
+
+    func makeUpload(maxBytes: Int64, expectedSHA256: String?) async throws -> any ContentUpload {
+        tick()
+        return try await base.makeUpload(maxBytes: maxBytes, expectedSHA256: expectedSHA256)
+    }
+    func size(sha256: String) async throws -> Int64? {
+        tick()
+        return try await base.size(sha256: sha256)
+    }
+    func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error> {
+        tick()
+        return base.read(sha256: sha256, range: range)
+    }
+    func localFile(sha256: String) -> LocalContentFile? {
+        tick()
+        return base.localFile(sha256: sha256)
+    }
+    func presignedURL(sha256: String, expires: Int, contentType: String, fileName: String, now: Date) -> String? {
+        tick()
+        return base.presignedURL(sha256: sha256, expires: expires, contentType: contentType, fileName: fileName, now: now)
+    }
+    func objects() async throws -> [StoredObject] {
+        tick()
+        return try await base.objects()
+    }
+    func delete(sha256: String) async throws {
+        tick()
+        try await base.delete(sha256: sha256)
+    }
+    func removeAbandonedUploads(olderThan: TimeInterval) async throws -> Int {
+        tick()
+        return try await base.removeAbandonedUploads(olderThan: olderThan)
+    }
+}
