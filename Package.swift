@@ -143,7 +143,7 @@ let package = Package(
         .testTarget(
             name: "CofferS3Tests",
             dependencies: [
-                "CofferCore", "CofferS3", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto"),
+                "CofferCore", "CofferS3", "CofferStore", "CofferTestSupport", "coffer", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]

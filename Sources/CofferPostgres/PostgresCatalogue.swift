@@ -72,6 +72,10 @@ public struct PostgresCatalogue: CatalogueRepository {
         }
     }
 
+    public func referencedDigests() async throws -> Set<String> {
+        try await backend.read { c in Set(try await c.column("SELECT DISTINCT sha256 FROM assets", String.self, logger: backend.logger)) }
+    }
+
     static func product(_ row: PostgresRandomAccessRow) throws -> Product {
         let type = try row.value("type", String.self)
         guard let known = ProductType(rawValue: type) else { throw PostgresStoreError.invalidValue(column: "products.type", value: type) }

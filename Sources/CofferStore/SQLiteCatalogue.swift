@@ -54,6 +54,10 @@ public struct SQLiteCatalogue: CatalogueRepository {
         try await db.pool.read { db in try AssetRecord.fetchLatestVersions(db).map(\.asset) }
     }
 
+    public func referencedDigests() async throws -> Set<String> {
+        try await db.pool.read { db in Set(try String.fetchAll(db, sql: "SELECT DISTINCT sha256 FROM assets")) }
+    }
+
     /// Every version of every asset, by asset id and version (for `coffer ledger copy`).
     public func allVersions() async throws -> [Asset] {
         try await db.pool.read { db in

@@ -88,6 +88,8 @@ struct CatalogueContractTests {
             #expect(all.map(\.assetId) == ["avatars", "fonts", "wallpapers"])
             #expect(all.map(\.version) == [1, 1, 2])
             #expect(all == [stored[3], stored[1], stored[2]])
+            // Every version's digest is referenced, the replaced one too.
+            #expect(try await catalogue.referencedDigests() == Set(Self.uploads.map { fakeHash($0.name) }))
         }
     }
 

@@ -17,14 +17,14 @@ import Testing
 @Suite(.timeLimit(.minutes(3))) struct S3ContentStoreTests {
     static let mebibyte = 1024 * 1024
 
-    /// A store on a fresh bucket (part size 5 MiB, S3's smallest), shut down after `body`.
+    /// A store on `bucket` (created unless `create` is false) under the prefix `game`, part
+    /// size 5 MiB (S3's smallest), shut down after `body`.
     static func withStore<T>(
-        secret: String? = nil, endpoint: String? = nil, timeouts: S3Timeouts = S3Timeouts(), createBucket: Bool = true,
-        authenticating: Bool = true, _ body: (S3ContentStore) async throws -> T
+        bucket: String = MotoServer.uniqueBucketName(), secret: String? = nil, endpoint: String? = nil, timeouts: S3Timeouts = S3Timeouts(),
+        create: Bool = true, authenticating: Bool = true, _ body: (S3ContentStore) async throws -> T
     ) async throws -> T {
         let moto = try MotoServer.shared(authenticating: authenticating)
-        let bucket = MotoServer.uniqueBucketName()
-        if createBucket {
+        if create {
             let owner = try S3Client(
                 location: try S3Location("s3://\(bucket)"), endpoint: moto.endpoint, region: "us-east-1",
                 credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey))
@@ -195,7 +195,7 @@ import Testing
         let timeouts = S3Timeouts(connect: .seconds(1), response: .seconds(2), idle: .seconds(2))
         // Nothing listens: refused at once.
         let closed = try SilentListener().closedPort()
-        try await Self.withStore(endpoint: "http://127.0.0.1:\(closed)", timeouts: timeouts, createBucket: false) { store in
+        try await Self.withStore(endpoint: "http://127.0.0.1:\(closed)", timeouts: timeouts, create: false) { store in
             do {
                 _ = try await store.size(sha256: String(repeating: "a", count: 64))
                 Issue.record("an unreachable store answered")
@@ -204,7 +204,7 @@ import Testing
         // A listener that accepts connections but never answers: the response timeout ends it.
         let silent = try SilentListener()
         defer { silent.close() }
-        try await Self.withStore(endpoint: "http://127.0.0.1:\(silent.port)", timeouts: timeouts, createBucket: false) { store in
+        try await Self.withStore(endpoint: "http://127.0.0.1:\(silent.port)", timeouts: timeouts, create: false) { store in
             let started = ContinuousClock.now
             do {
                 _ = try await store.size(sha256: String(repeating: "b", count: 64))

@@ -84,4 +84,5 @@ public final class CachedCatalogue: CatalogueRepository {
     }
 
     public func assets() async throws -> [Asset] { try await store.assets() }
+    public func referencedDigests() async throws -> Set<String> { try await store.referencedDigests() }
 }

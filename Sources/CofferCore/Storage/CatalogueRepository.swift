@@ -1,6 +1,7 @@
 import Foundation
 
-/// Products and assets. Implementations: in-memory (CofferTestSupport), SQLite (CofferStore).
+/// Products and assets. Implementations: in-memory (CofferTestSupport), SQLite (CofferStore),
+/// PostgreSQL (CofferPostgres).
 public protocol CatalogueRepository: Sendable {
     func putProduct(_ product: Product) async throws
     func product(_ productId: String) async throws -> Product?
@@ -13,4 +14,7 @@ public protocol CatalogueRepository: Sendable {
     func asset(_ assetId: String) async throws -> Asset?
     /// Latest versions of all assets.
     func assets() async throws -> [Asset]
+    /// The SHA-256 of every version of every asset: the objects the content store must keep
+    /// (an older version stays downloadable while tokens for it live; `coffer content gc`).
+    func referencedDigests() async throws -> Set<String>
 }

@@ -1,0 +1,189 @@
+import ArgumentParser
+import CofferApp
+import CofferCore
+import CofferPostgres
+import CofferS3
+import CofferServer
+import CofferStore
+import Foundation
+import Logging
+
+/// Where a `content` command finds the store: the data directory's `content/`, or a bucket.
+struct ContentStoreOptions: ParsableArguments {
+    @Option(name: .customLong("data-dir"), help: "Data directory (database, content/). Default: coffer-data.") var dataDir = "coffer-data"
+    @Option(name: .customLong("content-store"), help: "s3://BUCKET[/PREFIX] (credentials: AWS_* variables). Default: DATA/content/.")
+    var contentStore: String?
+    @Option(name: .customLong("s3-endpoint"), help: "S3 endpoint URL for MinIO, R2, Ceph… (path-style). Default: AWS.") var s3Endpoint: String?
+    @Option(name: .customLong("s3-region"), help: "The bucket's region. Default: us-east-1.") var s3Region = "us-east-1"
+
+    /// The settings `ContentStores` reads, for the bucket `url` (or this command's store).
+    func configuration(store url: String?) -> CofferConfiguration {
+        var configuration = CofferConfiguration()
+        configuration.dataDirectory = dataDir
+        configuration.contentStore = url
+        configuration.s3Endpoint = s3Endpoint
+        configuration.s3Region = s3Region
+        return configuration
+    }
+
+    /// Opens the store (`url`, else `--content-store`, else the local directory) and runs
+    /// `body`; the store's connections are closed afterwards.
+    func with<T>(store url: String? = nil, _ body: (any ContentStore) async throws -> T) async throws -> T {
+        var logger = Logger(label: "coffer")
+        logger.logLevel = .warning
+        let content: any ContentStore
+        do {
+            content = try await ContentStores.open(configuration(store: url ?? contentStore), shared: true, logger: logger)
+        } catch {
+            throw UsageError("\(error)")
+        }
+        do {
+            let result = try await body(content)
+            await ContentStores.close(content)
+            return result
+        } catch {
+            await ContentStores.close(content)
+            throw error
+        }
+    }
+}
+
+struct ContentCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "content", abstract: "Maintain the content store: remove unreferenced objects, copy a local store into a bucket.",
+        subcommands: [GC.self, Migrate.self])
+
+    struct GC: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "gc",
+            abstract: "List (or, with --delete, remove) objects that no asset version references.",
+            discussion: """
+                A dry run by default: prints each unreferenced object and the total. Objects younger than \
+                --min-age are kept (an upload that has not reached the catalogue yet), as are old versions \
+                of an asset (tokens issued for them stay valid). With --delete it also aborts multipart \
+                uploads and removes partial uploads older than --min-age.
+                """)
+        @OptionGroup var store: ContentStoreOptions
+        @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
+        @Option(name: .customLong("min-age"), help: "Keep objects younger than this many seconds. Default: 86400.") var minAge = 86_400
+        @Flag(help: "Remove them (default: only list).") var delete = false
+
+        func run() async throws {
+            guard minAge >= 0 else { throw UsageError("--min-age must be ≥ 0") }
+            let referenced = try await referencedDigests()
+            try await store.with { content in
+                let cutoff = Date().addingTimeInterval(-TimeInterval(minAge))
+                let objects = try await content.objects()
+                let unreferenced = objects.filter { !referenced.contains($0.sha256) }
+                let old = unreferenced.filter { ($0.modified ?? .distantPast) <= cutoff }
+                var removedBytes: Int64 = 0
+                for (index, object) in old.enumerated() {
+                    if delete {
+                        try await content.delete(sha256: object.sha256)
+                        removedBytes += object.size
+                        FileHandle.standardError.write(Data("[\(index + 1)/\(old.count)] removed \(object.sha256) (\(object.size) bytes)\n".utf8))
+                    } else {
+                        print("unreferenced \(object.sha256) \(object.size) bytes")
+                    }
+                }
+                let total = old.reduce(Int64(0)) { $0 + $1.size }
+                let young = unreferenced.count - old.count
+                let kept = young > 0 ? "; \(young) younger than \(minAge) s kept" : ""
+                if delete {
+                    let abandoned = try await content.removeAbandonedUploads(olderThan: TimeInterval(minAge))
+                    print(
+                        "removed \(old.count) unreferenced object(s), \(removedBytes) bytes, and \(abandoned) abandoned upload(s); \(objects.count - old.count) kept\(kept)"
+                    )
+                } else {
+                    print(
+                        "dry run: \(old.count) unreferenced object(s), \(total) bytes, of \(objects.count)\(kept); run with --delete to remove them")
+                }
+            }
+        }
+
+        /// Every digest an asset version names, from the data directory's SQLite or `--database`.
+        func referencedDigests() async throws -> Set<String> {
+            if let database {
+                return try await DatabaseOption.with(database) { backend in try await PostgresCatalogue(backend).referencedDigests() }
+            }
+            let path = DataDirectory(store.dataDir).database
+            guard FileManager.default.fileExists(atPath: path) else {
+                throw UsageError("no catalogue at \(path): pass --data-dir (or --database) of the server whose content this is")
+            }
+            let database = try CofferDatabase(path: path)
+            defer { try? database.close() }
+            return try await SQLiteCatalogue(database).referencedDigests()
+        }
+    }
+
+    struct Migrate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "migrate",
+            abstract: "Copy the data directory's content/ into a bucket.",
+            discussion: """
+                Idempotent and resumable: an object the bucket already holds (same address, same size) is \
+                skipped, so a run that was interrupted is simply run again. Each object is read from disk, \
+                its SHA-256 checked against its address while it is sent (a damaged file is reported, not \
+                copied), and its parts carry their own SHA-256. Progress goes to standard error; the exit \
+                status is 1 when any object failed.
+                """)
+        @OptionGroup var store: ContentStoreOptions
+        @Option(help: "The bucket: s3://BUCKET[/PREFIX].") var to: String
+
+        func run() async throws {
+            let local: LocalContentStore
+            do { local = try LocalContentStore(root: DataDirectory(store.dataDir).content) } catch { throw UsageError("\(error)") }
+            let objects = try local.objects()
+            var copied = 0
+            var skipped = 0
+            var bytes: Int64 = 0
+            var failed: [String] = []
+            try await store.with(store: to) { target in
+                for (index, object) in objects.enumerated() {
+                    let step = "[\(index + 1)/\(objects.count)] \(object.sha256)"
+                    if try await target.size(sha256: object.sha256) == object.size {
+                        skipped += 1
+                        FileHandle.standardError.write(Data("\(step) already there\n".utf8))
+                        continue
+                    }
+                    do {
+                        try await Self.copy(object, from: local, to: target)
+                        copied += 1
+                        bytes += object.size
+                        FileHandle.standardError.write(Data("\(step) copied (\(object.size) bytes)\n".utf8))
+                    } catch ContentStoreError.digestMismatch {
+                        failed.append(object.sha256)
+                        FileHandle.standardError.write(Data("\(step) FAILED: the file's bytes do not hash to its name (damaged on disk)\n".utf8))
+                    } catch let error as ContentStoreError {
+                        failed.append(object.sha256)
+                        FileHandle.standardError.write(Data("\(step) FAILED: \(error)\n".utf8))
+                    }
+                }
+            }
+            print("copied \(copied) object(s) (\(bytes) bytes), \(skipped) already there, \(failed.count) failed, of \(objects.count)")
+            if !failed.isEmpty { throw ExitCode(1) }
+        }
+
+        /// Streams one file into the bucket (1 MiB reads), declared by its address: the store
+        /// writes it there and checks the whole SHA-256 before completing.
+        static func copy(_ object: StoredObject, from local: LocalContentStore, to target: any ContentStore) async throws {
+            guard let path = local.path(sha256: object.sha256), let handle = FileHandle(forReadingAtPath: path) else {
+                throw ContentStoreError.io("cannot open \(object.sha256)")
+            }
+            defer { try? handle.close() }
+            let upload = try await target.makeUpload(maxBytes: object.size, expectedSHA256: object.sha256)
+            do {
+                while true {
+                    let chunk: Data
+                    do { chunk = try handle.read(upToCount: 1024 * 1024) ?? Data() } catch { throw ContentStoreError.io("reading \(path): \(error)") }
+                    if chunk.isEmpty { break }
+                    try await upload.append(chunk)
+                }
+                _ = try await upload.finish(expectedSHA256: object.sha256)
+            } catch {
+                await upload.abort()
+                throw error
+            }
+        }
+    }
+}
