@@ -22,7 +22,7 @@ import Testing
         let adminKey: String
         let log: URL
 
-        init(dataDirectory: URL, arguments extra: [String] = []) async throws {
+        init(dataDirectory: URL, arguments extra: [String] = [], environment: [String: String] = [:]) async throws {
             log = dataDirectory.deletingLastPathComponent().appendingPathComponent("serve-\(UUID().uuidString).log")
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
             let handle = try FileHandle(forWritingTo: log)
@@ -35,6 +35,7 @@ import Testing
                 ] + extra
             process.standardOutput = handle
             process.standardError = handle
+            if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
             try process.run()
             var found: (Int, String)?
             for _ in 0..<200 {
