@@ -1,4 +1,5 @@
 import CofferCore
+import CofferS3
 import CofferTestSupport
 import Foundation
 import Hummingbird
@@ -54,48 +55,13 @@ import Testing
         // nginx: the deploy snippet, aliased to this data directory, in front of this Coffer.
         // Its workers run as root here because the content store is 0700 (deploy/README.md
         // shows the ACL that gives nginx's user read access instead).
-        let repo = CrashSafetyTests.Server.contentDirectory.deletingLastPathComponent()
-        let snippet = try String(contentsOf: repo.appendingPathComponent("deploy/coffer_accel_location"), encoding: .utf8)
+        let snippet = try Self.deployFile("coffer_accel_location")
             .replacingOccurrences(of: "/var/lib/coffer/content/", with: data.appendingPathComponent("content").path + "/")
-        let prefix = root.appendingPathComponent("nginx")
-        try FileManager.default.createDirectory(at: prefix.appendingPathComponent("logs"), withIntermediateDirectories: true)
-        try snippet.write(to: prefix.appendingPathComponent("coffer_accel_location"), atomically: true, encoding: .utf8)
-        let port = try Self.freePort()
-        let conf = """
-            worker_processes 1;
-            user root;
-            pid \(prefix.path)/nginx.pid;
-            error_log \(prefix.path)/logs/error.log;
-            events { worker_connections 64; }
-            http {
-                access_log off;
-                client_body_temp_path \(prefix.path)/body;
-                proxy_temp_path \(prefix.path)/proxy;
-                upstream coffer { server 127.0.0.1:\(server.port); }
-                server {
-                    listen 127.0.0.1:\(port);
-                    location / { proxy_pass http://coffer; proxy_set_header X-Forwarded-For $remote_addr; }
-                    include \(prefix.path)/coffer_accel_location;
-                }
-            }
-            """
-        try conf.write(to: prefix.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
-        let nginx = Process()
-        nginx.executableURL = URL(fileURLWithPath: try #require(Self.nginx))
-        nginx.arguments = ["-p", prefix.path, "-c", prefix.appendingPathComponent("nginx.conf").path, "-g", "daemon off;"]
-        nginx.standardError = FileHandle.nullDevice
-        try nginx.run()
-        defer { nginx.terminate() }
-
-        let client = TestClient(host: "127.0.0.1", port: port, configuration: .init(timeout: .seconds(10)))
-        var ready = false
-        for _ in 0..<50 where !ready {
-            try await Task.sleep(for: .milliseconds(100))
-            ready = Self.accepts(port: port)
+        let (nginx, client) = try await Self.startNginx(root: root, snippet: snippet, cofferPort: server.port)
+        defer {
+            nginx.terminate()
+            Task { try? await client.shutdown() }
         }
-        try #require(ready, "nginx did not start")
-        client.connect()
-        defer { Task { try? await client.shutdown() } }
 
         // Redeem through nginx, then download: the body comes from nginx's sendfile.
         let receipt = try CofferExecutable.run([
@@ -135,6 +101,109 @@ import Testing
 }
 
 extension NginxAccelTests {
+    static func deployFile(_ name: String) throws -> String {
+        let repo = CrashSafetyTests.Server.contentDirectory.deletingLastPathComponent()
+        return try String(contentsOf: repo.appendingPathComponent("deploy/\(name)"), encoding: .utf8)
+    }
+
+    /// nginx on a free port in front of the Coffer on `cofferPort`, with `snippet` (a deploy
+    /// location) included; returns it and a connected client once it accepts connections.
+    static func startNginx(root: URL, snippet: String, cofferPort: Int) async throws -> (Process, TestClient) {
+        let prefix = root.appendingPathComponent("nginx")
+        try FileManager.default.createDirectory(at: prefix.appendingPathComponent("logs"), withIntermediateDirectories: true)
+        try snippet.write(to: prefix.appendingPathComponent("coffer_accel_location"), atomically: true, encoding: .utf8)
+        let port = try Self.freePort()
+        let conf = """
+            worker_processes 1;
+            user root;
+            pid \(prefix.path)/nginx.pid;
+            error_log \(prefix.path)/logs/error.log;
+            events { worker_connections 64; }
+            http {
+                access_log off;
+                client_body_temp_path \(prefix.path)/body;
+                proxy_temp_path \(prefix.path)/proxy;
+                upstream coffer { server 127.0.0.1:\(cofferPort); }
+                server {
+                    listen 127.0.0.1:\(port);
+                    location / { proxy_pass http://coffer; proxy_set_header X-Forwarded-For $remote_addr; }
+                    include \(prefix.path)/coffer_accel_location;
+                }
+            }
+            """
+        try conf.write(to: prefix.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+        let nginx = Process()
+        nginx.executableURL = URL(fileURLWithPath: try #require(Self.nginx))
+        nginx.arguments = ["-p", prefix.path, "-c", prefix.appendingPathComponent("nginx.conf").path, "-g", "daemon off;"]
+        nginx.standardError = FileHandle.nullDevice
+        try nginx.run()
+        var ready = false
+        for _ in 0..<50 where !ready {
+            try await Task.sleep(for: .milliseconds(100))
+            ready = Self.accepts(port: port)
+        }
+        guard ready else {
+            nginx.terminate()
+            throw MotoServer.Failure("nginx did not start")
+        }
+        let client = TestClient(host: "127.0.0.1", port: port, configuration: .init(timeout: .seconds(10)))
+        client.connect()
+        return (nginx, client)
+    }
+
+    /// The bucket deployment: deploy/coffer_accel_s3_location (proxy_pass pointed at the test's
+    /// store) — nginx fetches the presigned URL Coffer hands it and streams the exact bytes,
+    /// Range included; the internal location stays unreachable. moto without authentication:
+    /// moto 5 cannot check presigned URLs (see `MotoServer.shared(authenticating:)`).
+    @Test(.enabled(if: nginx != nil)) func nginxSendsTheBytesFromTheBucket() async throws {
+        let moto = try MotoServer.shared(authenticating: false)
+        let bucket = MotoServer.uniqueBucketName()
+        let owner = try S3Client(
+            location: try S3Location("s3://\(bucket)"), endpoint: moto.endpoint, region: "us-east-1",
+            credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey))
+        try await owner.createBucket()
+        try await owner.shutdown()
+        let root = try makeTemporaryDirectory(prefix: "coffer-accel-s3")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        let server = try await CrashSafetyTests.Server(
+            dataDirectory: data,
+            arguments: ["--accel-redirect", "/_coffer/", "--content-store", "s3://\(bucket)/game", "--s3-endpoint", moto.endpoint],
+            environment: moto.environment)
+        defer { server.kill(SIGTERM) }
+        let snippet = try Self.deployFile("coffer_accel_s3_location").replacingOccurrences(of: "http://127.0.0.1:9000/", with: moto.endpoint + "/")
+        let (nginx, client) = try await Self.startNginx(root: root, snippet: snippet, cofferPort: server.port)
+        defer {
+            nginx.terminate()
+            Task { try? await client.shutdown() }
+        }
+        let receipt = try CofferExecutable.run([
+            "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
+            "--purchase", "com.coffer.demo.levelpack1:880001", "--base64",
+        ])
+        let redeemed = try await client.execute(
+            .init(
+                "/v1/redemptions", method: .post, authority: "localhost", headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: "{\"receipt\":\"\(receipt.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}")))
+        try #require(redeemed.status == .created)
+        let object = try #require(
+            try JSONSerialization.jsonObject(with: Data(redeemed.body?.readableBytesView ?? ByteBuffer().readableBytesView)) as? [String: Any])
+        let asset = try #require((object["assets"] as? [[String: Any]])?.first)
+        let url = try #require(asset["url"] as? String)
+        let whole = try await client.execute(.init(url, method: .get, authority: "localhost"))
+        #expect(whole.status == .ok)
+        let bytes = Array(whole.body?.readableBytesView ?? ByteBuffer().readableBytesView)
+        #expect(bytes.count == asset["size"] as? Int && SHA256Hex.of(bytes) == asset["sha256"] as? String)
+        let leaked = whole.headers.filter { $0.name.canonicalName == "x-accel-redirect" || $0.name.canonicalName.hasPrefix("x-amz") }
+        #expect(leaked.isEmpty, "\(leaked)")
+        let ranged = try await client.execute(.init(url, method: .get, authority: "localhost", headers: [.range: "bytes=3-12"]))
+        #expect(ranged.status == .partialContent)
+        #expect(Array(ranged.body?.readableBytesView ?? ByteBuffer().readableBytesView) == Array(bytes[3...12]))
+        let direct = try await client.execute(
+            .init("/_coffer/s3/\(bucket)/game/objects/\(asset["sha256"] as? String ?? "")", method: .get, authority: "localhost"))
+        #expect(direct.status == .notFound)
+    }
+
     /// deploy/nginx.conf itself (TLS swapped for a plain loopback listener, paths pointed at
     /// this test's files) in front of a real Coffer: /metrics answers only at its exact path
     /// and only to the allow-list (this client, 127.0.0.1, is outside 10.0.0.0/8), whatever
