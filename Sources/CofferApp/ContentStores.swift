@@ -12,11 +12,14 @@ public enum ContentStores {
     /// wrong endpoint, bucket, region or credential stops the server with one clear line
     /// instead of failing its first upload. `shared`: other instances use the same data
     /// directory (only partial local uploads untouched for an hour are removed).
+    /// `cleanTemporary`: remove partial local uploads an earlier run left (a server starting).
     public static func open(
-        _ configuration: CofferConfiguration, shared: Bool, environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger
+        _ configuration: CofferConfiguration, shared: Bool, cleanTemporary: Bool = true, logger: Logger
     ) async throws -> any ContentStore {
+        let environment = configuration.credentialEnvironment ?? ProcessInfo.processInfo.environment
         guard let url = configuration.contentStore else {
             let content = try LocalContentStore(root: DataDirectory(configuration.dataDirectory).content)
+            guard cleanTemporary else { return content }
             let cleaned = try content.cleanTemporaryFiles(olderThan: shared ? 3600 : 0)
             if cleaned > 0 { logger.warning("removed \(cleaned) partial upload(s) left by an earlier run") }
             return content
@@ -36,8 +39,8 @@ public enum ContentStores {
         return store
     }
 
-    /// The S3 store of `url`, credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
-    /// and `AWS_SESSION_TOKEN` (not checked against the store: see ``open(_:shared:environment:logger:)``).
+    /// The S3 store of `url`, with `credentials` (tests), or credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+    /// and `AWS_SESSION_TOKEN` (not checked against the store: see ``open(_:shared:cleanTemporary:logger:)``).
     public static func s3(_ url: String, configuration: CofferConfiguration, environment: [String: String], logger: Logger) throws
         -> S3ContentStore
     {
@@ -45,8 +48,12 @@ public enum ContentStores {
         let credentials = S3Credentials(
             accessKeyId: environment["AWS_ACCESS_KEY_ID"] ?? "", secretAccessKey: environment["AWS_SECRET_ACCESS_KEY"] ?? "",
             sessionToken: environment["AWS_SESSION_TOKEN"].flatMap { $0.isEmpty ? nil : $0 })
+        // A streamed download waits for its client as long as the stall timeout allows: the
+        // store's idle limit must not cut it sooner.
+        let timeouts = S3Timeouts(idle: .seconds(max(30, configuration.downloadStallTimeoutSeconds + 5)))
         let client = try S3Client(
-            location: location, endpoint: configuration.s3Endpoint, region: configuration.s3Region, credentials: credentials, logger: logger)
+            location: location, endpoint: configuration.s3Endpoint, region: configuration.s3Region, credentials: credentials, timeouts: timeouts,
+            logger: logger)
         return S3ContentStore(client: client, partSize: configuration.s3PartSize)
     }
 

@@ -87,36 +87,36 @@ public final class S3Client: Sendable {
 
     // MARK: - Objects
 
-    /// The object's size; nil when there is no such key.
-    public func head(_ key: String) async throws -> Int64? {
+    /// The object's size and last modification; nil when there is no such key.
+    public func head(_ key: String) async throws -> (size: Int64, lastModified: Date?)? {
         do {
             let response = try await send(.HEAD, key: key)
             guard let length = response.headers.first(name: "content-length").flatMap(Int64.init), length >= 0 else {
                 throw S3Error.malformedResponse("HEAD without a Content-Length")
             }
-            return length
+            return (length, response.headers.first(name: "last-modified").flatMap(Self.httpDate))
         } catch S3Error.notFound {
             return nil
         }
     }
 
-    /// The bytes `range` (inclusive) of the object, or the whole object when nil. The
-    /// response's head is awaited here (a missing key throws ``S3Error/notFound`` before any
-    /// byte); the body is pulled as the consumer reads it (never buffered whole), each pause
-    /// bounded by the idle timeout. A body shorter or longer than asked throws.
-    public func get(_ key: String, range: ClosedRange<Int64>?) async throws -> HTTPClientResponse.Body {
-        var headers: [(String, String)] = []
-        if let range { headers.append(("range", "bytes=\(range.lowerBound)-\(range.upperBound)")) }
-        let response = try await send(.GET, key: key, headers: headers)
-        if let range {
-            let expected = range.upperBound - range.lowerBound + 1
-            guard response.status == .partialContent || (response.status == .ok && range.lowerBound == 0),
-                response.headers.first(name: "content-length").flatMap(Int64.init) == expected
-                    || (response.status == .ok && response.headers.first(name: "content-length").flatMap(Int64.init).map { $0 >= expected } == true)
-            else {
-                throw S3Error.malformedResponse(
-                    "GET \(range) answered \(response.status.code) with \(response.headers.first(name: "content-length") ?? "no") length")
-            }
+    /// The bytes `range` (inclusive) of the object. The response's head is awaited and checked
+    /// here — a missing key throws ``S3Error/notFound``, a failing store its error, an answer
+    /// for other bytes (status, `Content-Length`, `Content-Range`) ``S3Error/malformedResponse(_:)``
+    /// — before any byte is read; the body is then pulled as the consumer reads it (never
+    /// buffered whole), each pause bounded by the idle timeout.
+    public func get(_ key: String, range: ClosedRange<Int64>) async throws -> HTTPClientResponse.Body {
+        let response = try await send(.GET, key: key, headers: [("range", "bytes=\(range.lowerBound)-\(range.upperBound)")])
+        let expected = range.upperBound - range.lowerBound + 1
+        let length = response.headers.first(name: "content-length").flatMap(Int64.init)
+        let contentRange = response.headers.first(name: "content-range") ?? ""
+        let ranged = response.status == .partialContent && contentRange.hasPrefix("bytes \(range.lowerBound)-\(range.upperBound)/")
+        // A whole object answered with 200 is the range 0…size-1 only.
+        let whole = response.status == .ok && range.lowerBound == 0
+        guard (ranged || whole) && length == expected else {
+            throw S3Error.malformedResponse(
+                "GET bytes \(range.lowerBound)-\(range.upperBound) answered \(response.status.code), length \(length.map(String.init) ?? "none"), range \(contentRange.prefix(80))"
+            )
         }
         return response.body
     }
@@ -244,6 +244,7 @@ public final class S3Client: Sendable {
     public func multipartUploads(prefix: String) async throws -> [PendingUpload] {
         var uploads: [PendingUpload] = []
         var markers: (key: String, id: String)?
+        var seen: Set<String> = []
         repeat {
             var query = [("uploads", ""), ("prefix", prefix)]
             if let markers { query += [("key-marker", markers.key), ("upload-id-marker", markers.id)] }
@@ -252,14 +253,16 @@ public final class S3Client: Sendable {
                 guard let key = item.value("Key"), let id = item.value("UploadId") else { continue }
                 uploads.append(PendingUpload(key: key, uploadId: id, initiated: item.value("Initiated").flatMap(Self.date)))
             }
-            if xml.value("IsTruncated") == "true", let key = xml.value("NextKeyMarker"), let id = xml.value("NextUploadIdMarker"),
-                markers?.key != key || markers?.id != id
-            {
+            if xml.value("IsTruncated") == "true", let key = xml.value("NextKeyMarker"), let id = xml.value("NextUploadIdMarker") {
+                // A marker handed back twice would loop forever.
+                guard seen.insert(key + "\u{0}" + id).inserted, seen.count <= 100_000 else {
+                    throw S3Error.malformedResponse("the uploads listing repeats itself")
+                }
                 markers = (key, id)
             } else {
                 markers = nil
             }
-        } while markers != nil && uploads.count < 1_000_000
+        } while markers != nil
         return uploads
     }
 
@@ -269,7 +272,7 @@ public final class S3Client: Sendable {
     /// `date`; `responseContentType` and `responseContentDisposition` make the store answer
     /// with those headers. Only `host` is signed: the holder may send `Range`.
     public func presignedGET(_ key: String, expires: Int, responseContentType: String?, responseContentDisposition: String?, date: Date) -> String {
-        var query: [(String, String)] = []
+        var query: [(String, String)] = [("response-cache-control", "private, no-store")]
         if let responseContentType { query.append(("response-content-type", responseContentType)) }
         if let responseContentDisposition { query.append(("response-content-disposition", responseContentDisposition)) }
         let path = endpoint.path(key: key)
@@ -295,7 +298,9 @@ public final class S3Client: Sendable {
         if let body { request.body = .bytes(body) }
         let response: HTTPClientResponse
         do {
-            response = try await http.execute(request, timeout: .init(timeouts.response), logger: logger)
+            // A body is sent within the deadline too: allow it 512 KiB/s on top.
+            let sending = Duration.seconds(Int64((body?.readableBytes ?? 0) / (512 * 1024)))
+            response = try await http.execute(request, timeout: .init(timeouts.response + sending), logger: logger)
         } catch {
             throw S3Error.unavailable("\(method.rawValue) \(key ?? "bucket"): \(error)")
         }
@@ -318,12 +323,18 @@ public final class S3Client: Sendable {
     }
 
     /// The response body as XML (at most ``maxXMLBytes``).
-    static func xml(_ response: HTTPClientResponse) async throws -> S3XMLNode {
+    static func xml(_ response: HTTPClientResponse, deadline: Duration = .seconds(60)) async throws -> S3XMLNode {
         let body: ByteBuffer
         do {
-            body = try await response.body.collect(upTo: maxXMLBytes)
+            body = try await withDeadline(deadline) { try await response.body.collect(upTo: maxXMLBytes) }
         } catch {
             throw S3Error.unavailable("reading the answer: \(error)")
+        }
+        // S3 never sends a DTD: refuse entity games before libxml2 sees them.
+        guard body.readableBytesView.firstRange(of: Array("<!DOCTYPE".utf8)) == nil,
+            body.readableBytesView.firstRange(of: Array("<!ENTITY".utf8)) == nil
+        else {
+            throw S3Error.malformedResponse("an answer with a DTD")
         }
         guard let node = S3XMLNode.parse(Data(body.readableBytesView)) else {
             throw S3Error.malformedResponse("\(response.status.code) with a body that is not XML")
@@ -336,6 +347,15 @@ public final class S3Client: Sendable {
             .replacingOccurrences(of: "\"", with: "&quot;")
     }
 
+    /// An HTTP date (`Tue, 24 Nov 2026 15:00:00 GMT`).
+    static func httpDate(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter.date(from: text)
+    }
+
     /// `2026-11-24T15:00:00.000Z` (with or without fractional seconds).
     static func date(_ text: String) -> Date? {
         let formatter = ISO8601DateFormatter()
@@ -343,6 +363,21 @@ public final class S3Client: Sendable {
         if let date = formatter.date(from: text) { return date }
         formatter.formatOptions = [.withInternetDateTime]
         return formatter.date(from: text)
+    }
+}
+
+/// Runs `body`, cancelling it when it has not finished within `limit`: a store that trickles an
+/// answer's body (each pause under the idle timeout) cannot hold a call forever.
+func withDeadline<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else { throw S3Error.unavailable("no complete answer within \(limit)") }
+        return value
     }
 }
 

@@ -18,7 +18,7 @@ import Synchronization
 /// is visible under it before the upload completed.
 public final class S3ContentStore: ContentStore {
     public let client: S3Client
-    /// Bytes per multipart part (5 MiB to 5 GiB; S3's limits), and the largest single PUT.
+    /// Bytes per multipart part (5 MiB, S3's smallest, to ``maxPartSize``), and the largest single PUT.
     public let partSize: Int
     /// Sizes already asked (objects are immutable; a deleted one is forgotten within `sizeCacheSeconds`).
     private let sizes = Mutex<[String: (size: Int64, until: ContinuousClock.Instant)]>([:])
@@ -28,9 +28,12 @@ public final class S3ContentStore: ContentStore {
     static let maxCopyBytes: Int64 = 5 * 1024 * 1024 * 1024
     static let maxParts = 10_000
 
+    /// The largest part: one is held in memory per upload (S3 allows 5 GiB).
+    public static let maxPartSize = 512 * 1024 * 1024
+
     public init(client: S3Client, partSize: Int = 16 * 1024 * 1024) {
         self.client = client
-        self.partSize = min(max(partSize, 5 * 1024 * 1024), 5 * 1024 * 1024 * 1024)
+        self.partSize = min(max(partSize, 5 * 1024 * 1024), Self.maxPartSize)
     }
 
     /// The key of the object with this digest.
@@ -48,10 +51,12 @@ public final class S3ContentStore: ContentStore {
         guard Self.isContentAddress(sha256) else { return nil }
         let now = ContinuousClock.now
         if let cached = sizes.withLock({ $0[sha256] }), cached.until > now { return cached.size }
-        guard let size = try await Self.translating({ try await client.head(key(sha256: sha256)) }) else { return nil }
-        remember(sha256, size: size)
-        return size
+        guard let head = try await Self.translating({ try await client.head(key(sha256: sha256)) }) else { return nil }
+        remember(sha256, size: head.size)
+        return head.size
     }
+
+    private func forget(_ sha256: String) { _ = sizes.withLock { $0.removeValue(forKey: sha256) } }
 
     private func remember(_ sha256: String, size: Int64) {
         let until = ContinuousClock.now + .seconds(Self.sizeCacheSeconds)
@@ -61,11 +66,68 @@ public final class S3ContentStore: ContentStore {
         }
     }
 
-    /// Pulls the range from the store as the consumer reads (one GET; no read-ahead beyond
-    /// what the HTTP client buffers), and fails when the store sends fewer or more bytes.
-    public func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error> {
-        let reader = RangeReader(store: self, sha256: sha256, range: range)
+    /// Streamed reads from the store at once, at most: each holds one connection of the
+    /// client's pool for its whole length, and the pool must keep room for uploads, sizes and
+    /// listings. Beyond it: 503 `contentStoreUnavailable` at once (redirect mode has no such cost).
+    public static let maxConcurrentReads = 256
+    private let readers = Atomic<Int>(0)
+
+    /// Sends the GET and checks its answer's head before returning (a missing object is nil, a
+    /// failing store an error: the server answers 404/502/503 before its own head), then pulls
+    /// the body as the consumer reads it, failing when the store sends fewer or more bytes.
+    public func open(sha256: String, range: ClosedRange<Int64>) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
+        guard Self.isContentAddress(sha256) else { return nil }
+        guard readers.add(1, ordering: .relaxed).newValue <= Self.maxConcurrentReads else {
+            readers.subtract(1, ordering: .relaxed)
+            throw ContentStoreError.unavailable("\(Self.maxConcurrentReads) downloads from the store are in progress")
+        }
+        let body: HTTPClientResponse.Body
+        do {
+            body = try await client.get(key(sha256: sha256), range: range)
+        } catch S3Error.notFound {
+            readers.subtract(1, ordering: .relaxed)
+            forget(sha256)
+            return nil
+        } catch {
+            readers.subtract(1, ordering: .relaxed)
+            return try await Self.translating { throw error }
+        }
+        let reader = RangeReader(sha256: sha256, body: body, length: range.upperBound - range.lowerBound + 1) { [self] in
+            readers.subtract(1, ordering: .relaxed)
+        }
         return AsyncThrowingStream(unfolding: { try await reader.next() })
+    }
+
+    /// ``open(sha256:range:)`` on the first read (its errors come from the stream).
+    public func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error> {
+        let opener = Opener(store: self, sha256: sha256, range: range)
+        return AsyncThrowingStream(unfolding: { try await opener.next() })
+    }
+
+    private actor Opener {
+        let store: S3ContentStore
+        let sha256: String
+        let range: ClosedRange<Int64>
+        var stream: AsyncThrowingStream<[UInt8], any Error>.AsyncIterator?
+
+        init(store: S3ContentStore, sha256: String, range: ClosedRange<Int64>) {
+            self.store = store
+            self.sha256 = sha256
+            self.range = range
+        }
+
+        func next() async throws -> [UInt8]? {
+            if stream == nil {
+                guard let opened = try await store.open(sha256: sha256, range: range) else {
+                    throw ContentStoreError.io("no object \(sha256.prefix(64))")
+                }
+                stream = opened.makeAsyncIterator()
+            }
+            guard var current = stream else { return nil }
+            let chunk = try await current.next(isolation: self)
+            stream = current
+            return chunk
+        }
     }
 
     public func localFile(sha256: String) -> LocalContentFile? { nil }
@@ -95,8 +157,10 @@ public final class S3ContentStore: ContentStore {
     public func objects() async throws -> [StoredObject] {
         var found: [StoredObject] = []
         var token: String?
+        var seen: Set<String> = []
         repeat {
             let page = try await Self.translating { [token] in try await client.list(prefix: objectsPrefix, continuation: token) }
+            try Self.checkNext(page.next, seen: &seen)
             for object in page.objects {
                 let name = String(object.key.dropFirst(objectsPrefix.count))
                 guard object.key.hasPrefix(objectsPrefix), Self.isContentAddress(name) else { continue }
@@ -110,7 +174,17 @@ public final class S3ContentStore: ContentStore {
     public func delete(sha256: String) async throws {
         guard Self.isContentAddress(sha256) else { return }
         try await Self.translating { try await client.delete(key(sha256: sha256)) }
-        _ = sizes.withLock { $0.removeValue(forKey: sha256) }
+        forget(sha256)
+    }
+
+    /// Deletes the object unless it was written after `cutoff` (asked just before: an upload of
+    /// the same bytes rewrites it); returns whether it was deleted.
+    public func delete(sha256: String, ifNotModifiedAfter cutoff: Date) async throws -> Bool {
+        guard Self.isContentAddress(sha256) else { return false }
+        guard let head = try await Self.translating({ try await client.head(key(sha256: sha256)) }) else { return false }
+        guard let modified = head.lastModified, modified <= cutoff else { return false }
+        try await delete(sha256: sha256)
+        return true
     }
 
     /// Aborts multipart uploads under the prefix, and deletes staged objects, started more
@@ -122,20 +196,31 @@ public final class S3ContentStore: ContentStore {
         var removed = 0
         for upload in try await Self.translating({ try await client.multipartUploads(prefix: client.location.prefix) })
         where upload.key.hasPrefix(objectsPrefix) || upload.key.hasPrefix(uploadsPrefix) {
-            guard (stagedAt(upload.key) ?? upload.initiated ?? .distantPast) <= cutoff else { continue }
+            // An age the store does not tell is young: never abort an upload that may be running.
+            guard (stagedAt(upload.key) ?? upload.initiated ?? .distantFuture) <= cutoff else { continue }
             try await Self.translating { try await client.abortMultipartUpload(upload.key, uploadId: upload.uploadId) }
             removed += 1
         }
         var token: String?
+        var seen: Set<String> = []
         repeat {
             let page = try await Self.translating { [token] in try await client.list(prefix: uploadsPrefix, continuation: token) }
-            for object in page.objects where (stagedAt(object.key) ?? object.lastModified ?? .distantPast) <= cutoff {
+            try Self.checkNext(page.next, seen: &seen)
+            for object in page.objects where (stagedAt(object.key) ?? object.lastModified ?? .distantFuture) <= cutoff {
                 try await Self.translating { try await client.delete(object.key) }
                 removed += 1
             }
             token = page.next
         } while token != nil
         return removed
+    }
+
+    /// A listing that hands back a token it gave before would loop forever.
+    static func checkNext(_ next: String?, seen: inout Set<String>) throws {
+        guard let next else { return }
+        guard seen.insert(next).inserted, seen.count <= 1_000_000 else {
+            throw ContentStoreError.failed("the store's listing repeats itself (continuation \(next.prefix(40)))")
+        }
     }
 
     /// When the staged upload `key` started (nil for any other key).
@@ -158,30 +243,25 @@ public final class S3ContentStore: ContentStore {
         }
     }
 
-    /// The state of one ``read(sha256:range:)``: the response body's iterator and the bytes
-    /// still due. `AsyncThrowingStream(unfolding:)` calls ``next()`` from one consumer at a time.
+    /// The state of one opened read: the response body's iterator and the bytes still due.
+    /// `AsyncThrowingStream(unfolding:)` calls ``next()`` from one consumer at a time; the
+    /// reader's slot is given back when the stream is dropped (finished, failed or cancelled).
     private actor RangeReader {
-        let store: S3ContentStore
         let sha256: String
-        let range: ClosedRange<Int64>
         var remaining: Int64
         var iterator: HTTPClientResponse.Body.AsyncIterator?
-        var started = false
+        let release: @Sendable () -> Void
 
-        init(store: S3ContentStore, sha256: String, range: ClosedRange<Int64>) {
-            self.store = store
+        init(sha256: String, body: HTTPClientResponse.Body, length: Int64, release: @escaping @Sendable () -> Void) {
             self.sha256 = sha256
-            self.range = range
-            remaining = range.upperBound - range.lowerBound + 1
+            remaining = length
+            iterator = body.makeAsyncIterator()
+            self.release = release
         }
 
+        deinit { release() }
+
         func next() async throws -> [UInt8]? {
-            if !started {
-                started = true
-                guard S3ContentStore.isContentAddress(sha256) else { throw ContentStoreError.io("no object \(sha256.prefix(64))") }
-                let body = try await S3ContentStore.translating { try await store.client.get(store.key(sha256: sha256), range: range) }
-                iterator = body.makeAsyncIterator()
-            }
             guard remaining > 0 else { return nil }
             var buffer: ByteBuffer
             repeat {

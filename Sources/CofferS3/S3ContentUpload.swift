@@ -97,16 +97,17 @@ public final class S3ContentUpload: ContentUpload {
     public func abort() async {
         open = false
         pending = ByteBuffer()
-        if let uploadId {
-            self.uploadId = nil
-            // Bounded by the client's timeouts; a store out of reach keeps the parts until
-            // `coffer content gc` (or a lifecycle rule) aborts the upload.
-            try? await store.client.abortMultipartUpload(key, uploadId: uploadId)
-        }
-        if staged {
-            staged = false
-            try? await store.client.delete(key)
-        }
+        // Detached: an upload aborted because its request was cancelled must still reach the
+        // store. Bounded by the client's timeouts; a store out of reach keeps the parts until
+        // `coffer content gc --delete` (or a lifecycle rule) aborts the upload.
+        let (client, key, uploadId, staged) = (store.client, key, uploadId, staged)
+        self.uploadId = nil
+        self.staged = false
+        guard uploadId != nil || staged else { return }
+        await Task.detached {
+            if let uploadId { try? await client.abortMultipartUpload(key, uploadId: uploadId) }
+            if staged { try? await client.delete(key) }
+        }.value
     }
 
     /// Uploads `part` as the next part (starting the multipart upload with the first).

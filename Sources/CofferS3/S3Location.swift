@@ -93,7 +93,9 @@ public struct S3Endpoint: Sendable, Hashable {
         guard let url = URLComponents(string: endpoint), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
             let hostName = url.host, !hostName.isEmpty, url.query == nil, url.fragment == nil, url.user == nil, url.password == nil
         else {
-            throw S3ConfigurationError("s3 endpoint \(endpoint.prefix(120)) is not an http(s)://HOST[:PORT][/PATH] URL")
+            // Never echo what may be credentials (http://KEY:SECRET@host).
+            let shown = endpoint.contains("@") ? "(with user information)" : String(endpoint.prefix(120))
+            throw S3ConfigurationError("s3 endpoint \(shown) is not an http(s)://HOST[:PORT][/PATH] URL without user information")
         }
         self.scheme = scheme
         let defaultPort = scheme == "https" ? 443 : 80

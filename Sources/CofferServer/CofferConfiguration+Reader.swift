@@ -26,8 +26,8 @@ extension CofferConfiguration {
         s3Endpoint = try await reader.string(.s3Endpoint)
         s3Region = try await reader.string(.s3Region) ?? s3Region
         s3PartSize =
-            try await reader.integer(.s3PartSize, in: (5 * 1024 * 1024)...(5 * 1024 * 1024 * 1024)) { _ in
-                "s3-part-size must be 5 MiB – 5 GiB (5242880–5368709120 bytes)"
+            try await reader.integer(.s3PartSize, in: (5 * 1024 * 1024)...(512 * 1024 * 1024)) { _ in
+                "s3-part-size must be 5 MiB – 512 MiB (5242880–536870912 bytes): one part per upload is held in memory"
             } ?? s3PartSize
         if contentStore == nil, s3Endpoint != nil {
             throw CofferConfigurationError("s3-endpoint is set but content-store is not s3://…")

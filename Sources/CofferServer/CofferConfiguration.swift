@@ -84,10 +84,13 @@ public struct CofferConfiguration: Sendable {
     /// The S3 endpoint (MinIO, R2, Ceph, moto…; path-style requests); nil: AWS.
     public var s3Endpoint: String?
     public var s3Region = "us-east-1"
-    /// Multipart part size for uploads to the bucket, bytes (5 MiB – 5 GiB).
+    /// Multipart part size for uploads to the bucket, bytes (5 MiB – 512 MiB; one part per upload is in memory).
     public var s3PartSize = 16 * 1024 * 1024
     /// How downloads reach the client.
     public var downloadMode: DownloadMode = .stream
+    /// Where the object store's credentials (`AWS_*`) are read from; nil: this process's
+    /// environment. (Tests give their own instead of changing the process's.)
+    public var credentialEnvironment: [String: String]?
 
     public init() {}
 }

@@ -38,16 +38,17 @@ struct DownloadController {
             .acceptRanges: "bytes",
             .cacheControl: "private, no-store",
         ]
-        if mode == .redirect {
-            return try redirect(
-                claims, contentType: contentType, fileName: asset?.sha256 == claims.sha256 ? asset?.name ?? claims.assetId : claims.assetId)
+        let fileName = asset?.sha256 == claims.sha256 ? asset?.name ?? claims.assetId : claims.assetId
+        // HEAD is answered here in every mode: a presigned URL is signed for GET only.
+        if mode == .redirect, !head {
+            return try redirect(claims, contentType: contentType, fileName: fileName)
         }
         if mode == .accel, let prefix = accelRedirectPrefix {
             // nginx sends the bytes (and any Range): a file from its internal location, or
             // the object through a presigned URL it proxies (see deploy/nginx).
             if let file = content.localFile(sha256: claims.sha256) {
                 headers[.xAccelRedirect] = prefix + file.relativePath
-            } else if let url = presigned(claims, contentType: contentType, fileName: asset?.name ?? claims.assetId),
+            } else if let url = try presigned(claims, contentType: contentType, fileName: fileName),
                 let scheme = url.range(of: "://"), let path = url[scheme.upperBound...].firstIndex(of: "/")
             {
                 headers[.xAccelRedirect] = prefix + "s3" + url[path...]
@@ -70,25 +71,30 @@ struct DownloadController {
         if let file = content.localFile(sha256: claims.sha256) {
             return Response(status: status, headers: headers, body: FileStream.body(path: file.path, range: range, watch: watch))
         }
-        let chunks = content.read(sha256: claims.sha256, range: range)
+        // Opened before the head is sent: a store that fails or lost the object answers 502/503/404.
+        guard let chunks = try await content.open(sha256: claims.sha256, range: range) else {
+            throw Problem(.assetMissing, "the asset's bytes are not in the content store")
+        }
         return Response(status: status, headers: headers, body: FileStream.body(chunks: chunks, length: length, watch: watch))
     }
 
     /// Redirect mode: 302 to a presigned GET of the object, valid 60 s at most and never
     /// beyond the token's own expiry, answered with the asset's content type and file name.
     func redirect(_ claims: DownloadClaims, contentType: String, fileName: String) throws -> Response {
-        guard let url = presigned(claims, contentType: contentType, fileName: fileName) else {
+        guard let url = try presigned(claims, contentType: contentType, fileName: fileName) else {
             throw Problem(.contentStoreError, "this content store cannot hand out download URLs")
         }
         metrics.downloads.increment()
         return Response(status: .found, headers: [.location: url, .cacheControl: "private, no-store"], body: .init())
     }
 
-    /// A presigned URL for the token's object: valid `min(60 s, the token's remaining life)`.
-    func presigned(_ claims: DownloadClaims, contentType: String, fileName: String) -> String? {
+    /// A presigned URL for the token's object: valid `min(60 s, the token's remaining life)`
+    /// (whole seconds, rounded down); a token with less than a second left is expired.
+    func presigned(_ claims: DownloadClaims, contentType: String, fileName: String) throws -> String? {
         let now = Date()
-        let remaining = claims.expiresAt - Int64(now.timeIntervalSince1970)
-        let expires = Int(min(Self.presignedLifetime, max(1, remaining)))
+        let remaining = claims.expiresAt - Int64(now.timeIntervalSince1970.rounded(.up))
+        guard remaining >= 1 else { throw Problem(.tokenExpired, "the download token has expired: redeem again or exchange the grant") }
+        let expires = Int(min(Self.presignedLifetime, remaining))
         return content.presignedURL(sha256: claims.sha256, expires: expires, contentType: contentType, fileName: fileName, now: now)
     }
 

@@ -73,6 +73,17 @@ public struct LocalContentStore: ContentStore {
         }
     }
 
+    /// Removes the file unless its modification time is after `cutoff` (a finished upload of
+    /// the same bytes touches it).
+    public func delete(sha256: String, ifNotModifiedAfter cutoff: Date) throws -> Bool {
+        guard Self.isContentAddress(sha256) else { return false }
+        var info = stat()
+        guard stat(objectPath(sha256), &info) == 0 else { return false }
+        guard TimeInterval(info.st_mtim.tv_sec) <= cutoff.timeIntervalSince1970 else { return false }
+        try delete(sha256: sha256)
+        return true
+    }
+
     /// Partial uploads in `root/tmp` older than `olderThan` seconds (see ``cleanTemporaryFiles(olderThan:)``).
     public func removeAbandonedUploads(olderThan: TimeInterval) throws -> Int {
         try cleanTemporaryFiles(olderThan: olderThan)

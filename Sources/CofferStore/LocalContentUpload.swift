@@ -124,8 +124,10 @@ public final class LocalContentUpload: ContentUpload {
         }
         let objectPath = store.objectPath(digest)
         if access(objectPath, F_OK) == 0 {
-            // Same bytes already stored: keep the existing object.
+            // Same bytes already stored: keep the existing object, touched, so that
+            // `coffer content gc` sees it as new (its catalogue entry is about to be written).
             unlink(temporaryPath)
+            utimes(objectPath, nil)
             return
         }
         guard rename(temporaryPath, objectPath) == 0 else {

@@ -57,6 +57,11 @@ public final class InMemoryContentStore: ContentStore {
 
     public func removeAbandonedUploads(olderThan: TimeInterval) -> Int { 0 }
 
+    /// Keeps no dates: deletes.
+    public func delete(sha256: String, ifNotModifiedAfter cutoff: Date) -> Bool {
+        stored.withLock { $0.removeValue(forKey: sha256) } != nil
+    }
+
     /// How many objects are stored (tests check that refused uploads leave nothing).
     public var count: Int { stored.withLock { $0.count } }
 }

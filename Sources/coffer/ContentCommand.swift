@@ -33,7 +33,7 @@ struct ContentStoreOptions: ParsableArguments {
         logger.logLevel = .warning
         let content: any ContentStore
         do {
-            content = try await ContentStores.open(configuration(store: url ?? contentStore), shared: true, logger: logger)
+            content = try await ContentStores.open(configuration(store: url ?? contentStore), shared: true, cleanTemporary: false, logger: logger)
         } catch {
             throw UsageError("\(error)")
         }
@@ -64,22 +64,41 @@ struct ContentCommand: AsyncParsableCommand {
                 uploads and removes partial uploads older than --min-age.
                 """)
         @OptionGroup var store: ContentStoreOptions
-        @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
+        @Option(help: ArgumentHelp(DatabaseOption.help + " Default: COFFER_DATABASE_URL when set.")) var database: String?
         @Option(name: .customLong("min-age"), help: "Keep objects younger than this many seconds. Default: 86400.") var minAge = 86_400
         @Flag(help: "Remove them (default: only list).") var delete = false
+        @Flag(help: "Delete even when the catalogue names objects the store does not hold (a sign of the wrong catalogue).") var force = false
 
         func run() async throws {
             guard minAge >= 0 else { throw UsageError("--min-age must be ≥ 0") }
-            let referenced = try await referencedDigests()
             try await store.with { content in
                 let cutoff = Date().addingTimeInterval(-TimeInterval(minAge))
+                // Listed first, then the catalogue read: an object the catalogue names by the
+                // time it is read is kept.
                 let objects = try await content.objects()
+                let referenced = try await referencedDigests()
+                let held = Set(objects.map(\.sha256))
+                let lost = referenced.subtracting(held)
+                if !lost.isEmpty {
+                    FileHandle.standardError.write(
+                        Data(
+                            "warning: the catalogue names \(lost.count) object(s) this store does not hold (e.g. \(lost.sorted()[0])): is this the catalogue of this store?\n"
+                                .utf8))
+                    if delete && !force {
+                        throw UsageError(
+                            "refusing to delete with a catalogue that does not match the store (check --data-dir/--database and --content-store, or pass --force)"
+                        )
+                    }
+                }
                 let unreferenced = objects.filter { !referenced.contains($0.sha256) }
-                let old = unreferenced.filter { ($0.modified ?? .distantPast) <= cutoff }
+                let old = unreferenced.filter { ($0.modified ?? .distantFuture) <= cutoff }
+                var removed = 0
                 var removedBytes: Int64 = 0
                 for (index, object) in old.enumerated() {
                     if delete {
-                        try await content.delete(sha256: object.sha256)
+                        // Asked again just before: an upload of the same bytes since the listing keeps it.
+                        guard try await content.delete(sha256: object.sha256, ifNotModifiedAfter: cutoff) else { continue }
+                        removed += 1
                         removedBytes += object.size
                         FileHandle.standardError.write(Data("[\(index + 1)/\(old.count)] removed \(object.sha256) (\(object.size) bytes)\n".utf8))
                     } else {
@@ -92,7 +111,7 @@ struct ContentCommand: AsyncParsableCommand {
                 if delete {
                     let abandoned = try await content.removeAbandonedUploads(olderThan: TimeInterval(minAge))
                     print(
-                        "removed \(old.count) unreferenced object(s), \(removedBytes) bytes, and \(abandoned) abandoned upload(s); \(objects.count - old.count) kept\(kept)"
+                        "removed \(removed) unreferenced object(s), \(removedBytes) bytes, and \(abandoned) abandoned upload(s); \(objects.count - removed) kept\(kept)"
                     )
                 } else {
                     print(
@@ -103,7 +122,7 @@ struct ContentCommand: AsyncParsableCommand {
 
         /// Every digest an asset version names, from the data directory's SQLite or `--database`.
         func referencedDigests() async throws -> Set<String> {
-            if let database {
+            if let database = database ?? ProcessInfo.processInfo.environment["COFFER_DATABASE_URL"].flatMap({ $0.isEmpty ? nil : $0 }) {
                 return try await DatabaseOption.with(database) { backend in try await PostgresCatalogue(backend).referencedDigests() }
             }
             let path = DataDirectory(store.dataDir).database

@@ -74,7 +74,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("s3-endpoint"), help: "S3 endpoint URL for MinIO, R2, Ceph… (path-style requests). Default: AWS.")
     var s3Endpoint: String?
     @Option(name: .customLong("s3-region"), help: "The bucket's region (R2: auto). Default: us-east-1.") var s3Region: String?
-    @Option(name: .customLong("s3-part-size"), help: "Multipart upload part size in bytes (5 MiB–5 GiB). Default: 16777216.") var s3PartSize: Int?
+    @Option(name: .customLong("s3-part-size"), help: "Multipart upload part size in bytes (5 MiB–512 MiB). Default: 16777216.") var s3PartSize: Int?
     @Option(
         name: .customLong("download-mode"),
         help:

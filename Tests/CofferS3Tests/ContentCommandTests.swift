@@ -115,6 +115,22 @@ import Testing
         try await S3ContentStoreTests.withStore(bucket: bucket, create: false) { store async throws in
             #expect(Set(try await store.objects().map(\.sha256)) == [v1.sha256Hex, v2.sha256Hex], "both versions of the asset are kept")
         }
+        // A catalogue that names objects the store does not hold (the wrong --data-dir, or
+        // another bucket): listed with a warning, never deleted from without --force.
+        let other = MotoServer.uniqueBucketName()
+        try await S3ContentStoreTests.withStore(bucket: other) { store async throws in
+            _ = try await store.write(
+                AsyncStream {
+                    $0.yield(stray); $0.finish()
+                }, maxBytes: 500, expectedSHA256: nil)
+        }
+        let wrongStore = ["--data-dir", data.path, "--content-store", "s3://\(other)/game", "--s3-endpoint", moto.endpoint]
+        let refusedGC = try CofferExecutable.run(["content", "gc", "--min-age", "0", "--delete"] + wrongStore, environment: environment)
+        #expect(refusedGC.status == 2 && refusedGC.stderr.contains("does not match the store"), "\(refusedGC.stdout)\(refusedGC.stderr)")
+        try await S3ContentStoreTests.withStore(bucket: other, create: false) { store async throws in
+            #expect(try await store.size(sha256: stray.sha256Hex) == 500, "nothing deleted")
+        }
+
         // The local store too (no --content-store).
         let local = try CofferExecutable.run(["content", "gc", "--min-age", "0", "--delete", "--data-dir", data.path], environment: environment)
         #expect(local.status == 0 && local.stdout.contains("removed 1 unreferenced"), "\(local.stdout)\(local.stderr)")

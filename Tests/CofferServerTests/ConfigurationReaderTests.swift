@@ -107,7 +107,7 @@ struct ConfigurationReaderTests {
         ("COFFER_CHECKPOINT_INTERVAL", "86401", "checkpoint-interval must be 1–86400 seconds"),
         ("COFFER_CONTENT_STORE", "/srv/content", "content-store must be s3://BUCKET[/PREFIX]"),
         ("COFFER_S3_ENDPOINT", "http://127.0.0.1:9000", "s3-endpoint is set but content-store is not"),
-        ("COFFER_S3_PART_SIZE", "1024", "s3-part-size must be 5 MiB – 5 GiB"),
+        ("COFFER_S3_PART_SIZE", "1024", "s3-part-size must be 5 MiB – 512 MiB"),
         ("COFFER_DOWNLOAD_MODE", "teleport", "download-mode must be stream, redirect or accel"),
         ("COFFER_DOWNLOAD_MODE", "redirect", "download-mode redirect needs an object store"),
         ("COFFER_DOWNLOAD_MODE", "accel", "download-mode accel needs --accel-redirect"),

@@ -14,6 +14,10 @@ public protocol ContentStore: Sendable {
     func size(sha256: String) async throws -> Int64?
     /// Streams the bytes `range` of the object (both ends inclusive, inside its size), in chunks.
     func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error>
+    /// ``read(sha256:range:)``, started: a remote store sends its request and checks the
+    /// answer's head here, so that a missing object (nil) or a failing store (thrown) is known
+    /// before the server sends its own head. Local stores return ``read(sha256:range:)``.
+    func open(sha256: String, range: ClosedRange<Int64>) async throws -> AsyncThrowingStream<[UInt8], any Error>?
     /// The object as a file on this machine, when the store keeps it as one: the server then
     /// streams the file itself, or hands it to nginx (X-Accel-Redirect). Nil for a malformed
     /// address and for stores that keep no files. It does not tell whether the object exists:
@@ -27,6 +31,9 @@ public protocol ContentStore: Sendable {
     func objects() async throws -> [StoredObject]
     /// Deletes the object (no error when it does not exist).
     func delete(sha256: String) async throws
+    /// Deletes the object unless it was written after `cutoff`, asked just before deleting (an
+    /// upload of the same bytes rewrites or touches it); returns whether it was deleted.
+    func delete(sha256: String, ifNotModifiedAfter cutoff: Date) async throws -> Bool
     /// Removes what interrupted uploads left (temporary files, unfinished multipart uploads)
     /// older than `olderThan` seconds; returns how many.
     func removeAbandonedUploads(olderThan: TimeInterval) async throws -> Int
@@ -93,6 +100,11 @@ public enum ContentStoreError: Error, Sendable, Hashable {
 }
 
 extension ContentStore {
+    public func open(sha256: String, range: ClosedRange<Int64>) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
+        guard try await size(sha256: sha256) != nil else { return nil }
+        return read(sha256: sha256, range: range)
+    }
+
     /// Writes every chunk of `chunks` as one object and returns its digest and size; on any
     /// error (too large, digest mismatch, `chunks` throwing) nothing is left behind.
     public func write<S: AsyncSequence>(_ chunks: S, maxBytes: Int64, expectedSHA256: String?) async throws -> (sha256: String, size: Int64)
