@@ -1,6 +1,7 @@
 import CofferCore
 import Crypto
 import Foundation
+import Synchronization
 
 /// Credentials for an S3-compatible object store (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 /// `AWS_SESSION_TOKEN` for temporary credentials).
@@ -33,6 +34,9 @@ public struct SigV4Signer: Sendable {
     public let credentials: S3Credentials
     public let region: String
     public let service: String
+    /// The signing key of the last day used: it depends only on the day, region, service
+    /// and secret, and deriving it is four HMACs — most of a presigned URL's cost.
+    private let keys = SigningKeyCache()
 
     public init(credentials: S3Credentials, region: String, service: String = "s3") {
         self.credentials = credentials
@@ -147,9 +151,12 @@ public struct SigV4Signer: Sendable {
     }
 
     func signature(of canonicalRequest: String, stamp: Stamp) -> String {
-        var key = SymmetricKey(data: Data("AWS4\(credentials.secretAccessKey)".utf8))
-        for part in [stamp.day, region, service, "aws4_request"] {
-            key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(part.utf8), using: key)))
+        let key = keys.key(day: stamp.day) {
+            var key = SymmetricKey(data: Data("AWS4\(credentials.secretAccessKey)".utf8))
+            for part in [stamp.day, region, service, "aws4_request"] {
+                key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(part.utf8), using: key)))
+            }
+            return key
         }
         return HMAC<SHA256>.authenticationCode(for: Data(stringToSign(canonicalRequest, stamp: stamp).utf8), using: key).hexString
     }
@@ -174,5 +181,17 @@ public struct SigV4Signer: Sendable {
             }
         }
         return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// One signer's derived key, for the day it was derived for.
+final class SigningKeyCache: Sendable {
+    private let cached = Mutex<(day: String, key: SymmetricKey)?>(nil)
+
+    func key(day: String, derive: () -> SymmetricKey) -> SymmetricKey {
+        if let hit = cached.withLock({ $0 }), hit.day == day { return hit.key }
+        let key = derive()
+        cached.withLock { $0 = (day, key) }
+        return key
     }
 }
