@@ -115,7 +115,7 @@ let package = Package(
         // Test doubles: in-memory implementations of every storage protocol; helpers shared by the test targets.
         .target(
             name: "CofferTestSupport",
-            dependencies: ["CofferCore", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["CofferCore", "CofferS3", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .executableTarget(
             name: "coffer",

@@ -24,18 +24,7 @@ import Testing
         create: Bool = true, authenticating: Bool = true, _ body: (S3ContentStore) async throws -> T
     ) async throws -> T {
         let moto = try MotoServer.shared(authenticating: authenticating)
-        if create {
-            let owner = try S3Client(
-                location: try S3Location("s3://\(bucket)"), endpoint: moto.endpoint, region: "us-east-1",
-                credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey))
-            do {
-                try await owner.createBucket()
-                try await owner.shutdown()
-            } catch {
-                try? await owner.shutdown()
-                throw error
-            }
-        }
+        if create { try await moto.createBucket(bucket) }
         let client = try S3Client(
             location: try S3Location("s3://\(bucket)/game"), endpoint: endpoint ?? moto.endpoint, region: "us-east-1",
             credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: secret ?? moto.secretAccessKey), timeouts: timeouts)

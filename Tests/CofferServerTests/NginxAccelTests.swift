@@ -64,18 +64,7 @@ import Testing
         }
 
         // Redeem through nginx, then download: the body comes from nginx's sendfile.
-        let receipt = try CofferExecutable.run([
-            "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
-            "--purchase", "com.coffer.demo.levelpack1:880000", "--base64",
-        ])
-        let redeemed = try await client.execute(
-            .init(
-                "/v1/redemptions", method: .post, authority: "localhost", headers: [.contentType: "application/json"],
-                body: ByteBuffer(string: "{\"receipt\":\"\(receipt.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}")))
-        #expect(redeemed.status == .created)
-        let object = try #require(
-            try JSONSerialization.jsonObject(with: Data(redeemed.body?.readableBytesView ?? ByteBuffer().readableBytesView)) as? [String: Any])
-        let asset = try #require((object["assets"] as? [[String: Any]])?.first)
+        let asset = try await Self.redeemFirstAsset(client, data: data, transaction: 880_000)
         let url = try #require(asset["url"] as? String)
         let sha = try #require(asset["sha256"] as? String)
         let size = try #require(asset["size"] as? Int)
@@ -101,6 +90,23 @@ import Testing
 }
 
 extension NginxAccelTests {
+    /// Redeems a fresh demo receipt (minted with `data`'s sandbox CA) through `client`; returns
+    /// the grant's first asset.
+    static func redeemFirstAsset(_ client: TestClient, data: URL, transaction: Int) async throws -> [String: Any] {
+        let receipt = try CofferExecutable.run([
+            "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
+            "--purchase", "com.coffer.demo.levelpack1:\(transaction)", "--base64",
+        ])
+        let redeemed = try await client.execute(
+            .init(
+                "/v1/redemptions", method: .post, authority: "localhost", headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: "{\"receipt\":\"\(receipt.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}")))
+        try #require(redeemed.status == .created)
+        let object = try #require(
+            try JSONSerialization.jsonObject(with: Data(redeemed.body?.readableBytesView ?? ByteBuffer().readableBytesView)) as? [String: Any])
+        return try #require((object["assets"] as? [[String: Any]])?.first)
+    }
+
     static func deployFile(_ name: String) throws -> String {
         let repo = CrashSafetyTests.Server.contentDirectory.deletingLastPathComponent()
         return try String(contentsOf: repo.appendingPathComponent("deploy/\(name)"), encoding: .utf8)
@@ -157,12 +163,7 @@ extension NginxAccelTests {
     /// moto 5 cannot check presigned URLs (see `MotoServer.shared(authenticating:)`).
     @Test(.enabled(if: nginx != nil)) func nginxSendsTheBytesFromTheBucket() async throws {
         let moto = try MotoServer.shared(authenticating: false)
-        let bucket = MotoServer.uniqueBucketName()
-        let owner = try S3Client(
-            location: try S3Location("s3://\(bucket)"), endpoint: moto.endpoint, region: "us-east-1",
-            credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey))
-        try await owner.createBucket()
-        try await owner.shutdown()
+        let bucket = try await moto.createBucket()
         let root = try makeTemporaryDirectory(prefix: "coffer-accel-s3")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
@@ -177,18 +178,7 @@ extension NginxAccelTests {
             nginx.terminate()
             Task { try? await client.shutdown() }
         }
-        let receipt = try CofferExecutable.run([
-            "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
-            "--purchase", "com.coffer.demo.levelpack1:880001", "--base64",
-        ])
-        let redeemed = try await client.execute(
-            .init(
-                "/v1/redemptions", method: .post, authority: "localhost", headers: [.contentType: "application/json"],
-                body: ByteBuffer(string: "{\"receipt\":\"\(receipt.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}")))
-        try #require(redeemed.status == .created)
-        let object = try #require(
-            try JSONSerialization.jsonObject(with: Data(redeemed.body?.readableBytesView ?? ByteBuffer().readableBytesView)) as? [String: Any])
-        let asset = try #require((object["assets"] as? [[String: Any]])?.first)
+        let asset = try await Self.redeemFirstAsset(client, data: data, transaction: 880_001)
         let url = try #require(asset["url"] as? String)
         let whole = try await client.execute(.init(url, method: .get, authority: "localhost"))
         #expect(whole.status == .ok)

@@ -39,19 +39,9 @@ import Testing
 
     static func harness(mode: DownloadMode, authenticating: Bool, tokenTTL: TimeInterval) async throws -> Harness {
         let moto = try MotoServer.shared(authenticating: authenticating)
-        let bucket = MotoServer.uniqueBucketName()
+        let bucket = try await moto.createBucket()
         // The credentials of the authenticating server (the other one takes any).
         let keys = try MotoServer.shared()
-        let owner = try S3Client(
-            location: try S3Location("s3://\(bucket)"), endpoint: moto.endpoint, region: "us-east-1",
-            credentials: S3Credentials(accessKeyId: keys.accessKeyId, secretAccessKey: keys.secretAccessKey))
-        do {
-            try await owner.createBucket()
-            try await owner.shutdown()
-        } catch {
-            try? await owner.shutdown()
-            throw error
-        }
         return try await Harness.make(tokenTTL: tokenTTL) { configuration in
             configuration.contentStore = "s3://\(bucket)/game"
             configuration.s3Endpoint = moto.endpoint

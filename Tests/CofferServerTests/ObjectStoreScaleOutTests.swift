@@ -75,12 +75,7 @@ import Testing
         let cluster = try PostgresCluster.shared()
         let url = try cluster.createDatabase()
         let moto = try MotoServer.shared()
-        let bucket = MotoServer.uniqueBucketName()
-        let owner = try S3Client(
-            location: try S3Location("s3://\(bucket)"), endpoint: moto.endpoint, region: "us-east-1",
-            credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey))
-        try await owner.createBucket()
-        try await owner.shutdown()
+        let bucket = try await moto.createBucket()
         let root = try makeTemporaryDirectory(prefix: "coffer-s3-scaleout")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
