@@ -14,11 +14,19 @@ public struct S3Timeouts: Sendable, Hashable {
     public var response: Duration
     /// The longest pause between two reads of a response body, or two writes of a request body.
     public var idle: Duration
+    /// A streamed download's body must come at least this fast on average (bytes/s), counting
+    /// only the time spent waiting for the store — never the time the client takes to read —
+    /// after ``response`` of grace: a store that trickles (each pause under ``idle``) cannot
+    /// hold a download forever.
+    public var minimumRate: Int64
 
-    public init(connect: Duration = .seconds(5), response: Duration = .seconds(60), idle: Duration = .seconds(30)) {
+    public init(
+        connect: Duration = .seconds(5), response: Duration = .seconds(60), idle: Duration = .seconds(30), minimumRate: Int64 = 16 * 1024
+    ) {
         self.connect = connect
         self.response = response
         self.idle = idle
+        self.minimumRate = max(1, minimumRate)
     }
 }
 

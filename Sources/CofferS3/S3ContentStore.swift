@@ -92,7 +92,9 @@ public final class S3ContentStore: ContentStore {
             readers.subtract(1, ordering: .relaxed)
             return try await Self.translating { throw error }
         }
-        let reader = RangeReader(sha256: sha256, body: body, length: range.upperBound - range.lowerBound + 1) { [self] in
+        let reader = RangeReader(
+            sha256: sha256, body: body, length: range.upperBound - range.lowerBound + 1, timeouts: client.timeouts
+        ) { [self] in
             readers.subtract(1, ordering: .relaxed)
         }
         return AsyncThrowingStream(unfolding: { try await reader.next() })
@@ -251,11 +253,16 @@ public final class S3ContentStore: ContentStore {
         var remaining: Int64
         var iterator: HTTPClientResponse.Body.AsyncIterator?
         let release: @Sendable () -> Void
+        let timeouts: S3Timeouts
+        /// Time spent waiting for the store (not for the consumer), and the bytes it sent.
+        var waited = Duration.zero
+        var received: Int64 = 0
 
-        init(sha256: String, body: HTTPClientResponse.Body, length: Int64, release: @escaping @Sendable () -> Void) {
+        init(sha256: String, body: HTTPClientResponse.Body, length: Int64, timeouts: S3Timeouts, release: @escaping @Sendable () -> Void) {
             self.sha256 = sha256
             remaining = length
             iterator = body.makeAsyncIterator()
+            self.timeouts = timeouts
             self.release = release
         }
 
@@ -267,14 +274,22 @@ public final class S3ContentStore: ContentStore {
             repeat {
                 guard var current = iterator else { return nil }
                 let next: ByteBuffer?
+                let started = ContinuousClock.now
                 do {
                     next = try await current.next(isolation: self)
                     iterator = current
                 } catch {
                     throw ContentStoreError.unavailable("reading \(sha256.prefix(16))… from the store: \(error)")
                 }
+                waited += ContinuousClock.now - started
                 guard let next else { throw ContentStoreError.failed("the store ended \(sha256.prefix(16))… \(remaining) bytes early") }
                 buffer = next
+                received += Int64(next.readableBytes)
+                if waited > timeouts.response + .seconds(received / timeouts.minimumRate) {
+                    iterator = nil  // drops the response: its connection is closed
+                    throw ContentStoreError.unavailable(
+                        "the store sends \(sha256.prefix(16))… slower than \(timeouts.minimumRate) bytes/s (\(received) bytes in \(waited))")
+                }
             } while buffer.readableBytes == 0
             guard Int64(buffer.readableBytes) <= remaining else {
                 throw ContentStoreError.failed("the store sent more of \(sha256.prefix(16))… than asked")

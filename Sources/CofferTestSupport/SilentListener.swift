@@ -13,6 +13,8 @@ import Foundation
 public final class SilentListener: Sendable {
     let fd: Int32
     public let port: Int
+    /// The listening socket (for a server built on it).
+    public var descriptor: Int32 { fd }
 
     public init() throws {
         let fd = socket(AF_INET, socketStream, 0)
@@ -31,7 +33,10 @@ public final class SilentListener: Sendable {
         port = Int(UInt16(bigEndian: address.sin_port))
     }
 
-    public func close() { closeDescriptor(fd) }
+    public func close() {
+        shutdownDescriptor(fd)
+        closeDescriptor(fd)
+    }
 
     /// Closes the listener and returns its port, where nothing listens now.
     public func closedPort() -> Int {
@@ -41,6 +46,8 @@ public final class SilentListener: Sendable {
 }
 
 private func closeDescriptor(_ fd: Int32) { _ = close(fd) }
+/// Wakes a thread blocked in `accept` on it.
+private func shutdownDescriptor(_ fd: Int32) { _ = shutdown(fd, Int32(SHUT_RDWR)) }
 
 #if canImport(Darwin)
     private let socketStream = SOCK_STREAM
