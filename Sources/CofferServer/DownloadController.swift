@@ -43,9 +43,11 @@ struct DownloadController {
         if mode == .redirect, !head {
             return try redirect(claims, contentType: contentType, fileName: fileName)
         }
-        if mode == .accel, let prefix = accelRedirectPrefix {
+        // A HEAD for a bucket's object is answered here too: the presigned URL nginx would
+        // proxy is signed for GET only.
+        if mode == .accel, let prefix = accelRedirectPrefix, !head || content.localFile(sha256: claims.sha256) != nil {
             // nginx sends the bytes (and any Range): a file from its internal location, or
-            // the object through a presigned URL it proxies (see deploy/nginx).
+            // the object through a presigned URL it proxies (deploy/coffer_accel_s3_location).
             if let file = content.localFile(sha256: claims.sha256) {
                 headers[.xAccelRedirect] = prefix + file.relativePath
             } else if let url = try presigned(claims, contentType: contentType, fileName: fileName),

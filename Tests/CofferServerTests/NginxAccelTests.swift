@@ -186,6 +186,10 @@ extension NginxAccelTests {
         #expect(bytes.count == asset["size"] as? Int && SHA256Hex.of(bytes) == asset["sha256"] as? String)
         let leaked = whole.headers.filter { $0.name.canonicalName == "x-accel-redirect" || $0.name.canonicalName.hasPrefix("x-amz") }
         #expect(leaked.isEmpty, "\(leaked)")
+        let head = try await client.execute(.init(url, method: .head, authority: "localhost"))
+        #expect(head.status == .ok && head.headers[.contentLength] == String(bytes.count))
+        // Coffer's ETag is the SHA-256 (the store's would be an MD5): the presigned GET was not proxied for a HEAD.
+        #expect(head.headers[.eTag] == "\"\(asset["sha256"] as? String ?? "")\"", "HEAD is answered by Coffer")
         let ranged = try await client.execute(.init(url, method: .get, authority: "localhost", headers: [.range: "bytes=3-12"]))
         #expect(ranged.status == .partialContent)
         #expect(Array(ranged.body?.readableBytesView ?? ByteBuffer().readableBytesView) == Array(bytes[3...12]))
