@@ -207,10 +207,11 @@ import Testing
     }
 
     @Test func aStoreThatTricklesABodyIsCutByTheMinimumRate() async throws {
-        // Idle 2 s never fires (a byte every 200 ms); the rate rule does: 2 s of grace, then 1,000 bytes/s.
+        // A byte every 200 ms: the idle limit (20 s, far above any pause even on a loaded CI
+        // machine) never fires; the rate rule does — 2 s of grace, then 1,000 bytes/s.
         let trickle = try TrickleServer(length: 10_000, interval: .milliseconds(200))
         defer { trickle.close() }
-        let timeouts = S3Timeouts(connect: .seconds(1), response: .seconds(2), idle: .seconds(2), minimumRate: 1000)
+        let timeouts = S3Timeouts(connect: .seconds(5), response: .seconds(2), idle: .seconds(20), minimumRate: 1000)
         try await Self.withStore(endpoint: "http://127.0.0.1:\(trickle.port)", timeouts: timeouts, create: false) { store in
             let stream = try #require(try await store.open(sha256: String(repeating: "c", count: 64), range: 0...9_999))
             let started = ContinuousClock.now
@@ -221,7 +222,7 @@ import Testing
             } catch ContentStoreError.unavailable(let detail) {
                 #expect(detail.contains("slower than 1000 bytes/s"), "\(detail)")
             }
-            #expect(received < 100 && ContinuousClock.now - started < .seconds(15), "\(received) bytes")
+            #expect(received < 200 && ContinuousClock.now - started < .seconds(60), "\(received) bytes")
         }
     }
 
