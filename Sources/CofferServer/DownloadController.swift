@@ -39,16 +39,17 @@ struct DownloadController {
             .cacheControl: "private, no-store",
         ]
         let fileName = asset?.sha256 == claims.sha256 ? asset?.name ?? claims.assetId : claims.assetId
-        // HEAD is answered here in every mode: a presigned URL is signed for GET only.
-        if mode == .redirect, !head {
+        let file = content.localFile(sha256: claims.sha256)
+        // Handing the bytes off (redirect, accel) only for a GET, or for a local file: a
+        // presigned URL is signed for GET, so a HEAD for a bucket's object is answered here.
+        let handOff = !head || file != nil
+        if mode == .redirect, handOff {
             return try redirect(claims, contentType: contentType, fileName: fileName)
         }
-        // A HEAD for a bucket's object is answered here too: the presigned URL nginx would
-        // proxy is signed for GET only.
-        if mode == .accel, let prefix = accelRedirectPrefix, !head || content.localFile(sha256: claims.sha256) != nil {
+        if mode == .accel, handOff, let prefix = accelRedirectPrefix {
             // nginx sends the bytes (and any Range): a file from its internal location, or
             // the object through a presigned URL it proxies (deploy/coffer_accel_s3_location).
-            if let file = content.localFile(sha256: claims.sha256) {
+            if let file {
                 headers[.xAccelRedirect] = prefix + file.relativePath
             } else if let url = try presigned(claims, contentType: contentType, fileName: fileName),
                 let scheme = url.range(of: "://"), let path = url[scheme.upperBound...].firstIndex(of: "/")
@@ -70,7 +71,7 @@ struct DownloadController {
         let watch = try watch(context)
         metrics.downloads.increment()
         metrics.downloadBytes.increment(by: length)
-        if let file = content.localFile(sha256: claims.sha256) {
+        if let file {
             return Response(status: status, headers: headers, body: FileStream.body(path: file.path, range: range, watch: watch))
         }
         // Opened before the head is sent: a store that fails or lost the object answers 502/503/404.

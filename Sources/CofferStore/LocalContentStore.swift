@@ -53,16 +53,31 @@ public struct LocalContentStore: ContentStore {
             throw ContentStoreError.io("cannot list \(objectsDirectory): \(error)")
         }
         for shard in shards.sorted() where shard.utf8.count == 2 {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: objectsDirectory + "/" + shard)) ?? []
+            // An unreadable shard is an error, never a shorter list: migrate would call itself done.
+            let names: [String]
+            do { names = try FileManager.default.contentsOfDirectory(atPath: objectsDirectory + "/" + shard) } catch {
+                throw ContentStoreError.io("cannot list \(objectsDirectory)/\(shard): \(error)")
+            }
             for name in names.sorted() {
                 let digest = shard + name
-                guard Self.isContentAddress(digest) else { continue }
-                let attributes = try? FileManager.default.attributesOfItem(atPath: objectPath(digest))
-                guard let size = (attributes?[.size] as? NSNumber)?.int64Value else { continue }
-                found.append(StoredObject(sha256: digest, size: size, modified: attributes?[.modificationDate] as? Date))
+                guard Self.isContentAddress(digest), let (size, modified) = try attributes(digest) else { continue }
+                found.append(StoredObject(sha256: digest, size: size, modified: modified))
             }
         }
         return found
+    }
+
+    /// The object's size and modification time; nil when it is gone (removed since it was listed).
+    private func attributes(_ digest: String) throws -> (Int64, Date?)? {
+        let path = objectPath(digest)
+        do {
+            let attributes = try FileManager.default.attributesOfItem(atPath: path)
+            guard let size = (attributes[.size] as? NSNumber)?.int64Value else { throw ContentStoreError.io("no size for \(path)") }
+            return (size, attributes[.modificationDate] as? Date)
+        } catch {
+            guard FileManager.default.fileExists(atPath: path) else { return nil }
+            throw ContentStoreError.io("cannot stat \(path): \(error)")
+        }
     }
 
     /// Removes the object's file (nothing when there is none).
@@ -76,10 +91,7 @@ public struct LocalContentStore: ContentStore {
     /// Removes the file unless its modification time is after `cutoff` (a finished upload of
     /// the same bytes touches it).
     public func delete(sha256: String, ifNotModifiedAfter cutoff: Date) throws -> Bool {
-        guard Self.isContentAddress(sha256) else { return false }
-        var info = stat()
-        guard stat(objectPath(sha256), &info) == 0 else { return false }
-        guard TimeInterval(info.st_mtim.tv_sec) <= cutoff.timeIntervalSince1970 else { return false }
+        guard Self.isContentAddress(sha256), let (_, modified) = try attributes(sha256), let modified, modified <= cutoff else { return false }
         try delete(sha256: sha256)
         return true
     }

@@ -31,6 +31,11 @@ import Testing
         return data
     }
 
+    /// This process's environment with the moto user's credentials: what `coffer` runs with.
+    static func environment(_ moto: MotoServer) -> [String: String] {
+        ProcessInfo.processInfo.environment.merging(moto.environment) { $1 }
+    }
+
     static func bytes(_ count: Int, seed: UInt64) -> [UInt8] {
         var rng = SplitMix64(state: seed)
         return (0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) }
@@ -44,9 +49,8 @@ import Testing
         let v2 = Self.bytes(1000, seed: 22)
         let stray = Self.bytes(10, seed: 23)
         let data = try await Self.dataDirectory(root, referenced: [v1, v2], stray: stray)
-        let bucket = MotoServer.uniqueBucketName()
-        try await S3ContentStoreTests.withStore(bucket: bucket) { _ in }
-        let environment = ProcessInfo.processInfo.environment.merging(moto.environment) { $1 }
+        let bucket = try await moto.createBucket()
+        let environment = Self.environment(moto)
         let arguments = [
             "content", "migrate", "--data-dir", data.path, "--to", "s3://\(bucket)/game", "--s3-endpoint", moto.endpoint,
         ]
@@ -98,9 +102,8 @@ import Testing
         let v2 = Self.bytes(400, seed: 32)
         let stray = Self.bytes(500, seed: 33)
         let data = try await Self.dataDirectory(root, referenced: [v1, v2], stray: stray)
-        let bucket = MotoServer.uniqueBucketName()
-        try await S3ContentStoreTests.withStore(bucket: bucket) { _ in }
-        let environment = ProcessInfo.processInfo.environment.merging(moto.environment) { $1 }
+        let bucket = try await moto.createBucket()
+        let environment = Self.environment(moto)
         let migrate = try CofferExecutable.run(
             ["content", "migrate", "--data-dir", data.path, "--to", "s3://\(bucket)/game", "--s3-endpoint", moto.endpoint], environment: environment)
         try #require(migrate.status == 0, "\(migrate.stderr)")
@@ -117,8 +120,8 @@ import Testing
         }
         // A catalogue that names objects the store does not hold (the wrong --data-dir, or
         // another bucket): listed with a warning, never deleted from without --force.
-        let other = MotoServer.uniqueBucketName()
-        try await S3ContentStoreTests.withStore(bucket: other) { store async throws in
+        let other = try await moto.createBucket()
+        try await S3ContentStoreTests.withStore(bucket: other, create: false) { store async throws in
             _ = try await store.write(
                 AsyncStream {
                     $0.yield(stray); $0.finish()

@@ -187,19 +187,24 @@ import Testing
             var logger = Logger(label: "coffer-test")
             logger.logLevel = .critical
             let app = buildApplication(h.services.configuration, dependencies: dependencies, runtime: h.runtime, logger: logger)
-            defer { Task { try? await client.shutdown() } }
-            try await app.test(.router) { http in
-                let started = ContinuousClock.now
-                let download = try await http.execute(uri: "/v1/downloads/\(token)", method: .get)
-                #expect(download.status == item.status && Harness.code(download) == item.code, "\(item.endpoint)")
-                if item.status == .serviceUnavailable { #expect(download.headers[.retryAfter] != nil) }
-                var headers = h.bearer(h.adminKey)
-                headers[.contentType] = "application/octet-stream"
-                let upload = try await http.execute(
-                    uri: "/v1/admin/assets/level-9", method: .put, headers: headers, body: ByteBuffer(bytes: Array("new level".utf8)))
-                #expect(upload.status == item.status && Harness.code(upload) == item.code, "\(item.endpoint)")
-                #expect(try await h.services.catalogue.asset("level-9") == nil)
-                #expect(ContinuousClock.now - started < .seconds(30), "bounded by the store's timeouts")
+            do {
+                try await app.test(.router) { http in
+                    let started = ContinuousClock.now
+                    let download = try await http.execute(uri: "/v1/downloads/\(token)", method: .get)
+                    #expect(download.status == item.status && Harness.code(download) == item.code, "\(item.endpoint)")
+                    if item.status == .serviceUnavailable { #expect(download.headers[.retryAfter] != nil) }
+                    var headers = h.bearer(h.adminKey)
+                    headers[.contentType] = "application/octet-stream"
+                    let upload = try await http.execute(
+                        uri: "/v1/admin/assets/level-9", method: .put, headers: headers, body: ByteBuffer(bytes: Array("new level".utf8)))
+                    #expect(upload.status == item.status && Harness.code(upload) == item.code, "\(item.endpoint)")
+                    #expect(try await h.services.catalogue.asset("level-9") == nil)
+                    #expect(ContinuousClock.now - started < .seconds(30), "bounded by the store's timeouts")
+                }
+                try await client.shutdown()
+            } catch {
+                try? await client.shutdown()
+                throw error
             }
         }
     }
