@@ -71,6 +71,25 @@ public enum LedgerCopy {
                 ))
             counts.append(
                 (
+                    "purchase events",
+                    try await pages {
+                        try await ledger.purchaseEvents(after: $0, limit: page)
+                    } write: {
+                        try await target.purchaseEvents($0)
+                    }
+                ))
+            let deliveries = SQLiteDeliveries(database)
+            counts.append(
+                (
+                    "deliveries",
+                    try await pages {
+                        try await deliveries.deliveries(redemptionId: nil, after: $0, limit: page)
+                    } write: {
+                        try await target.deliveries($0)
+                    }
+                ))
+            counts.append(
+                (
                     "chain events",
                     try await pages {
                         try await ledger.events(after: $0, limit: page)
@@ -122,5 +141,7 @@ extension Redemption: SequenceNumbered {}
 extension RejectedAttempt: SequenceNumbered {}
 extension Revocation: SequenceNumbered {}
 extension AdminAction: SequenceNumbered {}
+extension PurchaseEvent: SequenceNumbered {}
+extension Delivery: SequenceNumbered {}
 extension StoredEvent: SequenceNumbered {}
 extension LedgerCheckpoint: SequenceNumbered {}

@@ -17,6 +17,9 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
     case unknownProduct, unknownAsset, assetMissing, productTypeMismatch, expired, appAccountTokenMismatch
     case transactionNotInReceipt, transactionRequired, alreadyRedeemed, revoked, grantInvalid, tokenExpired, tokenInvalid
     case notRedeemed, alreadyRevoked, ambiguousTransaction, noCheckpoint
+    // Players and entitlements.
+    case playerTokenRequired, playerTokenInvalid, playerTokenRejected, accountMismatch, entitlementExpired, familySharingNotAllowed
+    case upgradedTransaction
     // The server's state: 503, always with `Retry-After`.
     case storageUnavailable, busy, uploadsBusy, notReady, ledgerSealBroken, contentStoreUnavailable
     // The object store behind the server refused or answered wrongly: 502.
@@ -29,19 +32,19 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
         case .malformedRequest, .nonCanonicalPath, .invalidAssetId, .invalidAssetName, .invalidProductId, .digestMismatch, .malformed,
             .limitExceeded:
             400
-        case .unauthenticated: 401
-        case .forbidden, .grantInvalid, .tokenExpired, .tokenInvalid: 403
+        case .unauthenticated, .playerTokenRequired, .playerTokenInvalid: 401
+        case .forbidden, .grantInvalid, .tokenExpired, .tokenInvalid, .playerTokenRejected, .entitlementExpired, .familySharingNotAllowed: 403
         case .notFound, .unknownProduct, .unknownAsset, .assetMissing, .notRedeemed, .noCheckpoint: 404
         case .methodNotAllowed: 405
         case .requestTimeout: 408
-        case .alreadyRedeemed, .alreadyRevoked, .ambiguousTransaction: 409
+        case .alreadyRedeemed, .alreadyRevoked, .ambiguousTransaction, .upgradedTransaction: 409
         case .revoked: 410
         case .payloadTooLarge: 413
         case .rangeNotSatisfiable: 416
         case .unsupportedFormat, .unsupportedAlgorithm, .certificateChainMissing, .chainLengthInvalid, .signerNotFound, .signatureInvalid,
             .chainUntrusted, .certificateExpired, .missingAppleExtension, .bundleMismatch, .appAppleIdMismatch, .environmentNotAllowed,
             .environmentMismatch, .deviceMismatch, .productTypeMismatch, .expired, .appAccountTokenMismatch, .transactionNotInReceipt,
-            .transactionRequired:
+            .transactionRequired, .accountMismatch:
             422
         case .rateLimited, .tooManyDownloads: 429
         case .httpError, .internalError: 500

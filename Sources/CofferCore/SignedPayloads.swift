@@ -36,6 +36,10 @@ public struct SignedTransaction: Codable, Sendable, Hashable {
     public var signedDate: MillisecondDate?
     public var revocationReason: Int?
     public var revocationDate: MillisecondDate?
+    /// REFUND_FULL, REFUND_PRORATED or FAMILY_REVOKE.
+    public var revocationType: String?
+    /// A prorated refund's share in thousandths of a percent (50000 is 50 %).
+    public var revocationPercentage: Int?
     public var isUpgraded: Bool?
     public var offerType: Int?
     public var offerIdentifier: String?

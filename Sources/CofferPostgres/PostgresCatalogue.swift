@@ -13,10 +13,12 @@ public struct PostgresCatalogue: CatalogueRepository {
         try await backend.transaction { c in
             try await c.query(
                 """
-                INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at)
-                VALUES (\(p.productId), \(p.bundleId), \(p.type.rawValue), \(p.assetIds), \(p.title), \(p.updatedAt.timeIntervalSince1970))
+                INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at, family_shareable, duration_seconds)
+                VALUES (\(p.productId), \(p.bundleId), \(p.type.rawValue), \(p.assetIds), \(p.title), \(p.updatedAt.timeIntervalSince1970),
+                  \(p.familyShareable), \(p.durationSeconds))
                 ON CONFLICT (product_id) DO UPDATE SET bundle_id = excluded.bundle_id, type = excluded.type, asset_ids = excluded.asset_ids,
-                  title = excluded.title, updated_at = excluded.updated_at
+                  title = excluded.title, updated_at = excluded.updated_at, family_shareable = excluded.family_shareable,
+                  duration_seconds = excluded.duration_seconds
                 """, logger: backend.logger)
         }
     }
@@ -81,7 +83,8 @@ public struct PostgresCatalogue: CatalogueRepository {
         guard let known = ProductType(rawValue: type) else { throw PostgresStoreError.invalidValue(column: "products.type", value: type) }
         return Product(
             productId: try row.value("product_id"), bundleId: try row.value("bundle_id"), type: known, assetIds: try row.value("asset_ids"),
-            title: try row.value("title"), updatedAt: try row.date("updated_at"))
+            title: try row.value("title"), updatedAt: try row.date("updated_at"), familyShareable: try row.value("family_shareable"),
+            durationSeconds: try row.value("duration_seconds"))
     }
 
     static func asset(_ row: PostgresRandomAccessRow) throws -> Asset {

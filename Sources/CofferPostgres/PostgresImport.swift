@@ -14,8 +14,9 @@ public struct PostgresImporter {
         for p in products {
             try await c.query(
                 """
-                INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at)
-                VALUES (\(p.productId), \(p.bundleId), \(p.type.rawValue), \(p.assetIds), \(p.title), \(p.updatedAt.timeIntervalSince1970))
+                INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at, family_shareable, duration_seconds)
+                VALUES (\(p.productId), \(p.bundleId), \(p.type.rawValue), \(p.assetIds), \(p.title), \(p.updatedAt.timeIntervalSince1970),
+                  \(p.familyShareable), \(p.durationSeconds))
                 """, logger: logger)
         }
     }
@@ -46,10 +47,12 @@ public struct PostgresImporter {
             try await c.query(
                 """
                 INSERT INTO redemptions (sequence, redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment,
-                  purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key)
+                  purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key,
+                  player_id, expires_at)
                 VALUES (\(r.sequence), \(r.redemptionId), \(r.transactionId), \(r.originalTransactionId), \(r.productId), \(r.bundleId), \(r.environment),
                   \(r.purchaseDate?.timeIntervalSince1970), \(Int32(clamping: r.quantity)), \(r.receiptSHA256), \(r.sourceFormat.rawValue),
-                  \(r.redeemedAt.timeIntervalSince1970), \(r.clientAddress), \(r.appAccountToken), \(r.status), \(r.grantHash), \(r.replayKey))
+                  \(r.redeemedAt.timeIntervalSince1970), \(r.clientAddress), \(r.appAccountToken), \(r.status), \(r.grantHash), \(r.replayKey),
+                  \(r.playerId), \(r.expiresAt?.timeIntervalSince1970))
                 """, logger: logger)
         }
     }
@@ -87,6 +90,30 @@ public struct PostgresImporter {
         }
     }
 
+    public func purchaseEvents(_ rows: [PurchaseEvent]) async throws {
+        for e in rows {
+            try await c.query(
+                """
+                INSERT INTO purchase_events (sequence, at, kind, environment, replay_key, redemption_id, transaction_id, detail, source, reference,
+                  player_id, expires_at, grace_until)
+                VALUES (\(e.sequence), \(e.at.timeIntervalSince1970), \(e.kind), \(e.environment), \(e.replayKey), \(e.redemptionId),
+                  \(e.transactionId), \(e.detail), \(e.source.rawValue), \(e.reference), \(e.playerId), \(e.expiresAt?.timeIntervalSince1970),
+                  \(e.graceUntil?.timeIntervalSince1970))
+                """, logger: logger)
+        }
+    }
+
+    public func deliveries(_ rows: [Delivery]) async throws {
+        for d in rows {
+            try await c.query(
+                """
+                INSERT INTO deliveries (sequence, redemption_id, asset_id, sha256, first_at, last_at, downloads, completed, bytes_served, complete)
+                VALUES (\(d.sequence), \(d.redemptionId), \(d.assetId), \(d.sha256), \(d.firstAt.timeIntervalSince1970),
+                  \(d.lastAt.timeIntervalSince1970), \(d.downloads), \(d.completed), \(d.bytesServed), \(d.complete))
+                """, logger: logger)
+        }
+    }
+
     /// Chain events exactly as stored (their hashes are not recomputed: the copy is verified after).
     public func events(_ events: [StoredEvent]) async throws {
         guard !events.isEmpty else { return }
@@ -114,7 +141,7 @@ public struct PostgresImporter {
 extension PostgresBackend {
     static let importedTables = [
         "products", "assets", "api_keys", "redemptions", "attempts", "revocations", "admin_actions", "ledger_events", "ledger_checkpoints",
-        "ledger_head",
+        "ledger_head", "purchase_events", "deliveries",
     ]
 
     /// Runs `body` in one transaction over an empty, migrated database (``PostgresStoreError/notEmpty(_:)``
@@ -129,7 +156,7 @@ extension PostgresBackend {
             try await body(PostgresImporter(c: c, logger: logger))
             // Redemptions and attempts are numbered under the chain's lock from the rows themselves
             // (migration 0002); the other chained tables keep an identity default.
-            for table in ["revocations", "admin_actions"] {
+            for table in ["revocations", "admin_actions", "purchase_events", "deliveries"] {
                 try await c.query(
                     """
                     SELECT setval(pg_get_serial_sequence(\(table), 'sequence'), coalesce((SELECT max(sequence) FROM \(unescaped: table)), 0) + 1, false)

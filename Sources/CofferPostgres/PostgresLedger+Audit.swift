@@ -111,6 +111,7 @@ extension PostgresLedger: LedgerAuditRepository {
         let attempts = try await fetch(.attempt, "attempts", RejectedAttempt.columns, RejectedAttempt.init(row:), \.sequence)
         let revocations = try await fetch(.revocation, "revocations", Revocation.columns, Revocation.init(row:), \.sequence)
         let actions = try await fetch(.adminAction, "admin_actions", AdminAction.columns, AdminAction.init(row:), \.sequence)
+        let purchaseEvents = try await fetch(.purchaseEvent, "purchase_events", PurchaseEvent.columns, PurchaseEvent.init(row:), \.sequence)
         for i in events.indices {
             let (sequence, row) = (events[i].sequence, events[i].row)
             events[i].entry =
@@ -119,6 +120,7 @@ extension PostgresLedger: LedgerAuditRepository {
                 case .attempt: attempts[row].map { .attempt($0, sequence: sequence) }
                 case .revocation: revocations[row].map { .revocation($0, sequence: sequence) }
                 case .adminAction: actions[row].map { .adminAction($0, sequence: sequence) }
+                case .purchaseEvent: purchaseEvents[row].map { .purchaseEvent($0, sequence: sequence) }
                 }
         }
         return events
@@ -127,6 +129,7 @@ extension PostgresLedger: LedgerAuditRepository {
     static func unchainedRows(_ c: PostgresConnection, limit: Int, logger: Logger) async throws -> [(kind: LedgerEventKind, row: Int64)] {
         let tables: [(LedgerEventKind, String)] = [
             (.redemption, "redemptions"), (.attempt, "attempts"), (.revocation, "revocations"), (.adminAction, "admin_actions"),
+            (.purchaseEvent, "purchase_events"),
         ]
         var found: [(kind: LedgerEventKind, row: Int64)] = []
         for (kind, table) in tables where found.count < limit {

@@ -134,6 +134,7 @@ public struct PostgresLedger: LedgerRepository {
         query.equal("original_transaction_id", f.originalTransactionId)
         query.equal("product_id", f.productId)
         query.equal("bundle_id", f.bundleId)
+        query.equal("player_id", f.playerId)
         let built = query.query
         return try await backend.read { c in try await c.rows(built, logger: backend.logger, Redemption.init(row:)) }
     }

@@ -30,7 +30,7 @@ extension PostgresConnection {
 
 extension Redemption {
     static let columns =
-        "sequence, redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment, purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key"
+        "sequence, redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment, purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key, player_id, expires_at"
 
     init(row: PostgresRandomAccessRow) throws {
         let format = try row.value("source_format", String.self)
@@ -42,7 +42,33 @@ extension Redemption {
             quantity: Int(try row.value("quantity", Int32.self)), receiptSHA256: try row.value("receipt_sha256"), sourceFormat: sourceFormat,
             redeemedAt: try row.date("redeemed_at"), clientAddress: try row.value("client_address"),
             appAccountToken: try row.value("app_account_token"), status: try row.value("status"), grantHash: try row.value("grant_hash"),
-            replayKey: try row.value("replay_key"))
+            replayKey: try row.value("replay_key"), playerId: try row.value("player_id"), expiresAt: try row.optionalDate("expires_at"))
+    }
+}
+
+extension PurchaseEvent {
+    static let columns =
+        "sequence, at, kind, environment, replay_key, redemption_id, transaction_id, detail, source, reference, player_id, expires_at, grace_until"
+
+    init(row: PostgresRandomAccessRow) throws {
+        let source = try row.value("source", String.self)
+        guard let known = Source(rawValue: source) else { throw PostgresStoreError.invalidValue(column: "source", value: source) }
+        self.init(
+            sequence: try row.value("sequence"), at: try row.date("at"), kind: try row.value("kind", String.self),
+            environment: try row.value("environment"), replayKey: try row.value("replay_key"), redemptionId: try row.value("redemption_id"),
+            transactionId: try row.value("transaction_id"), playerId: try row.value("player_id"), expiresAt: try row.optionalDate("expires_at"),
+            graceUntil: try row.optionalDate("grace_until"), detail: try row.value("detail"), source: known, reference: try row.value("reference"))
+    }
+}
+
+extension Delivery {
+    static let columns = "sequence, redemption_id, asset_id, sha256, first_at, last_at, downloads, completed, bytes_served, complete"
+
+    init(row: PostgresRandomAccessRow) throws {
+        self.init(
+            sequence: try row.value("sequence"), redemptionId: try row.value("redemption_id"), assetId: try row.value("asset_id"),
+            sha256: try row.value("sha256"), firstAt: try row.date("first_at"), lastAt: try row.date("last_at"), downloads: try row.value("downloads"),
+            completed: try row.value("completed"), bytesServed: try row.value("bytes_served"), complete: try row.value("complete"))
     }
 }
 
@@ -103,6 +129,8 @@ enum PostgresRows {
         let purchase = Nullable(rows.map { $0.purchaseDate?.timeIntervalSince1970 }, placeholder: 0)
         let token = Nullable(rows.map(\.appAccountToken))
         let replay = Nullable(rows.map(\.replayKey))
+        let player = Nullable(rows.map(\.playerId))
+        let expires = Nullable(rows.map { $0.expiresAt?.timeIntervalSince1970 }, placeholder: 0)
         let transaction = Nullable(attempts.map(\.transactionId))
         let product = Nullable(attempts.map(\.productId))
         let claimed = Nullable(attempts.map(\.claimed), placeholder: false)
@@ -113,18 +141,21 @@ enum PostgresRows {
             """
             WITH redemption_rows AS (
               INSERT INTO redemptions (sequence, redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment,
-                purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key)
+                purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key,
+                player_id, expires_at)
               SELECT r.seq, r.id, r.tx, CASE WHEN r.otx_null THEN NULL ELSE r.otx END, r.product, r.bundle, r.env,
                 CASE WHEN r.pd_null THEN NULL ELSE r.pd END, r.qty, r.sha, r.fmt, r.at, r.client, CASE WHEN r.token_null THEN NULL ELSE r.token END,
-                r.status, r.grant_hash, CASE WHEN r.rk_null THEN NULL ELSE r.rk END
+                r.status, r.grant_hash, CASE WHEN r.rk_null THEN NULL ELSE r.rk END, CASE WHEN r.player_null THEN NULL ELSE r.player END,
+                CASE WHEN r.exp_null THEN NULL ELSE r.exp END
               FROM unnest(\(rows.map(\.sequence))::bigint[], \(rows.map(\.redemptionId))::text[], \(rows.map(\.transactionId))::text[],
                 \(original.values)::text[], \(original.isNull)::bool[], \(rows.map(\.productId))::text[], \(rows.map(\.bundleId))::text[],
                 \(rows.map(\.environment))::text[], \(purchase.values)::float8[], \(purchase.isNull)::bool[],
                 \(rows.map { Int32(clamping: $0.quantity) })::int4[], \(rows.map(\.receiptSHA256))::text[], \(rows.map(\.sourceFormat.rawValue))::text[],
                 \(rows.map { $0.redeemedAt.timeIntervalSince1970 })::float8[], \(rows.map(\.clientAddress))::text[], \(token.values)::text[],
-                \(token.isNull)::bool[], \(rows.map(\.status))::text[], \(rows.map(\.grantHash))::text[], \(replay.values)::text[], \(replay.isNull)::bool[])
+                \(token.isNull)::bool[], \(rows.map(\.status))::text[], \(rows.map(\.grantHash))::text[], \(replay.values)::text[], \(replay.isNull)::bool[],
+                \(player.values)::text[], \(player.isNull)::bool[], \(expires.values)::float8[], \(expires.isNull)::bool[])
                 AS r(seq, id, tx, otx, otx_null, product, bundle, env, pd, pd_null, qty, sha, fmt, at, client, token, token_null, status, grant_hash, rk,
-                  rk_null)
+                  rk_null, player, player_null, exp, exp_null)
             ), attempt_rows AS (
               INSERT INTO attempts (sequence, at, code, detail, transaction_id, product_id, receipt_sha256, client_address, claimed)
               SELECT a.seq, a.at, a.code, a.detail, CASE WHEN a.tx_null THEN NULL ELSE a.tx END, CASE WHEN a.product_null THEN NULL ELSE a.product END,

@@ -22,6 +22,7 @@ struct ChainedRows {
     private var attempts: [Int64: RejectedAttempt] = [:]
     private var revocations: [Int64: Revocation] = [:]
     private var adminActions: [Int64: AdminAction] = [:]
+    private var purchaseEvents: [Int64: PurchaseEvent] = [:]
 
     /// The rows named by `wanted`, as they are in `db` (a row that is gone is left out).
     init(_ db: Database, _ wanted: [(kind: LedgerEventKind, row: Int64)]) throws {
@@ -30,6 +31,7 @@ struct ChainedRows {
         attempts = Self.bySequence(try AttemptRecord.fetchAll(db, keys: keys[.attempt] ?? []).map(\.attempt), \.sequence)
         revocations = Self.bySequence(try RevocationRecord.fetchAll(db, keys: keys[.revocation] ?? []).map { try $0.revocation() }, \.sequence)
         adminActions = Self.bySequence(try AdminActionRecord.fetchAll(db, keys: keys[.adminAction] ?? []).map(\.adminAction), \.sequence)
+        purchaseEvents = Self.bySequence(try PurchaseEventRecord.fetchAll(db, keys: keys[.purchaseEvent] ?? []).map { try $0.event() }, \.sequence)
     }
 
     /// The entry chaining row `row` of `kind`, given its position in the chain; nil when that
@@ -40,6 +42,7 @@ struct ChainedRows {
         case .attempt: attempts[row].map { attempt in { .attempt(attempt, sequence: $0) } }
         case .revocation: revocations[row].map { revocation in { .revocation(revocation, sequence: $0) } }
         case .adminAction: adminActions[row].map { action in { .adminAction(action, sequence: $0) } }
+        case .purchaseEvent: purchaseEvents[row].map { event in { .purchaseEvent(event, sequence: $0) } }
         }
     }
 

@@ -75,6 +75,15 @@ enum ChainStore {
         return try record.revocation()
     }
 
+    /// Appends a purchase event and its chain event, in the caller's transaction.
+    static func insert(_ db: Database, _ event: PurchaseEvent, policy: CheckpointPolicy?) throws -> PurchaseEvent {
+        var record = PurchaseEventRecord(event)
+        try record.insert(db)
+        let stored = try record.event()
+        try append(db, policy: policy, now: event.at) { .purchaseEvent(stored, sequence: $0) }
+        return stored
+    }
+
     /// Rows of the chained tables that no event chains, oldest first (at most `limit`).
     static func unchainedRows(_ db: Database, limit: Int) throws -> [(kind: LedgerEventKind, row: Int64, at: Double)] {
         let rows = try Row.fetchAll(
@@ -91,6 +100,9 @@ enum ChainStore {
                 UNION ALL
                 SELECT 'adminAction', sequence, at FROM admin_actions m
                   WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'adminAction' AND e.row_sequence = m.sequence)
+                UNION ALL
+                SELECT 'purchaseEvent', sequence, at FROM purchase_events p
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
                 ORDER BY at, kind, sequence LIMIT ?
                 """, arguments: [limit])
         return try rows.compactMap { row in

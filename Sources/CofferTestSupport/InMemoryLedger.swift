@@ -19,6 +19,8 @@ public actor InMemoryLedger: LedgerRepository {
     var attemptRows: [RejectedAttempt] = []
     var revocationRows: [Revocation] = []
     var adminRows: [AdminAction] = []
+    var eventRows: [PurchaseEvent] = []
+    var deliveryRows: [Delivery] = []
 
     /// `signer` signs a checkpoint every `checkpointEvery` entries and the seal after every
     /// write; nil keeps the chain unsigned (like a SQLite ledger opened without a key).
@@ -106,6 +108,7 @@ public actor InMemoryLedger: LedgerRepository {
                 r.sequence > f.after && Self.matches(f.transactionId, r.transactionId)
                     && Self.matches(f.originalTransactionId, r.originalTransactionId)
                     && Self.matches(f.productId, r.productId) && Self.matches(f.bundleId, r.bundleId)
+                    && Self.matches(f.playerId, r.playerId)
                     && (f.from.map { r.redeemedAt >= $0 } ?? true) && (f.to.map { r.redeemedAt < $0 } ?? true)
             }
             .prefix(max(0, f.limit)))
@@ -118,6 +121,32 @@ public actor InMemoryLedger: LedgerRepository {
                     && Self.matches(f.code, a.code) && (f.from.map { a.at >= $0 } ?? true) && (f.to.map { a.at < $0 } ?? true)
             }
             .prefix(max(0, f.limit)))
+    }
+
+    public func redemption(environment: String, replayKey: String) -> Redemption? {
+        redemptionRows.first { $0.environment.sameBytes(environment) && $0.effectiveReplayKey.sameBytes(replayKey) }
+    }
+
+    public func append(_ event: PurchaseEvent) throws -> PurchaseEventOutcome {
+        if event.source == .notification, eventRows.contains(where: { $0.source == .notification && $0.reference.sameBytes(event.reference) }) {
+            return .duplicate
+        }
+        return try sealed(now: event.at) {
+            var row = PurchaseEvent.escapedForLedger(event)
+            row.sequence = Int64(eventRows.count + 1)
+            let stored = row
+            try chain.append(now: event.at) { .purchaseEvent(stored, sequence: $0) }
+            eventRows.append(stored)
+            return .appended(stored)
+        }
+    }
+
+    public func purchaseEvents(environment: String, replayKey: String) -> [PurchaseEvent] {
+        eventRows.filter { $0.environment.sameBytes(environment) && $0.replayKey.sameBytes(replayKey) }
+    }
+
+    public func purchaseEvents(after: Int64, limit: Int) -> [PurchaseEvent] {
+        Array(eventRows.lazy.filter { $0.sequence > after }.prefix(max(0, limit)))
     }
 
     /// An unset filter field matches everything; a set one only the same bytes.

@@ -12,6 +12,8 @@ public enum LedgerEventKind: String, Codable, Sendable, Hashable, CaseIterable {
     case revocation
     /// An admin action: upload, product change, key change, ledger adoption (a row of `admin_actions`).
     case adminAction
+    /// A restore, renewal, subscription status change or refund outcome (a row of `purchase_events`).
+    case purchaseEvent
 }
 
 /// One entry of the tamper-evident ledger: its position, its kind, the row it chains and
@@ -43,11 +45,17 @@ public struct LedgerEntry: Sendable, Hashable {
         case .redemption:
             [
                 "redemptionId", "transactionId", "originalTransactionId", "productId", "bundleId", "environment", "purchaseDate", "quantity",
-                "receiptSHA256", "sourceFormat", "redeemedAt", "clientAddress", "appAccountToken", "status", "grantHash", "replayKey",
+                "receiptSHA256", "sourceFormat", "redeemedAt", "clientAddress", "appAccountToken", "status", "grantHash", "replayKey", "playerId",
+                "expiresAt",
             ]
         case .attempt: ["at", "code", "detail", "transactionId", "productId", "receiptSHA256", "clientAddress", "claimed"]
         case .revocation: ["redemptionId", "transactionId", "revokedAt", "reason", "source", "reference", "recordedAt", "environment", "replayKey"]
         case .adminAction: ["at", "keyId", "keyName", "action", "target", "detail", "clientAddress"]
+        case .purchaseEvent:
+            [
+                "at", "kind", "environment", "replayKey", "redemptionId", "transactionId", "detail", "source", "reference", "playerId", "expiresAt",
+                "graceUntil",
+            ]
         }
     }
 
@@ -58,6 +66,7 @@ public struct LedgerEntry: Sendable, Hashable {
         case .attempt: 7
         case .revocation: 7
         case .adminAction: 7
+        case .purchaseEvent: 9
         }
     }
 
@@ -68,7 +77,7 @@ public struct LedgerEntry: Sendable, Hashable {
             values: [
                 r.redemptionId, r.transactionId, r.originalTransactionId, r.productId, r.bundleId, r.environment, r.purchaseDate.map(micros),
                 String(r.quantity), r.receiptSHA256, r.sourceFormat.rawValue, micros(r.redeemedAt), r.clientAddress, r.appAccountToken, r.status,
-                r.grantHash, r.replayKey,
+                r.grantHash, r.replayKey, r.playerId, r.expiresAt.map(micros),
             ])
     }
 
@@ -97,6 +106,16 @@ public struct LedgerEntry: Sendable, Hashable {
         LedgerEntry(
             sequence: sequence, kind: .adminAction, row: a.sequence,
             values: [micros(a.at), a.keyId, a.keyName, a.action, a.target, a.detail, a.clientAddress])
+    }
+
+    /// The entry for a stored purchase event (its `sequence` is the row).
+    public static func purchaseEvent(_ e: PurchaseEvent, sequence: Int64) -> LedgerEntry {
+        LedgerEntry(
+            sequence: sequence, kind: .purchaseEvent, row: e.sequence,
+            values: [
+                micros(e.at), e.kind, e.environment, e.replayKey, e.redemptionId, e.transactionId, e.detail, e.source.rawValue, e.reference,
+                e.playerId, e.expiresAt.map(micros), e.graceUntil.map(micros),
+            ])
     }
 
     /// A date as whole microseconds since 1970-01-01T00:00:00Z, in decimal.

@@ -80,3 +80,22 @@ extension AdminAction {
         return action
     }
 }
+
+extension PurchaseEvent {
+    /// The event as every ledger stores it: free text escaped and capped, identifiers (checked
+    /// by the vault with ``LedgerText/isIdentifier(_:)``) escaped too, so a caller that skipped
+    /// the check still cannot put a control character into the chain.
+    public static func escapedForLedger(_ e: PurchaseEvent) -> PurchaseEvent {
+        var event = e
+        let id = LedgerText.maxIdentifierBytes
+        event.kind = LedgerText.escaped(e.kind, maxBytes: 64)
+        event.environment = LedgerText.escaped(e.environment, maxBytes: 64)
+        event.replayKey = LedgerText.escaped(e.replayKey, maxBytes: id)
+        event.redemptionId = LedgerText.escaped(e.redemptionId, maxBytes: id)
+        event.transactionId = LedgerText.escaped(e.transactionId, maxBytes: id)
+        event.playerId = e.playerId.map { LedgerText.escaped($0, maxBytes: id) }
+        event.detail = LedgerText.escaped(e.detail, maxBytes: LedgerText.maxDetailBytes)
+        event.reference = LedgerText.escaped(e.reference, maxBytes: id)
+        return event
+    }
+}

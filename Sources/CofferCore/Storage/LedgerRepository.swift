@@ -22,6 +22,15 @@ public protocol LedgerRepository: Sendable {
     func revocation(of redemption: Redemption) async throws -> Revocation?
     /// Revocations after `after`, oldest first.
     func revocations(after: Int64, limit: Int) async throws -> [Revocation]
+    /// The chained redemption of a purchase (its environment and replay key), if any.
+    func redemption(environment: String, replayKey: String) async throws -> Redemption?
+    /// Appends a purchase event to the chain. A notification's event whose `reference` (the
+    /// notification UUID) is already in the ledger is `.duplicate`: Apple retries notifications.
+    func append(_ event: PurchaseEvent) async throws -> PurchaseEventOutcome
+    /// The events of one purchase, oldest first.
+    func purchaseEvents(environment: String, replayKey: String) async throws -> [PurchaseEvent]
+    /// Events after `after`, oldest first.
+    func purchaseEvents(after: Int64, limit: Int) async throws -> [PurchaseEvent]
 }
 
 extension LedgerRepository {

@@ -1,18 +1,27 @@
 import Foundation
 
 /// How a product is consumed.
-public enum ProductType: String, Codable, Sendable, Hashable {
+public enum ProductType: String, Codable, Sendable, Hashable, CaseIterable {
     case consumable, nonConsumable
+    /// An auto-renewable subscription (a season pass): entitles while paid for.
+    case autoRenewable
+    /// A non-renewing subscription: entitles for the product's ``Product/durationSeconds``
+    /// from its purchase date.
+    case nonRenewing
 
-    /// The catalogue type of an App Store product type; nil for subscriptions (Coffer sells
-    /// none yet).
-    public init?(_ appStore: AppStoreProductType) {
+    /// The catalogue type of an App Store product type.
+    public init(_ appStore: AppStoreProductType) {
         switch appStore {
         case .consumable: self = .consumable
         case .nonConsumable: self = .nonConsumable
-        case .autoRenewableSubscription, .nonRenewingSubscription: return nil
+        case .autoRenewableSubscription: self = .autoRenewable
+        case .nonRenewingSubscription: self = .nonRenewing
         }
     }
+
+    /// Whether an entitlement of this type ends (at the transaction's `expiresDate`, or the
+    /// purchase date plus the product's duration).
+    public var isSubscription: Bool { self == .autoRenewable || self == .nonRenewing }
 }
 
 /// An App Store product and the assets it unlocks.
@@ -23,14 +32,37 @@ public struct Product: Codable, Sendable, Hashable {
     public var assetIds: [String]
     public var title: String
     public var updatedAt: Date
+    /// Whether a family member's copy (`inAppOwnershipType` FAMILY_SHARED) unlocks it.
+    public var familyShareable: Bool
+    /// A non-renewing subscription's length in seconds (nil for other types).
+    public var durationSeconds: Int64?
 
-    public init(productId: String, bundleId: String, type: ProductType, assetIds: [String], title: String, updatedAt: Date) {
+    public init(
+        productId: String, bundleId: String, type: ProductType, assetIds: [String], title: String, updatedAt: Date, familyShareable: Bool = false,
+        durationSeconds: Int64? = nil
+    ) {
         self.productId = productId
         self.bundleId = bundleId
         self.type = type
         self.assetIds = assetIds
         self.title = title
         self.updatedAt = updatedAt
+        self.familyShareable = familyShareable
+        self.durationSeconds = durationSeconds
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case productId, bundleId, type, assetIds, title, updatedAt, familyShareable, durationSeconds
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            productId: try c.decode(String.self, forKey: .productId), bundleId: try c.decode(String.self, forKey: .bundleId),
+            type: try c.decode(ProductType.self, forKey: .type), assetIds: try c.decode([String].self, forKey: .assetIds),
+            title: try c.decode(String.self, forKey: .title), updatedAt: try c.decode(Date.self, forKey: .updatedAt),
+            familyShareable: try c.decodeIfPresent(Bool.self, forKey: .familyShareable) ?? false,
+            durationSeconds: try c.decodeIfPresent(Int64.self, forKey: .durationSeconds))
     }
 }
 
@@ -93,13 +125,22 @@ public struct Redemption: Codable, Sendable, Hashable {
     /// carries a new transaction id for the same purchase). Nil on rows written before
     /// migration 0003, which are keyed by `transactionId`.
     public var replayKey: String?
+    /// The player the purchase is bound to (the player token's `sub`); nil without player
+    /// identity (and on rows written before migration 0004).
+    public var playerId: String?
+    /// When a subscription's entitlement ended as of this redemption (the transaction's
+    /// `expiresDate`, or purchase date plus duration); later events may extend it. Nil for
+    /// purchases that do not end.
+    public var expiresAt: Date?
 
     public init(
         sequence: Int64 = 0, redemptionId: String, transactionId: String, originalTransactionId: String?, productId: String,
         bundleId: String, environment: String, purchaseDate: Date?, quantity: Int, receiptSHA256: String, sourceFormat: SourceFormat,
         redeemedAt: Date, clientAddress: String, appAccountToken: String?, status: String = RedemptionStatus.redeemed.rawValue, grantHash: String,
-        replayKey: String? = nil
+        replayKey: String? = nil, playerId: String? = nil, expiresAt: Date? = nil
     ) {
+        self.playerId = playerId
+        self.expiresAt = expiresAt
         self.sequence = sequence
         self.redemptionId = redemptionId
         self.transactionId = transactionId
@@ -198,6 +239,8 @@ public struct AuditFilter: Sendable, Hashable {
     public var code: String?
     public var from: Date?
     public var to: Date?
+    /// Redemptions bound to this player (``Redemption/playerId``).
+    public var playerId: String?
     public var after: Int64 = 0
     public var limit: Int = 100
 

@@ -14,6 +14,40 @@ public struct RedemptionOutcome: Sendable {
     /// The grant secret: only returned by the redemption itself, never by grant exchanges.
     public var grant: String?
     public var assets: [IssuedAsset]
+    /// The owner presented a purchase already theirs: fresh tokens, no new redemption.
+    public var restored = false
+    /// When a subscription's entitlement ends (nil: it does not).
+    public var entitlementEndsAt: Date?
+
+    public init(redemption: Redemption, grant: String?, assets: [IssuedAsset], restored: Bool = false, entitlementEndsAt: Date? = nil) {
+        self.redemption = redemption
+        self.grant = grant
+        self.assets = assets
+        self.restored = restored
+        self.entitlementEndsAt = entitlementEndsAt
+    }
+}
+
+/// A player, as the game's login service vouched for them (a verified player token).
+public struct Player: Sendable, Hashable {
+    /// The token's `sub`: recorded in the ledger, the owner of the purchases it redeems.
+    public var id: String
+    /// The UUID a signed `appAccountToken` must equal (the `sub`, or the configured claim),
+    /// lower-cased; nil when that claim is not a UUID (then no signed token can match).
+    public var accountToken: String?
+
+    public init(id: String, accountToken: String?) {
+        self.id = id
+        self.accountToken = accountToken
+    }
+}
+
+/// What a refund that is not a full one does.
+public enum RefundPolicy: String, Sendable, Hashable, CaseIterable {
+    /// Any refund revokes the purchase (the default).
+    case revokeAny
+    /// A prorated refund is recorded and the purchase still entitles; a full refund revokes.
+    case revokeFullOnly
 }
 
 /// What a client submits to redeem a purchase.
@@ -30,12 +64,15 @@ public struct RedemptionRequest: Sendable {
     public var transactionId: String?
     public var appAccountToken: String?
     public var clientAddress: String
+    /// The verified player, when player identity is configured.
+    public var player: Player?
 
-    public init(proof: Proof, transactionId: String? = nil, appAccountToken: String? = nil, clientAddress: String) {
+    public init(proof: Proof, transactionId: String? = nil, appAccountToken: String? = nil, clientAddress: String, player: Player? = nil) {
         self.proof = proof
         self.transactionId = transactionId
         self.appAccountToken = appAccountToken
         self.clientAddress = clientAddress
+        self.player = player
     }
 }
 
@@ -48,16 +85,18 @@ public struct Vault: Sendable {
     public let tokens: TokenSigner
     /// Lifetime of download tokens.
     public let tokenTTL: TimeInterval
+    public let refundPolicy: RefundPolicy
 
     public init(
         verifier: AppStoreVerifier, catalogue: any CatalogueRepository, ledger: any LedgerRepository, tokens: TokenSigner,
-        tokenTTL: TimeInterval = 600
+        tokenTTL: TimeInterval = 600, refundPolicy: RefundPolicy = .revokeAny
     ) {
         self.verifier = verifier
         self.catalogue = catalogue
         self.ledger = ledger
         self.tokens = tokens
         self.tokenTTL = tokenTTL
+        self.refundPolicy = refundPolicy
     }
 
     /// The transaction a proof is about, once verified.
@@ -76,6 +115,10 @@ public struct Vault: Sendable {
         var storeKitType: AppStoreProductType?
         /// A subscription's end (legacy field 1708, JWS `expiresDate`); nil for other purchases.
         var expiresDate: Date?
+        /// `inAppOwnershipType` (PURCHASED, FAMILY_SHARED); nil for legacy receipts.
+        var ownershipType: String? = nil
+        /// A subscription transaction replaced by an upgrade.
+        var isUpgraded = false
     }
 
     /// What the ledger records of a proof that was refused, and whether its identifiers are
@@ -129,7 +172,14 @@ public struct Vault: Sendable {
         guard product.bundleId == purchase.bundleId else {
             throw VaultFailure(.bundleMismatch, "product \(product.productId) belongs to \(product.bundleId)")
         }
-        try Self.checkType(purchase, against: product, now: now)
+        try Self.checkType(purchase, against: product)
+        if purchase.ownershipType == "FAMILY_SHARED" && !product.familyShareable {
+            throw VaultFailure(.familySharingNotAllowed, "product \(product.productId) is not family-shareable and this copy is shared")
+        }
+        if purchase.isUpgraded {
+            throw VaultFailure(
+                .upgradedTransaction, "transaction \(purchase.transactionId) was upgraded to another subscription: redeem the upgrade's transaction")
+        }
         if let revokedAt = purchase.revokedAt {
             throw VaultFailure(.revoked, "transaction \(purchase.transactionId) was refunded or revoked at \(RFC3339.format(revokedAt))")
         }
@@ -138,19 +188,38 @@ public struct Vault: Sendable {
 
     /// Appends the redemption (once durable, tokens are issued); a replay or a purchase revoked
     /// before it was redeemed is refused, its attempt recorded in the same write
-    /// (`refusalRecorded`).
+    /// (`refusalRecorded`). A purchase already in the ledger goes to ``again(_:_:of:request:now:)``
+    /// when a player presents it or it is a subscription: its owner restores it, a renewal extends it.
     private func insert(
         _ purchase: Purchase, of product: Product, request: RedemptionRequest, proofHash: String, now: Date, refusalRecorded: inout Bool
     ) async throws(VaultFailure) -> RedemptionOutcome {
         let appAccountToken = try Self.appAccountToken(signed: purchase.appAccountToken, sent: request.appAccountToken)
+        if let player = request.player { try Self.bind(appAccountToken, to: player) }
         let replayKey = Self.replayKey(type: product.type, transactionId: purchase.transactionId, original: purchase.originalTransactionId)
+        let environment = purchase.environment.rawValue
+        let expiresAt = try Self.entitlementEnd(purchase, of: product)
+        let looksAgain = request.player != nil || product.type == .autoRenewable
+        if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
+            return try await again(existing, purchase, of: product, request: request, now: now)
+        }
+        if let expiresAt {
+            let events = try await storage({ try await ledger.purchaseEvents(environment: environment, replayKey: replayKey) })
+            let probe = Redemption(
+                redemptionId: "", transactionId: purchase.transactionId, originalTransactionId: nil, productId: product.productId, bundleId: "",
+                environment: environment, purchaseDate: nil, quantity: 1, receiptSHA256: "", sourceFormat: purchase.format, redeemedAt: now,
+                clientAddress: "", appAccountToken: nil, grantHash: "", expiresAt: expiresAt)
+            if Entitlement.fold(probe, revoked: false, events: events, now: now).state == .expired {
+                throw VaultFailure(.expired, "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expiresAt))")
+            }
+        }
         let grant = Self.randomSecret()
         let row = Redemption(
             redemptionId: UUID().uuidString.lowercased(), transactionId: purchase.transactionId,
             originalTransactionId: purchase.originalTransactionId, productId: purchase.productId, bundleId: purchase.bundleId,
-            environment: purchase.environment.rawValue, purchaseDate: purchase.purchaseDate, quantity: purchase.quantity,
+            environment: environment, purchaseDate: purchase.purchaseDate, quantity: purchase.quantity,
             receiptSHA256: proofHash, sourceFormat: purchase.format, redeemedAt: now, clientAddress: request.clientAddress,
-            appAccountToken: appAccountToken, grantHash: Self.grantHash(grant), replayKey: replayKey)
+            appAccountToken: appAccountToken, grantHash: Self.grantHash(grant), replayKey: replayKey, playerId: request.player?.id,
+            expiresAt: expiresAt)
         let replayDetail =
             replayKey == purchase.transactionId
             ? "transaction \(purchase.transactionId) was already redeemed"
@@ -161,25 +230,97 @@ public struct Vault: Sendable {
                 at: now, code: code.rawValue, detail: detail, transactionId: purchase.transactionId, productId: purchase.productId,
                 receiptSHA256: proofHash, clientAddress: request.clientAddress, claimed: false)
         }
+        // When a replay may still be a restore or a renewal, its attempt is not recorded with the
+        // refused insert: the outcome depends on the row that won (recorded then, if refused).
         let refusals = InsertRefusals(replay: attempt(.alreadyRedeemed, replayDetail), revoked: attempt(.revoked, revokedDetail))
-        switch try await storage({ try await ledger.insert(row, refusals: refusals) }) {
+        switch try await storage({ try await ledger.insert(row, refusals: looksAgain ? nil : refusals) }) {
         case .alreadyRedeemed:
-            refusalRecorded = true
+            if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
+                return try await again(existing, purchase, of: product, request: request, now: now)
+            }
+            refusalRecorded = !looksAgain
             throw VaultFailure(.alreadyRedeemed, replayDetail)
         case .revoked:
-            refusalRecorded = true
+            refusalRecorded = !looksAgain
             throw VaultFailure(.revoked, revokedDetail)
         case .inserted(let stored):
-            return RedemptionOutcome(redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now))
+            return RedemptionOutcome(
+                redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now, endsAt: expiresAt),
+                entitlementEndsAt: expiresAt)
         }
     }
 
-    /// The replay key of a purchase: a non-consumable is one purchase however many times it is
-    /// restored (each restore has a new transaction id, the same original transaction id).
+    /// A purchase the ledger already holds, presented again. A newer transaction of a
+    /// subscription (a renewal) extends it, whoever presents it (Apple signed it). Its owner —
+    /// the same player — restores it: a chained restore event and fresh tokens while it
+    /// entitles. Anyone else: 409 `alreadyRedeemed`.
+    private func again(
+        _ existing: Redemption, _ purchase: Purchase, of product: Product, request: RedemptionRequest, now: Date
+    ) async throws(VaultFailure) -> RedemptionOutcome {
+        let key = existing.effectiveReplayKey
+        var events = try await storage({ try await ledger.purchaseEvents(environment: existing.environment, replayKey: key) })
+        if product.type == .autoRenewable, let expires = purchase.expiresDate, purchase.transactionId != existing.transactionId,
+            !events.contains(where: { $0.transactionId == purchase.transactionId && $0.knownKind == .renewal })
+        {
+            let renewal = PurchaseEvent(
+                at: now, kind: .renewal, environment: existing.environment, replayKey: key, redemptionId: existing.redemptionId,
+                transactionId: purchase.transactionId, playerId: request.player?.id, expiresAt: expires,
+                detail: "renewal presented by a client", source: .client, reference: existing.redemptionId)
+            if case .appended(let stored) = try await storage({ try await ledger.append(renewal) }) { events.append(stored) }
+        }
+        guard let player = request.player, let owner = existing.playerId, owner == player.id else {
+            let detail =
+                existing.effectiveReplayKey == purchase.transactionId
+                ? "transaction \(purchase.transactionId) was already redeemed"
+                : "purchase \(key) (transaction \(purchase.transactionId)) was already redeemed"
+            throw VaultFailure(.alreadyRedeemed, detail)
+        }
+        let entitlement = try await entitlement(of: existing, events: events, now: now)
+        try Self.checkEntitles(entitlement)
+        let restore = PurchaseEvent(
+            at: now, kind: .restore, environment: existing.environment, replayKey: key, redemptionId: existing.redemptionId,
+            transactionId: purchase.transactionId, playerId: player.id, detail: "restored by its player from \(request.clientAddress)",
+            source: .client, reference: existing.redemptionId)
+        _ = try await storage({ try await ledger.append(restore) })
+        return RedemptionOutcome(
+            redemption: existing, grant: nil, assets: try await issue(product, for: existing, now: now, endsAt: entitlement.endsAt), restored: true,
+            entitlementEndsAt: entitlement.endsAt)
+    }
+
+    /// With player identity, a signed `appAccountToken` must be the player's UUID.
+    static func bind(_ signed: String?, to player: Player) throws(VaultFailure) {
+        guard let signed else { return }
+        guard let account = player.accountToken, account == signed.lowercased() else {
+            throw VaultFailure(.accountMismatch, "the purchase's appAccountToken is not this player's account")
+        }
+    }
+
+    /// When a new redemption's entitlement ends: an auto-renewable transaction's `expiresDate`,
+    /// a non-renewing purchase's date plus the product's duration; nil for the other types.
+    static func entitlementEnd(_ purchase: Purchase, of product: Product) throws(VaultFailure) -> Date? {
+        switch product.type {
+        case .consumable, .nonConsumable: return nil
+        case .autoRenewable:
+            guard let expires = purchase.expiresDate else {
+                throw VaultFailure.incomplete("the subscription transaction \(purchase.transactionId) carries no expiresDate")
+            }
+            return expires
+        case .nonRenewing:
+            if let expires = purchase.expiresDate { return expires }
+            guard let start = purchase.purchaseDate, let duration = product.durationSeconds else {
+                throw VaultFailure.incomplete("the non-renewing purchase \(purchase.transactionId) has no purchase date or the product no duration")
+            }
+            return start.addingTimeInterval(TimeInterval(duration))
+        }
+    }
+
+    /// The replay key of a purchase: a non-consumable or an auto-renewable subscription is one
+    /// purchase however many times it is restored or renewed (each has a new transaction id,
+    /// the same original transaction id).
     public static func replayKey(type: ProductType, transactionId: String, original: String?) -> String {
         switch type {
-        case .nonConsumable: original ?? transactionId
-        case .consumable: transactionId
+        case .nonConsumable, .autoRenewable: original ?? transactionId
+        case .consumable, .nonRenewing: transactionId
         }
     }
 
@@ -196,94 +337,44 @@ public struct Vault: Sendable {
         return signed
     }
 
-    /// The purchase must be of the catalogue product's type. Coffer sells no subscriptions yet:
-    /// an expired subscription is `expired`, any other subscription a type mismatch.
-    static func checkType(_ purchase: Purchase, against product: Product, now: Date) throws(VaultFailure) {
-        let subscription =
-            purchase.expiresDate != nil || purchase.storeKitType == .autoRenewableSubscription
-            || purchase.storeKitType == .nonRenewingSubscription
-        if subscription, let expires = purchase.expiresDate, expires <= now {
-            throw VaultFailure(.expired, "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expires))")
-        }
+    /// The purchase must be of the catalogue product's type. A legacy receipt tells only
+    /// subscriptions apart (by their expiry).
+    static func checkType(_ purchase: Purchase, against product: Product) throws(VaultFailure) {
         let type: ProductType?
         switch purchase.format {
-        case .signedTransaction: type = purchase.storeKitType.flatMap(ProductType.init)
-        // A legacy receipt does not say whether a purchase is consumable: only subscriptions are told apart.
-        case .appReceipt: type = subscription ? nil : product.type
+        case .signedTransaction: type = purchase.storeKitType.map(ProductType.init)
+        case .appReceipt:
+            if purchase.expiresDate != nil {
+                type = .autoRenewable
+            } else {
+                type = product.type == .autoRenewable ? nil : product.type
+            }
         }
         guard type == product.type else {
             throw VaultFailure(
                 .productTypeMismatch,
-                "product \(product.productId) is \(product.type.rawValue) but the transaction is \(purchase.storeKitType?.rawValue ?? (subscription ? "a subscription" : "of no known type"))"
+                "product \(product.productId) is \(product.type.rawValue) but the transaction is \(purchase.storeKitType?.rawValue ?? (purchase.expiresDate != nil ? "a subscription" : "of no known type"))"
             )
         }
     }
 
-    /// Fresh tokens for a redemption's assets, in exchange for its grant secret.
+    /// Fresh tokens for a redemption's assets, in exchange for its grant secret, while it
+    /// entitles: a revoked purchase's grant is unknown (403 `grantInvalid`), a lapsed
+    /// subscription's is 403 `entitlementExpired`.
     public func exchange(grant: String, now: Date) async throws(VaultFailure) -> RedemptionOutcome {
         guard grant.utf8.count <= 128,
             let redemption = try await storage({ try await ledger.redemption(grantHash: Self.grantHash(grant)) }),
             redemption.knownStatus == .redeemed
         else { throw VaultFailure(.grantInvalid, "the grant is unknown or revoked") }
-        guard try await storage({ try await ledger.revocation(of: redemption) }) == nil else {
-            throw VaultFailure(.grantInvalid, "the grant is unknown or revoked")
-        }
+        let entitlement = try await entitlement(of: redemption, now: now)
+        guard entitlement.state != .revoked else { throw VaultFailure(.grantInvalid, "the grant is unknown or revoked") }
+        try Self.checkEntitles(entitlement)
         guard let product = try await storage({ try await catalogue.product(redemption.productId) }) else {
             throw VaultFailure(.unknownProduct, "product \(redemption.productId) is no longer in the catalogue")
         }
-        return RedemptionOutcome(redemption: redemption, grant: nil, assets: try await issue(product, for: redemption, now: now))
-    }
-
-    /// What a notification did.
-    public enum NotificationOutcome: String, Sendable {
-        /// A redeemed purchase is now revoked.
-        case revoked
-        /// A refund or revocation of a purchase not redeemed here (yet): kept, so a later
-        /// redemption of it is refused (410 `revoked`).
-        case notRedeemed
-        /// Already revoked (Apple retries notifications).
-        case alreadyRevoked
-        /// A notification type that changes nothing here.
-        case ignored
-    }
-
-    /// Notification types that take a purchase back.
-    static let revokingTypes: Set<String> = ["REFUND", "REVOKE"]
-
-    /// Handles a verified App Store Server Notification V2 (`signedPayload`): REFUND and
-    /// REVOKE append a revocation event for the purchase in the notification's own environment;
-    /// a redeemed purchase's grant stops working, an unredeemed one can no longer be redeemed.
-    public func handleNotification(_ signedPayload: String, now: Date) async throws(VaultFailure) -> NotificationOutcome {
-        let result = await verifier.verifySignedData(signedPayload, now: now)
-        guard case .valid(let evidence) = result, let environment = evidence.environment else {
-            throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a notification"))
-        }
-        guard case .notification(let notification) = evidence.signed else {
-            throw VaultFailure(.unsupportedFormat, "expected an App Store Server Notification V2 signedPayload")
-        }
-        guard let type = notification.notificationType, Self.revokingTypes.contains(type) else { return .ignored }
-        guard let transaction = notification.transaction, let transactionId = transaction.transactionId else {
-            throw VaultFailure.incomplete("a \(type) notification without a signed transaction")
-        }
-        let original = transaction.originalTransactionId
-        for value in [transactionId, original, transaction.productId, notification.notificationUUID].compactMap({ $0 })
-        where !LedgerText.isIdentifier(value) {
-            throw VaultFailure.incomplete("an identifier of the notification is empty, too long or holds control characters")
-        }
-        // The replay key depends on the product's type; a product no longer in the catalogue is
-        // keyed by its transaction id (what a consumable would be).
-        var productType: ProductType?
-        if let id = transaction.productId { productType = try await storage({ try await catalogue.product(id) })?.type }
-        let reason = LedgerText.escaped([type, notification.subtype].compactMap { $0 }.joined(separator: "/"), maxBytes: 128)
-        let revocation = Revocation(
-            redemptionId: "", transactionId: transactionId, revokedAt: transaction.revocationDate?.date ?? now, reason: reason,
-            source: .notification, reference: notification.notificationUUID ?? "", recordedAt: now, environment: environment.rawValue,
-            replayKey: Self.replayKey(type: productType ?? .consumable, transactionId: transactionId, original: original))
-        switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: true) }) {
-        case .revoked: return .revoked
-        case .recordedUnredeemed, .notRedeemed: return .notRedeemed
-        case .alreadyRevoked: return .alreadyRevoked
-        }
+        return RedemptionOutcome(
+            redemption: redemption, grant: nil, assets: try await issue(product, for: redemption, now: now, endsAt: entitlement.endsAt),
+            entitlementEndsAt: entitlement.endsAt)
     }
 
     /// An admin takes a redemption back (chargeback handled outside Apple, abuse). The
@@ -319,9 +410,11 @@ public struct Vault: Sendable {
         }
     }
 
-    private func issue(_ product: Product, for redemption: Redemption, now: Date) async throws(VaultFailure) -> [IssuedAsset] {
+    /// Tokens for a redemption's assets, valid for the token lifetime and never past the
+    /// entitlement's end (`endsAt`).
+    func issue(_ product: Product, for redemption: Redemption, now: Date, endsAt: Date?) async throws(VaultFailure) -> [IssuedAsset] {
         var issued: [IssuedAsset] = []
-        let expiresAt = now.addingTimeInterval(tokenTTL)
+        let expiresAt = min(now.addingTimeInterval(tokenTTL), endsAt ?? .distantFuture)
         for assetId in product.assetIds {
             guard let asset = try await storage({ try await catalogue.asset(assetId) }) else { continue }
             let claims = DownloadClaims(
@@ -414,11 +507,12 @@ public struct Vault: Sendable {
         return Purchase(
             transactionId: transactionId, originalTransactionId: t.originalTransactionId, productId: productId, bundleId: bundleId,
             environment: environment, purchaseDate: t.purchaseDate?.date, quantity: t.quantity ?? 1, revokedAt: t.revocationDate?.date,
-            format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.productType, expiresDate: t.expiresDate?.date)
+            format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.productType, expiresDate: t.expiresDate?.date,
+            ownershipType: t.inAppOwnershipType, isUpgraded: t.isUpgraded ?? false)
     }
 
     /// Runs a storage call, turning its failure into a 503-class ``VaultFailure``.
-    private func storage<T>(_ body: () async throws -> T) async throws(VaultFailure) -> T {
+    func storage<T>(_ body: () async throws -> T) async throws(VaultFailure) -> T {
         do { return try await body() } catch { throw VaultFailure(.storageUnavailable, "storage failed: \(error)") }
     }
 

@@ -10,6 +10,7 @@ struct ProductRecord: CodableRecord, PersistableRecord, Sendable {
     typealias Columns = CodingKeys
     enum CodingKeys: String, CodingKey, ColumnExpression {
         case productId = "product_id", bundleId = "bundle_id", type, assetIds = "asset_ids", title, updatedAt = "updated_at"
+        case familyShareable = "family_shareable", durationSeconds = "duration_seconds"
     }
 
     var productId: String
@@ -22,6 +23,9 @@ struct ProductRecord: CodableRecord, PersistableRecord, Sendable {
     var assetIds: String
     var title: String
     var updatedAt: Date
+    /// Migration 0004.
+    var familyShareable: Bool
+    var durationSeconds: Int64?
 
     /// The row for `product`.
     init(_ product: Product) throws {
@@ -31,6 +35,8 @@ struct ProductRecord: CodableRecord, PersistableRecord, Sendable {
         assetIds = String(decoding: try JSONEncoder().encode(product.assetIds), as: UTF8.self)
         title = product.title
         updatedAt = product.updatedAt
+        familyShareable = product.familyShareable
+        durationSeconds = product.durationSeconds
     }
 
     /// The stored product.
@@ -42,6 +48,8 @@ struct ProductRecord: CodableRecord, PersistableRecord, Sendable {
             throw StoreError.invalidValue(column: Columns.assetIds.name, value: assetIds)
         }
         guard let type = ProductType(rawValue: type) else { throw StoreError.invalidValue(column: Columns.type.name, value: type) }
-        return Product(productId: productId, bundleId: bundleId, type: type, assetIds: ids, title: title, updatedAt: updatedAt)
+        return Product(
+            productId: productId, bundleId: bundleId, type: type, assetIds: ids, title: title, updatedAt: updatedAt, familyShareable: familyShareable,
+            durationSeconds: durationSeconds)
     }
 }

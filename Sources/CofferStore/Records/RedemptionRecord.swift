@@ -30,6 +30,8 @@ struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
         static let status = Column("status")
         static let grantHash = Column("grant_hash")
         static let replayKey = Column("replay_key")
+        static let playerId = Column("player_id")
+        static let expiresAt = Column("expires_at")
     }
 
     var redemption: Redemption
@@ -47,7 +49,8 @@ struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
             sourceFormat: try row.enumValue(SourceFormat.self, Columns.sourceFormat), redeemedAt: try row.date(Columns.redeemedAt),
             clientAddress: try row.decode(forColumn: Columns.clientAddress),
             appAccountToken: try row.decode(forColumn: Columns.appAccountToken), status: try row.decode(forColumn: Columns.status),
-            grantHash: try row.decode(forColumn: Columns.grantHash), replayKey: try row.decode(forColumn: Columns.replayKey))
+            grantHash: try row.decode(forColumn: Columns.grantHash), replayKey: try row.decode(forColumn: Columns.replayKey),
+            playerId: try row.decode(forColumn: Columns.playerId), expiresAt: try row.optionalDate(Columns.expiresAt))
     }
 
     /// Encodes every column but `sequence`, which SQLite assigns (AUTOINCREMENT).
@@ -68,6 +71,8 @@ struct RedemptionRecord: FetchableRecord, PersistableRecord, Sendable {
         container[Columns.status] = redemption.status
         container[Columns.grantHash] = redemption.grantHash
         container[Columns.replayKey] = redemption.replayKey
+        container[Columns.playerId] = redemption.playerId
+        container[Columns.expiresAt] = redemption.expiresAt?.unixSeconds
     }
 }
 
@@ -78,7 +83,7 @@ extension RedemptionRecord {
             RedemptionRecord.self, sequence: Columns.sequence, time: Columns.redeemedAt,
             equal: [
                 Columns.transactionId: f.transactionId, Columns.originalTransactionId: f.originalTransactionId, Columns.productId: f.productId,
-                Columns.bundleId: f.bundleId,
+                Columns.bundleId: f.bundleId, Columns.playerId: f.playerId,
             ])
     }
 }

@@ -1,0 +1,149 @@
+import Foundation
+
+extension Vault {
+    /// What a notification did.
+    public enum NotificationOutcome: String, Sendable {
+        /// A redeemed purchase is now revoked.
+        case revoked
+        /// A refund or revocation of a purchase not redeemed here (yet): kept, so a later
+        /// redemption of it is refused (410 `revoked`).
+        case notRedeemed
+        /// Already revoked (Apple retries notifications).
+        case alreadyRevoked
+        /// REFUND_REVERSED: a revoked purchase entitles again.
+        case reinstated
+        /// A subscription's state changed (renewed, billing retry, grace period, expired, …).
+        case updated
+        /// Recorded, changes nothing: REFUND_DECLINED, a partial refund the policy keeps, a
+        /// reversal of a purchase that was not revoked.
+        case recorded
+        /// This notification is already in the ledger (Apple retries notifications).
+        case duplicate
+        /// A notification type that changes nothing here.
+        case ignored
+    }
+
+    /// Notification types that take a purchase back (REVOKE is also how family sharing ends).
+    static let revokingTypes: Set<String> = ["REFUND", "REVOKE"]
+    /// Notification types that change a subscription's state.
+    static let subscriptionTypes: Set<String> = [
+        "SUBSCRIBED", "DID_RENEW", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "EXPIRED", "DID_CHANGE_RENEWAL_STATUS",
+    ]
+    static let handledTypes = revokingTypes.union(subscriptionTypes).union(["REFUND_REVERSED", "REFUND_DECLINED"])
+
+    /// Handles a verified App Store Server Notification V2 (`signedPayload`), in the
+    /// notification's own environment, each outcome a chained ledger event:
+    /// - REFUND, REVOKE: a revocation (a redeemed purchase's grant stops working, an unredeemed
+    ///   one can no longer be redeemed); a prorated refund under ``RefundPolicy/revokeFullOnly``
+    ///   is recorded instead; a refund after a reversal revokes again.
+    /// - REFUND_REVERSED: a revoked purchase entitles again. REFUND_DECLINED: recorded.
+    /// - SUBSCRIBED, DID_RENEW, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED,
+    ///   DID_CHANGE_RENEWAL_STATUS: the subscription's end and grace period.
+    public func handleNotification(_ signedPayload: String, now: Date) async throws(VaultFailure) -> NotificationOutcome {
+        let result = await verifier.verifySignedData(signedPayload, now: now)
+        guard case .valid(let evidence) = result, let environment = evidence.environment else {
+            throw VaultFailure.verification(result.error ?? VerificationError(.malformed, "not a notification"))
+        }
+        guard case .notification(let notification) = evidence.signed else {
+            throw VaultFailure(.unsupportedFormat, "expected an App Store Server Notification V2 signedPayload")
+        }
+        guard let type = notification.notificationType, Self.handledTypes.contains(type) else { return .ignored }
+        guard let transaction = notification.transaction, let transactionId = transaction.transactionId else {
+            throw VaultFailure.incomplete("a \(type) notification without a signed transaction")
+        }
+        let original = transaction.originalTransactionId
+        for value in [transactionId, original, transaction.productId, notification.notificationUUID].compactMap({ $0 })
+        where !LedgerText.isIdentifier(value) {
+            throw VaultFailure.incomplete("an identifier of the notification is empty, too long or holds control characters")
+        }
+        // The replay key depends on the product's type; a product no longer in the catalogue is
+        // keyed by its transaction id (what a consumable would be).
+        var productType: ProductType?
+        if let id = transaction.productId { productType = try await storage({ try await catalogue.product(id) })?.type }
+        let replayKey = Self.replayKey(type: productType ?? .consumable, transactionId: transactionId, original: original)
+        let reason = LedgerText.escaped([type, notification.subtype].compactMap { $0 }.joined(separator: "/"), maxBytes: 128)
+        let context = NotificationContext(
+            type: type, reason: reason, environment: environment.rawValue, replayKey: replayKey, transactionId: transactionId,
+            reference: notification.notificationUUID ?? "", now: now)
+        if Self.revokingTypes.contains(type) {
+            return try await revoke(by: notification, transaction, context)
+        }
+        let existing = try await storage({ try await ledger.redemption(environment: context.environment, replayKey: replayKey) })
+        switch type {
+        case "REFUND_REVERSED":
+            // Only a purchase that is revoked now is reinstated (a reversal of nothing is recorded).
+            let reinstates: Bool
+            if let existing {
+                reinstates = try await entitlement(of: existing, now: now).state == .revoked
+            } else {
+                reinstates = false
+            }
+            let outcome = try await append(reinstates ? .refundReversed : .refundDeclined, context, existing: existing, detail: reason)
+            return outcome == .duplicate ? .duplicate : reinstates ? .reinstated : .recorded
+        case "REFUND_DECLINED":
+            return try await append(.refundDeclined, context, existing: existing, detail: reason) == .duplicate ? .duplicate : .recorded
+        default:
+            // Subscription state. An upgraded transaction's expiry says nothing of the new one's.
+            let expires = transaction.isUpgraded == true ? nil : transaction.expiresDate?.date
+            var grace: Date?
+            switch type {
+            case "DID_FAIL_TO_RENEW": grace = notification.renewalInfo?.gracePeriodExpiresDate?.date
+            case "GRACE_PERIOD_EXPIRED", "EXPIRED": grace = notification.signedDate?.date ?? now
+            default: break
+            }
+            var detail = reason
+            if let status = notification.renewalInfo?.autoRenewStatus { detail += " autoRenewStatus=\(status)" }
+            if notification.renewalInfo?.isInBillingRetryPeriod == true { detail += " billingRetry" }
+            let outcome = try await append(.subscriptionStatus, context, existing: existing, detail: detail, expiresAt: expires, graceUntil: grace)
+            return outcome == .duplicate ? .duplicate : .updated
+        }
+    }
+
+    /// What every event of one notification shares.
+    struct NotificationContext {
+        var type: String
+        var reason: String
+        var environment: String
+        var replayKey: String
+        var transactionId: String
+        var reference: String
+        var now: Date
+    }
+
+    private func append(
+        _ kind: PurchaseEvent.Kind, _ context: NotificationContext, existing: Redemption?, detail: String, expiresAt: Date? = nil,
+        graceUntil: Date? = nil
+    ) async throws(VaultFailure) -> PurchaseEventOutcome {
+        let event = PurchaseEvent(
+            at: context.now, kind: kind, environment: context.environment, replayKey: context.replayKey, redemptionId: existing?.redemptionId ?? "",
+            transactionId: context.transactionId, playerId: existing?.playerId, expiresAt: expiresAt, graceUntil: graceUntil, detail: detail,
+            source: .notification, reference: context.reference)
+        return try await storage({ try await ledger.append(event) })
+    }
+
+    /// REFUND and REVOKE: revoke, unless the refund policy keeps a prorated refund; a purchase
+    /// revoked, then reinstated, is revoked again.
+    private func revoke(
+        by notification: SignedNotification, _ transaction: SignedTransaction, _ context: NotificationContext
+    ) async throws(VaultFailure) -> NotificationOutcome {
+        let existing = try await storage({ try await ledger.redemption(environment: context.environment, replayKey: context.replayKey) })
+        var detail = context.reason
+        if let type = transaction.revocationType { detail += " \(LedgerText.escaped(type, maxBytes: 32))" }
+        if let share = transaction.revocationPercentage { detail += " \(share / 1000).\(String(format: "%03d", abs(share % 1000)))%" }
+        let prorated = transaction.revocationType == "REFUND_PRORATED" || (transaction.revocationPercentage.map { $0 < 100_000 } ?? false)
+        if context.type == "REFUND", prorated, refundPolicy == .revokeFullOnly {
+            return try await append(.partialRefund, context, existing: existing, detail: detail) == .duplicate ? .duplicate : .recorded
+        }
+        let revocation = Revocation(
+            redemptionId: "", transactionId: context.transactionId, revokedAt: transaction.revocationDate?.date ?? context.now,
+            reason: LedgerText.escaped(detail, maxBytes: 128), source: .notification, reference: context.reference, recordedAt: context.now,
+            environment: context.environment, replayKey: context.replayKey)
+        switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: true) }) {
+        case .revoked: return .revoked
+        case .recordedUnredeemed, .notRedeemed: return .notRedeemed
+        case .alreadyRevoked:
+            guard let existing, try await entitlement(of: existing, now: context.now).state != .revoked else { return .alreadyRevoked }
+            return try await append(.revokedAgain, context, existing: existing, detail: detail) == .duplicate ? .duplicate : .revoked
+        }
+    }
+}
