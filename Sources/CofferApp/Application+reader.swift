@@ -23,6 +23,12 @@ public func buildApplication(reader: ConfigReader, logger: Logger) async throws 
 public func buildApplication(
     _ configuration: CofferConfiguration, logger: Logger, prepare: (any CofferStorage) async throws -> Void = { _ in }
 ) async throws -> some ApplicationProtocol {
+    // Player keys are read first: a wrong key file fails before any storage is opened.
+    var players: PlayerTokens?
+    if !configuration.playerKeyFiles.isEmpty, let issuer = configuration.playerIssuer, let audience = configuration.playerAudience {
+        players = try await PlayerTokens.load(
+            keyFiles: configuration.playerKeyFiles, issuer: issuer, audience: audience, accountClaim: configuration.playerAccountClaim)
+    }
     let storage = try await openStorage(configuration, logger: logger)
     do { try await prepare(storage) } catch {
         try? await storage.close()
@@ -33,10 +39,14 @@ public func buildApplication(
         metadata: [
             "address": "\(configuration.host):\(configuration.port)", "data": "\(configuration.dataDirectory)",
             "database": "\(storage.databaseDescription)", "bundleIds": "\(configuration.bundleIds.sorted())",
+            "players": "\(players.map { "issuer \($0.issuer), audience \($0.audience)" } ?? "off")",
             "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
         ])
+    var dependencies = storage.dependencies
+    dependencies.deliveries = DeliveryRecorder(repository: storage.deliveryRepository, logger: logger)
+    dependencies.players = players
     return buildApplication(
-        configuration, dependencies: storage.dependencies, services: [StorageService(storage, logger: logger), LedgerWriterService(storage)],
+        configuration, dependencies: dependencies, services: [StorageService(storage, logger: logger), LedgerWriterService(storage)],
         logger: logger)
 }
 

@@ -15,6 +15,8 @@ public protocol CofferStorage: Sendable {
     var content: any ContentStore { get }
     /// What the HTTP layer is built over.
     var dependencies: ServerDependencies { get }
+    /// Where delivery evidence is written.
+    var deliveryRepository: any DeliveryRepository { get }
     /// Stops taking ledger writes and returns once the queued ones are committed (at shutdown).
     func finishWrites() async
     /// Closes the database (after the server stopped and signed its last checkpoint).

@@ -25,6 +25,7 @@ public struct PostgresStorage: CofferStorage {
     public let content: any ContentStore
 
     public var keyRepository: any KeyRepository { keys }
+    public var deliveryRepository: any DeliveryRepository { PostgresDeliveries(backend) }
     public var databaseDescription: String { backend.url.description }
 
     public var dependencies: ServerDependencies {

@@ -20,6 +20,7 @@ public struct SQLiteStorage: CofferStorage {
     public let content: any ContentStore
 
     public var keyRepository: any KeyRepository { keys }
+    public var deliveryRepository: any DeliveryRepository { SQLiteDeliveries(database) }
     public var databaseDescription: String { "SQLite in the data directory" }
 
     public var dependencies: ServerDependencies {

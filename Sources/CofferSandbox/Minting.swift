@@ -251,11 +251,40 @@ public struct TransactionSpec: Sendable {
     public var type = "Non-Consumable"
     public var quantity = 1
     public var appAccountToken: String?
+    /// PURCHASED or FAMILY_SHARED.
+    public var ownershipType = "PURCHASED"
+    /// A subscription transaction replaced by an upgrade.
+    public var isUpgraded = false
+    /// REFUND_FULL, REFUND_PRORATED or FAMILY_REVOKE (with `revocationDate`).
+    public var revocationType: String?
+    /// A prorated refund's share, thousandths of a percent.
+    public var revocationPercentage: Int?
 
     public init(bundleId: String, productId: String, transactionId: String) {
         self.bundleId = bundleId
         self.productId = productId
         self.transactionId = transactionId
+    }
+}
+
+/// Signed renewal info of an auto-renewable subscription (`JWSRenewalInfoDecodedPayload`).
+public struct RenewalSpec: Sendable {
+    public var productId: String
+    public var originalTransactionId: String
+    public var environment: Environment = .localTesting
+    public var autoRenew = true
+    /// When the next period starts (the current period's end).
+    public var renewalDate: Date?
+    public var recentStart: Date?
+    /// A billing grace period's end (DID_FAIL_TO_RENEW / GRACE_PERIOD).
+    public var gracePeriodExpiresDate: Date?
+    public var isInBillingRetryPeriod = false
+    /// 1 cancelled, 2 billing error, …
+    public var expirationIntent: Int?
+
+    public init(productId: String, originalTransactionId: String) {
+        self.productId = productId
+        self.originalTransactionId = originalTransactionId
     }
 }
 
@@ -324,7 +353,7 @@ extension SandboxCA {
             "originalPurchaseDate": milliseconds(spec.purchaseDate ?? now),
             "quantity": spec.quantity,
             "type": spec.type,
-            "inAppOwnershipType": "PURCHASED",
+            "inAppOwnershipType": spec.ownershipType,
             "signedDate": milliseconds(now),
             "environment": spec.environment.rawValue,
             "transactionReason": "PURCHASE",
@@ -337,7 +366,37 @@ extension SandboxCA {
             object["revocationReason"] = 0
         }
         if let token = spec.appAccountToken { object["appAccountToken"] = token }
+        if spec.isUpgraded { object["isUpgraded"] = true }
+        if let type = spec.revocationType { object["revocationType"] = type }
+        if let share = spec.revocationPercentage { object["revocationPercentage"] = share }
+        if spec.expiresDate != nil && spec.type == "Auto-Renewable Subscription" {
+            object["webOrderLineItemId"] = spec.transactionId + "0"
+            object["subscriptionGroupIdentifier"] = "21000000"
+            object["transactionReason"] = spec.originalTransactionId.map { $0 != spec.transactionId } == true ? "RENEWAL" : "PURCHASE"
+        }
         return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+    }
+
+    public static func renewalPayload(_ spec: RenewalSpec, now: Date) throws -> [UInt8] {
+        var object: [String: Any] = [
+            "originalTransactionId": spec.originalTransactionId,
+            "autoRenewProductId": spec.productId,
+            "productId": spec.productId,
+            "autoRenewStatus": spec.autoRenew ? 1 : 0,
+            "signedDate": milliseconds(now),
+            "environment": spec.environment.rawValue,
+            "recentSubscriptionStartDate": milliseconds(spec.recentStart ?? now),
+        ]
+        if let renewal = spec.renewalDate { object["renewalDate"] = milliseconds(renewal) }
+        if let grace = spec.gracePeriodExpiresDate { object["gracePeriodExpiresDate"] = milliseconds(grace) }
+        if spec.isInBillingRetryPeriod { object["isInBillingRetryPeriod"] = true }
+        if let intent = spec.expirationIntent { object["expirationIntent"] = intent }
+        return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+    }
+
+    /// Mints signed renewal info (compact JWS).
+    public func mintRenewalInfo(_ spec: RenewalSpec, now: Date) throws -> String {
+        try signJWS(payload: Self.renewalPayload(spec, now: now))
     }
 
     /// Mints a signed transaction (compact JWS).
@@ -347,9 +406,12 @@ extension SandboxCA {
 
     /// Mints an App Store Server Notification V2 whose `signedTransactionInfo` is a separate JWS.
     /// REFUND and REVOKE notifications carry a `revocationDate` on the nested transaction.
-    public func mintNotification(type: String, subtype: String? = nil, transaction spec: TransactionSpec, appAppleId: Int64? = nil, now: Date) throws
-        -> String
-    {
+    /// Subscription notifications carry signed renewal info too (`renewal`, or one derived
+    /// from the transaction when it has an `expiresDate`).
+    public func mintNotification(
+        type: String, subtype: String? = nil, transaction spec: TransactionSpec, renewal: RenewalSpec? = nil, appAppleId: Int64? = nil,
+        notificationUUID: String? = nil, now: Date
+    ) throws -> String {
         var spec = spec
         if ["REFUND", "REVOKE"].contains(type.uppercased()) && spec.revocationDate == nil { spec.revocationDate = now }
         let inner = try mintTransaction(spec, now: now)
@@ -359,10 +421,19 @@ extension SandboxCA {
             "environment": spec.environment.rawValue,
             "signedTransactionInfo": inner,
         ]
+        var renewalSpec = renewal
+        if renewalSpec == nil, spec.expiresDate != nil {
+            var derived = RenewalSpec(productId: spec.productId, originalTransactionId: spec.originalTransactionId ?? spec.transactionId)
+            derived.environment = spec.environment
+            derived.renewalDate = spec.expiresDate
+            derived.autoRenew = !["EXPIRED", "GRACE_PERIOD_EXPIRED"].contains(type.uppercased())
+            renewalSpec = derived
+        }
+        if let renewalSpec { data["signedRenewalInfo"] = try mintRenewalInfo(renewalSpec, now: now) }
         if let appAppleId { data["appAppleId"] = appAppleId }
         var object: [String: Any] = [
             "notificationType": type.uppercased(),
-            "notificationUUID": UUID().uuidString.lowercased(),
+            "notificationUUID": notificationUUID ?? UUID().uuidString.lowercased(),
             "version": "2.0",
             "signedDate": Self.milliseconds(now),
             "data": data,

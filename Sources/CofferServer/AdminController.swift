@@ -21,6 +21,10 @@ struct AdminController {
         var type: ProductType
         var assetIds: [String]
         var title: String
+        /// Whether a family member's shared copy unlocks it (default false).
+        var familyShareable: Bool?
+        /// A non-renewing subscription's length in seconds (required for that type, refused for others).
+        var durationSeconds: Int64?
     }
 
     static func validIdentifier(_ id: String) -> Bool {
@@ -206,15 +210,26 @@ struct AdminController {
         guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
             throw Problem(.malformedRequest, "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
         }
+        switch (body.type, body.durationSeconds) {
+        case (.nonRenewing, nil): throw Problem(.malformedRequest, "a nonRenewing product needs durationSeconds (its length)")
+        case (.nonRenewing, let d?) where d < 60 || d > 10 * 366 * 86400:
+            throw Problem(.malformedRequest, "durationSeconds must be 60 s – 10 years")
+        case (.consumable, _?), (.nonConsumable, _?), (.autoRenewable, _?):
+            throw Problem(.malformedRequest, "durationSeconds is only for nonRenewing products (an auto-renewable's end is Apple's expiresDate)")
+        default: break
+        }
         for id in body.assetIds where try await catalogue.asset(id) == nil {
             throw Problem(.unknownAsset, "asset \(id.prefix(128)) has not been uploaded", status: .unprocessableContent)
         }
         let product = Product(
-            productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date())
+            productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date(),
+            familyShareable: body.familyShareable ?? false, durationSeconds: body.durationSeconds)
         try await catalogue.putProduct(product)
         try await audit(
             context, .productPut, target: productId,
-            detail: "bundle \(body.bundleId), \(body.type.rawValue), assets \(body.assetIds.joined(separator: " "))")
+            detail:
+                "bundle \(body.bundleId), \(body.type.rawValue)\(product.familyShareable ? ", family-shareable" : "")\(product.durationSeconds.map { ", \($0) s" } ?? ""), assets \(body.assetIds.joined(separator: " "))"
+        )
         return try JSON.response(product)
     }
 }

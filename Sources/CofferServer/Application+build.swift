@@ -29,7 +29,7 @@ public func buildApplication(
                     maxHeaderFieldCount: configuration.maxHeaderFieldCount))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Coffer"),
         // Stopped in reverse order: the server first, then the last checkpoint, then `services`.
-        services: services + [
+        services: services + (dependencies.deliveries.map { [$0] } ?? []) + [
             CheckpointService(ledger: dependencies.ledgerAudit, interval: .seconds(configuration.checkpointIntervalSeconds), logger: logger)
         ],
         logger: logger)
@@ -49,8 +49,8 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     HealthController(catalogue: d.catalogue, ledgerAudit: d.ledgerAudit, metrics: metrics).add(to: router)
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),
-        catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL)
-    let redemptions = RedemptionController(vault: vault, metrics: metrics, jsonBodyLimit: c.jsonBodyLimit, bodyTimeout: c.bodyTimeout)
+        catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL, refundPolicy: c.refundPolicy)
+    let redemptions = RedemptionController(vault: vault, players: d.players, metrics: metrics, jsonBodyLimit: c.jsonBodyLimit, bodyTimeout: c.bodyTimeout)
     redemptions.add(
         to: router.group().add(
             middleware: RateLimitMiddleware(limiter: RateLimiter(perMinute: c.redemptionsPerMinute, burst: c.redemptionBurst), metrics: metrics)))
@@ -62,7 +62,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
         tokens: d.tokens, content: d.content, catalogue: d.catalogue, metrics: metrics,
         slots: DownloadSlots(perAddress: c.maxDownloadsPerAddress, metrics: metrics), mode: c.downloadMode,
         accelRedirectPrefix: c.accelRedirectPrefix,
-        stallTimeoutSeconds: c.downloadStallTimeoutSeconds
+        stallTimeoutSeconds: c.downloadStallTimeoutSeconds, deliveries: d.deliveries
     ).add(to: router)
 
     let authFailures = RateLimiter(perMinute: c.authFailuresPerMinute, burst: c.authFailuresPerMinute)
@@ -75,7 +75,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     let audit = router.group("/v1/audit").add(
         middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin, .auditor], failures: authFailures, metrics: metrics))
     let ledger = LedgerController(ledgerAudit: d.ledgerAudit, signer: d.ledgerSigner)
-    AuditController(ledger: d.ledger, ledgerExport: ledger).add(to: audit)
+    AuditController(ledger: d.ledger, deliveries: d.deliveries?.repository, ledgerExport: ledger).add(to: audit)
     ledger.add(to: audit)
     return router
 }

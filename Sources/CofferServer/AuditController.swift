@@ -7,6 +7,8 @@ import NIOCore
 /// Auditors (and admins): query and export the ledger.
 struct AuditController {
     let ledger: any LedgerRepository
+    /// Delivery evidence (nil: the server records none).
+    let deliveries: (any DeliveryRepository)?
     /// Streams the chained export (`kind=ledger`).
     let ledgerExport: LedgerController
 
@@ -27,6 +29,17 @@ struct AuditController {
             let items = try await ledger.revocations(after: after, limit: limit)
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }
+        group.get("/events") { request, _ in
+            let (after, limit) = try Paging.parse(request)
+            let items = try await ledger.purchaseEvents(after: after, limit: limit)
+            return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
+        }
+        group.get("/deliveries") { request, _ in
+            let (after, limit) = try Paging.parse(request)
+            let redemptionId = request.uri.queryParameters.get("redemptionId")
+            let items = try await deliveries?.deliveries(redemptionId: redemptionId, after: after, limit: limit) ?? []
+            return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
+        }
     }
 
     static func filter(_ request: Request) throws -> AuditFilter {
@@ -36,6 +49,7 @@ struct AuditController {
         f.originalTransactionId = q.get("originalTransactionId")
         f.productId = q.get("productId")
         f.bundleId = q.get("bundleId")
+        f.playerId = q.get("playerId")
         f.code = q.get("code")
         for (key, keyPath) in [("from", \AuditFilter.from), ("to", \AuditFilter.to)] {
             if let text = q.get(key) {
@@ -61,8 +75,8 @@ struct AuditController {
         let format = request.uri.queryParameters.get("format") ?? "ndjson"
         let kind = request.uri.queryParameters.get("kind") ?? "redemptions"
         guard format == "ndjson" || format == "csv" else { throw Problem(.malformedRequest, "format must be ndjson or csv") }
-        guard kind == "redemptions" || kind == "attempts" || kind == "ledger" else {
-            throw Problem(.malformedRequest, "kind must be redemptions, attempts or ledger")
+        guard ["redemptions", "attempts", "deliveries", "ledger"].contains(kind) else {
+            throw Problem(.malformedRequest, "kind must be redemptions, attempts, deliveries or ledger")
         }
         if kind == "ledger" {
             guard format == "ndjson" else { throw Problem(.malformedRequest, "the ledger export is ndjson") }
@@ -72,20 +86,30 @@ struct AuditController {
         firstPage.limit = 500
         let start = firstPage
         let ledger = self.ledger
+        let deliveries = self.deliveries
+        let redemptionId = request.uri.queryParameters.get("redemptionId")
         let body = ResponseBody { writer in
             var filter = start
             if format == "csv" {
                 let header =
-                    kind == "redemptions"
-                    ? "sequence,redemptionId,transactionId,originalTransactionId,productId,bundleId,environment,purchaseDate,quantity,receiptSHA256,sourceFormat,redeemedAt,clientAddress,appAccountToken,status\n"
-                    : "sequence,at,code,detail,transactionId,productId,receiptSHA256,clientAddress\n"
+                    switch kind {
+                    case "redemptions":
+                        "sequence,redemptionId,transactionId,originalTransactionId,productId,bundleId,environment,purchaseDate,quantity,receiptSHA256,sourceFormat,redeemedAt,clientAddress,appAccountToken,status,playerId,expiresAt\n"
+                    case "deliveries": "sequence,redemptionId,assetId,sha256,firstAt,lastAt,downloads,completed,bytesServed,complete\n"
+                    default: "sequence,at,code,detail,transactionId,productId,receiptSHA256,clientAddress\n"
+                    }
                 try await writer.write(ByteBuffer(string: header))
             }
             while true {
                 var out = ""
                 let last: Int64?
                 let count: Int
-                if kind == "redemptions" {
+                if kind == "deliveries" {
+                    let rows = try await deliveries?.deliveries(redemptionId: redemptionId, after: filter.after, limit: filter.limit) ?? []
+                    for d in rows { out += format == "csv" ? CSV.line(d) : try CSV.json(d) }
+                    last = rows.last?.sequence
+                    count = rows.count
+                } else if kind == "redemptions" {
                     let rows = try await ledger.redemptions(filter)
                     for r in rows { out += format == "csv" ? CSV.line(r) : try CSV.json(r) }
                     last = rows.last?.sequence

@@ -28,7 +28,8 @@ enum CSV {
             String(r.sequence), field(r.redemptionId), field(r.transactionId), field(r.originalTransactionId), field(r.productId), field(r.bundleId),
             field(r.environment), field(r.purchaseDate.map(RFC3339.format)), String(r.quantity), field(r.receiptSHA256),
             field(r.sourceFormat.rawValue),
-            field(RFC3339.format(r.redeemedAt)), field(r.clientAddress), field(r.appAccountToken), field(r.status),
+            field(RFC3339.format(r.redeemedAt)), field(r.clientAddress), field(r.appAccountToken), field(r.status), field(r.playerId),
+            field(r.expiresAt.map(RFC3339.format)),
         ].joined(separator: ",") + "\n"
     }
 
@@ -36,6 +37,13 @@ enum CSV {
         [
             String(a.sequence), field(RFC3339.format(a.at)), field(a.code), field(a.detail), field(a.transactionId), field(a.productId),
             field(a.receiptSHA256), field(a.clientAddress),
+        ].joined(separator: ",") + "\n"
+    }
+
+    static func line(_ d: Delivery) -> String {
+        [
+            String(d.sequence), field(d.redemptionId), field(d.assetId), field(d.sha256), field(RFC3339.format(d.firstAt)),
+            field(RFC3339.format(d.lastAt)), String(d.downloads), String(d.completed), String(d.bytesServed), d.complete ? "true" : "false",
         ].joined(separator: ",") + "\n"
     }
 

@@ -16,6 +16,25 @@ extension CofferConfiguration {
         try await readLimits(reader)
         try await readLedgerAndTrust(reader)
         try await readContent(reader)
+        try await readPlayers(reader)
+    }
+
+    private mutating func readPlayers(_ reader: ConfigReader) async throws {
+        playerKeyFiles = try await reader.list(.playerKeys) ?? []
+        playerIssuer = try await reader.string(.playerIssuer)
+        playerAudience = try await reader.string(.playerAudience)
+        playerAccountClaim = try await reader.string(.playerAccountClaim) ?? playerAccountClaim
+        let given = [!playerKeyFiles.isEmpty, playerIssuer != nil, playerAudience != nil]
+        if given.contains(true), given.contains(false) {
+            throw CofferConfigurationError("player identity needs all of --player-key, --player-issuer and --player-audience")
+        }
+        if let refunds = try await reader.string(.partialRefunds) {
+            switch refunds {
+            case "revoke": refundPolicy = .revokeAny
+            case "keep": refundPolicy = .revokeFullOnly
+            default: throw CofferConfigurationError("partial-refunds must be revoke (any refund revokes) or keep (only a full refund revokes)")
+            }
+        }
     }
 
     private mutating func readContent(_ reader: ConfigReader) async throws {

@@ -91,6 +91,15 @@ public struct CofferConfiguration: Sendable {
     /// Where the object store's credentials (`AWS_*`) are read from; nil: this process's
     /// environment. (Tests give their own instead of changing the process's.)
     public var credentialEnvironment: [String: String]?
+    /// Player identity: the login service's public keys (PEM or JWKS files), the issuer and
+    /// audience its tokens must name, and the claim a signed `appAccountToken` must equal.
+    /// Empty keys: no player identity.
+    public var playerKeyFiles: [String] = []
+    public var playerIssuer: String?
+    public var playerAudience: String?
+    public var playerAccountClaim = "sub"
+    /// What a prorated refund does (``RefundPolicy``).
+    public var refundPolicy: RefundPolicy = .revokeAny
 
     public init() {}
 }

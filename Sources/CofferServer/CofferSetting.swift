@@ -70,6 +70,12 @@ public struct CofferSetting: Sendable, Hashable {
     public static let s3Region = Self("s3Region", .string, flag: "--s3-region", environment: "COFFER_S3_REGION")
     public static let s3PartSize = Self("s3PartSize", .integer, flag: "--s3-part-size", environment: "COFFER_S3_PART_SIZE")
     public static let downloadMode = Self("downloadMode", .string, flag: "--download-mode", environment: "COFFER_DOWNLOAD_MODE")
+    public static let playerKeys = Self("playerKeys", .list, flag: "--player-key", environment: "COFFER_PLAYER_KEYS")
+    public static let playerIssuer = Self("playerIssuer", .string, flag: "--player-issuer", environment: "COFFER_PLAYER_ISSUER")
+    public static let playerAudience = Self("playerAudience", .string, flag: "--player-audience", environment: "COFFER_PLAYER_AUDIENCE")
+    public static let playerAccountClaim = Self(
+        "playerAccountClaim", .string, flag: "--player-account-claim", environment: "COFFER_PLAYER_ACCOUNT_CLAIM")
+    public static let partialRefunds = Self("partialRefunds", .string, flag: "--partial-refunds", environment: "COFFER_PARTIAL_REFUNDS")
     /// The download-token HMAC key: environment only, a secret.
     public static let tokenKey = Self("tokenKey", .string, flag: nil, environment: "COFFER_TOKEN_KEY", inConfigFile: false, isSecret: true)
     /// The config file's own path.
@@ -80,7 +86,7 @@ public struct CofferSetting: Sendable, Hashable {
         host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
         rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
         accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, trustedProxies, contentStore, s3Endpoint,
-        s3Region, s3PartSize, downloadMode, tokenKey, config,
+        s3Region, s3PartSize, downloadMode, playerKeys, playerIssuer, playerAudience, playerAccountClaim, partialRefunds, tokenKey, config,
     ]
 
     /// The keys a config file may hold.

@@ -130,6 +130,10 @@ struct RedemptionResponse: Encodable {
     var environment: String
     var grant: String?
     var assets: [AssetLink]
+    /// The owner presented a purchase already theirs (200, fresh tokens, no new grant).
+    var restored: Bool?
+    /// A subscription's entitlement end.
+    var entitlementEndsAt: Date?
 
     init(_ outcome: RedemptionOutcome) {
         redemptionId = outcome.redemption.redemptionId
@@ -139,6 +143,34 @@ struct RedemptionResponse: Encodable {
         environment = outcome.redemption.environment
         grant = outcome.grant
         assets = outcome.assets.map(AssetLink.init)
+        restored = outcome.restored ? true : nil
+        entitlementEndsAt = outcome.entitlementEndsAt
+    }
+}
+
+/// `GET /v1/entitlements`: what a player owns.
+struct EntitlementResponse: Encodable {
+    var redemptionId: String
+    var transactionId: String
+    var originalTransactionId: String?
+    var productId: String
+    var environment: String
+    var state: String
+    var endsAt: Date?
+    var inGracePeriod: Bool
+    var assets: [AssetLink]
+
+    init(_ owned: OwnedEntitlement) {
+        let r = owned.entitlement.redemption
+        redemptionId = r.redemptionId
+        transactionId = r.transactionId
+        originalTransactionId = r.originalTransactionId
+        productId = r.productId
+        environment = r.environment
+        state = owned.entitlement.state.rawValue
+        endsAt = owned.entitlement.endsAt
+        inGracePeriod = owned.entitlement.inGracePeriod
+        assets = owned.assets.map(AssetLink.init)
     }
 }
 

@@ -18,6 +18,8 @@ struct DownloadController {
     /// X-Accel-Redirect mode (``CofferConfiguration/accelRedirectPrefix``).
     let accelRedirectPrefix: String?
     let stallTimeoutSeconds: Int64
+    /// Delivery evidence (nil: not recorded).
+    var deliveries: DeliveryRecorder? = nil
 
     func add(to router: Router<CofferRequestContext>) {
         router.get("/v1/downloads/:token") { request, context in try await download(request, context: context, head: false) }
@@ -44,7 +46,9 @@ struct DownloadController {
         // presigned URL is signed for GET, so a HEAD for a bucket's object is answered here.
         let handOff = !head || file != nil
         if mode == .redirect, handOff {
-            return try redirect(claims, contentType: contentType, fileName: fileName)
+            let response = try redirect(claims, contentType: contentType, fileName: fileName)
+            record(claims, sent: 0, finished: false, whole: false)
+            return response
         }
         if mode == .accel, handOff, let prefix = accelRedirectPrefix {
             // nginx sends the bytes (and any Range): a file from its internal location, or
@@ -59,6 +63,7 @@ struct DownloadController {
                 throw Problem(.contentStoreError, "this content store cannot hand downloads to nginx")
             }
             metrics.downloads.increment()
+            record(claims, sent: 0, finished: false, whole: false)
             return Response(status: .ok, headers: headers, body: .init())
         }
         let (status, range) = try Self.range(request.headers[.range], size: size, headers: &headers)
@@ -66,9 +71,17 @@ struct DownloadController {
         headers[.contentLength] = String(length)
         guard let range, !head, length > 0 else {
             metrics.downloads.increment()
+            if !head { record(claims, sent: 0, finished: true, whole: true) }
             return Response(status: status, headers: headers, body: .init())
         }
-        let watch = try watch(context)
+        var watch = try watch(context)
+        if let deliveries {
+            let whole = length == size
+            let now = Date()
+            watch.onFinish = { sent, finished in
+                deliveries.add(Self.report(claims, at: now, sent: sent, finished: finished, whole: whole))
+            }
+        }
         metrics.downloads.increment()
         metrics.downloadBytes.increment(by: length)
         if let file {
@@ -99,6 +112,18 @@ struct DownloadController {
         guard remaining >= 1 else { throw Problem(.tokenExpired, "the download token has expired: redeem again or exchange the grant") }
         let expires = Int(min(Self.presignedLifetime, remaining))
         return content.presignedURL(sha256: claims.sha256, expires: expires, contentType: contentType, fileName: fileName, now: now)
+    }
+
+    /// Adds a download's evidence: hand-offs (redirect, accel) count as started, their bytes
+    /// sent by the store or nginx.
+    func record(_ claims: DownloadClaims, sent: Int64, finished: Bool, whole: Bool) {
+        deliveries?.add(Self.report(claims, at: Date(), sent: sent, finished: finished, whole: whole))
+    }
+
+    static func report(_ claims: DownloadClaims, at: Date, sent: Int64, finished: Bool, whole: Bool) -> Delivery {
+        Delivery(
+            redemptionId: claims.redemptionId, assetId: claims.assetId, sha256: claims.sha256, firstAt: at, lastAt: Date(), downloads: 1,
+            completed: finished ? 1 : 0, bytesServed: sent, complete: finished && whole)
     }
 
     /// Longest life of a presigned download URL, seconds.

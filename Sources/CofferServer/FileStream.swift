@@ -37,6 +37,8 @@ enum FileStream {
         var stallTimeout: TimeAmount
         var onStall: @Sendable () -> Void
         var slot: DownloadSlot?
+        /// Called once when the body ends: the bytes the client accepted, and whether all were.
+        var onFinish: (@Sendable (_ sent: Int64, _ finished: Bool) -> Void)? = nil
     }
 
     /// Streams bytes `range` of the file at `path`, reading the next chunk while the current
@@ -84,6 +86,9 @@ enum FileStream {
             let watchdog = StallWatchdog(channel: watch.channel, timeout: watch.stallTimeout, onStall: watch.onStall)
             defer { watchdog.stop() }
             var slice = Int.max
+            var sent: Int64 = 0
+            var finished = false
+            defer { watch.onFinish?(sent, finished) }
             try await produce { chunk in
                 var chunk = chunk
                 while chunk.readableBytes > 0 {
@@ -91,12 +96,14 @@ enum FileStream {
                     guard let part = chunk.readSlice(length: length) else { return }
                     let started = NIODeadline.now()
                     try await writer.write(part)
+                    sent += Int64(length)
                     try await eventLoop.submit {}.get()
                     watchdog.progress()
                     if NIODeadline.now() - started > slowWrite { slice = slowSliceLength }
                 }
             }
             try await writer.finish(nil)
+            finished = true
         }
     }
 

@@ -7,6 +7,8 @@ import NIOCore
 /// Game clients: redeem a purchase, exchange a grant for fresh tokens.
 struct RedemptionController {
     let vault: Vault
+    /// Player identity (nil: redemptions need no player token, restore is by grant).
+    let players: PlayerTokens?
     let metrics: CofferMetrics
     /// Largest JSON request body (a base64 receipt of 4 MiB is ~5.4 MiB).
     let jsonBodyLimit: Int
@@ -40,6 +42,13 @@ struct RedemptionController {
             let outcome = try await vault.exchange(grant: body.grant, now: Date())
             return try JSON.response(RedemptionResponse(outcome))
         }
+        router.get("/v1/entitlements") { request, context in
+            guard let players else { throw Problem(.notFound, "player identity is not configured: restore with the grant") }
+            let player = try await players.player(authorization: request.headers[.authorization], now: Date())
+            let owned = try await vault.entitlements(of: player, now: Date())
+            context.logger.debug("entitlements", metadata: ["player": "\(player.id)", "count": "\(owned.count)"])
+            return try JSON.response(["items": owned.map(EntitlementResponse.init)])
+        }
     }
 
     /// App Store Server Notifications V2: Apple posts `{"signedPayload": JWS}`. The signature is
@@ -55,6 +64,9 @@ struct RedemptionController {
     }
 
     func redeem(_ request: Request, context: CofferRequestContext) async throws -> Response {
+        // The player is checked before the body is read: an unauthenticated client costs no verification.
+        var player: Player?
+        if let players { player = try await players.player(authorization: request.headers[.authorization], now: Date()) }
         let body = try await JSON.decode(
             RedeemBody.self, from: request, context: context, limit: jsonBodyLimit,
             timeout: bodyTimeout)
@@ -81,14 +93,15 @@ struct RedemptionController {
         do {
             outcome = try await vault.redeem(
                 RedemptionRequest(
-                    proof: proof, transactionId: body.transactionId, appAccountToken: body.appAccountToken, clientAddress: context.clientAddress),
+                    proof: proof, transactionId: body.transactionId, appAccountToken: body.appAccountToken, clientAddress: context.clientAddress,
+                    player: player),
                 now: Date())
         } catch {
             metrics.redemption(result: error.code.rawValue)
             throw error
         }
-        metrics.redemption(result: "redeemed")
+        metrics.redemption(result: outcome.restored ? "restored" : "redeemed")
         metrics.verificationSeconds.record(ContinuousClock.now - start)
-        return try JSON.response(RedemptionResponse(outcome), status: .created)
+        return try JSON.response(RedemptionResponse(outcome), status: outcome.restored ? .ok : .created)
     }
 }

@@ -15,11 +15,18 @@ public struct ServerDependencies: Sendable {
     public var tokens: TokenSigner
     /// The ledger checkpoint key (its public half is served to auditors).
     public var ledgerSigner: LedgerSigner
+    /// Delivery evidence, batched (nil: none recorded). Run as a service by ``buildApplication(_:dependencies:runtime:services:logger:)``.
+    public var deliveries: DeliveryRecorder?
+    /// Player identity (nil: not configured).
+    public var players: PlayerTokens?
 
     public init(
         catalogue: any CatalogueRepository, ledger: any LedgerRepository, ledgerAudit: any LedgerAuditRepository, keys: any KeyRepository,
-        adminLog: any AdminLogRepository, content: any ContentStore, tokens: TokenSigner, ledgerSigner: LedgerSigner
+        adminLog: any AdminLogRepository, content: any ContentStore, tokens: TokenSigner, ledgerSigner: LedgerSigner,
+        deliveries: DeliveryRecorder? = nil, players: PlayerTokens? = nil
     ) {
+        self.deliveries = deliveries
+        self.players = players
         self.catalogue = catalogue
         self.ledger = ledger
         self.ledgerAudit = ledgerAudit

@@ -24,6 +24,8 @@ enum Demo {
             var type: ProductType
             var title: String
             var assetIds: [String]
+            var familyShareable: Bool?
+            var durationSeconds: Int64?
         }
         var bundleId: String
         var assets: [AssetEntry]
@@ -129,7 +131,9 @@ enum Demo {
         }
         for p in manifest.products {
             try await services.catalogue.putProduct(
-                Product(productId: p.productId, bundleId: manifest.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date()))
+                Product(
+                    productId: p.productId, bundleId: manifest.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date(),
+                    familyShareable: p.familyShareable ?? false, durationSeconds: p.durationSeconds))
         }
         let (keys, created) = try await demoKeys(services, reused: reused, logger: logger)
         let admin = keys.admin
@@ -164,6 +168,12 @@ enum Demo {
                   curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"receipt\\":\\"$R\\"}"; echo
                   # 5. the auditor sees the redemption and the refused replay
                   curl -s -H 'Authorization: Bearer \(auditor)' \(base)/v1/audit/attempts; echo
+                  # 6. a season pass (auto-renewable, paid for the next hour): 201, entitlementEndsAt in an hour
+                  S=$($COFFER sandbox transaction --dir \(sandbox.path) --bundle-id \(manifest.bundleId) --product com.coffer.demo.season1 --product-type autoRenewable --transaction-id 5000 --expires-in 3600)
+                  curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"signedTransaction\\":\\"$S\\"}"; echo
+                  # 7. Apple renews it for a month (DID_RENEW): the pass now runs 30 days
+                  N=$($COFFER sandbox notification --dir \(sandbox.path) --type DID_RENEW --bundle-id \(manifest.bundleId) --product com.coffer.demo.season1 --product-type autoRenewable --transaction-id 5001 --original-transaction-id 5000 --expires-in 2592000)
+                  curl -s -X POST \(base)/v1/notifications -H 'Content-Type: application/json' -d "{\\"signedPayload\\":\\"$N\\"}"; echo
                 ────────────────────────────────────────────────────────────────────────────
 
                 """.utf8))

@@ -148,49 +148,107 @@ struct SandboxCommand: AsyncParsableCommand {
         }
     }
 
+    /// What a minted transaction says beyond its ids (transactions and notifications).
+    struct TransactionOptions: ParsableArguments {
+        @Option(name: .customLong("bundle-id")) var bundleId: String
+        @Option var product: String
+        @Option(name: .customLong("transaction-id")) var transactionId: String
+        @Option(name: .customLong("original-transaction-id"), help: "Default: the transaction id (a renewal names its first transaction).")
+        var originalTransactionId: String?
+        @Option(name: .customLong("product-type"), help: "consumable, nonConsumable, autoRenewable or nonRenewing.")
+        var productType = "nonConsumable"
+        @Option(name: .customLong("purchase-date"), help: "ISO 8601; default now.") var purchaseDate: String?
+        @Option(name: .customLong("expires"), help: "ISO 8601 expiresDate (subscriptions).") var expires: String?
+        @Option(name: .customLong("expires-in"), help: "expiresDate as seconds from now (subscriptions; negative: already lapsed).")
+        var expiresIn: Int?
+        @Option(name: .customLong("revocation-date"), help: "ISO 8601: the purchase was refunded or revoked.") var revocationDate: String?
+        @Option(name: .customLong("app-account-token")) var appAccountToken: String?
+        @Option(help: "PURCHASED or FAMILY_SHARED (inAppOwnershipType).") var ownership = "PURCHASED"
+        @Flag(help: "The subscription transaction was upgraded (isUpgraded).") var upgraded = false
+        @Option(help: "Production, Sandbox, Xcode or LocalTesting.") var environment = "LocalTesting"
+
+        static let appleTypes = [
+            "consumable": "Consumable", "nonConsumable": "Non-Consumable", "autoRenewable": "Auto-Renewable Subscription",
+            "nonRenewing": "Non-Renewing Subscription",
+        ]
+
+        func spec(now: Date) throws -> TransactionSpec {
+            guard let type = Self.appleTypes[productType] else {
+                throw UsageError("--product-type must be consumable, nonConsumable, autoRenewable or nonRenewing")
+            }
+            guard ["PURCHASED", "FAMILY_SHARED"].contains(ownership) else { throw UsageError("--ownership must be PURCHASED or FAMILY_SHARED") }
+            var spec = TransactionSpec(bundleId: bundleId, productId: product, transactionId: transactionId)
+            spec.type = type
+            spec.originalTransactionId = originalTransactionId
+            spec.purchaseDate = try IO.date(purchaseDate, "--purchase-date")
+            spec.expiresDate = try IO.date(expires, "--expires") ?? expiresIn.map { now.addingTimeInterval(TimeInterval($0)) }
+            if productType == "autoRenewable" && spec.expiresDate == nil {
+                throw UsageError("an autoRenewable transaction needs --expires or --expires-in")
+            }
+            spec.revocationDate = try IO.date(revocationDate, "--revocation-date")
+            spec.environment = try SandboxCommand.environment(environment)
+            spec.appAccountToken = appAccountToken
+            spec.ownershipType = ownership
+            spec.isUpgraded = upgraded
+            return spec
+        }
+    }
+
     struct Transaction: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Mint a StoreKit 2 signed transaction (prints the compact JWS).")
 
         @Option(help: "Sandbox CA directory.") var dir: String
-        @Option(name: .customLong("bundle-id")) var bundleId: String
-        @Option var product: String
-        @Option(name: .customLong("transaction-id")) var transactionId: String
-        @Option(name: .customLong("original-transaction-id")) var originalTransactionId: String?
-        @Option(name: .customLong("revocation-date"), help: "ISO 8601: the purchase was refunded or revoked.") var revocationDate: String?
-        @Option(name: .customLong("app-account-token")) var appAccountToken: String?
-        @Option(help: "Production, Sandbox, Xcode or LocalTesting.") var environment = "LocalTesting"
+        @OptionGroup var transaction: TransactionOptions
         @Option(help: "Write the JWS to this file.") var out: String?
 
         func run() async throws {
             let ca = try SandboxCommand.load(dir)
-            var spec = TransactionSpec(bundleId: bundleId, productId: product, transactionId: transactionId)
-            spec.originalTransactionId = originalTransactionId
-            spec.revocationDate = try IO.date(revocationDate, "--revocation-date")
-            spec.environment = try SandboxCommand.environment(environment)
-            spec.appAccountToken = appAccountToken
-            let jws = try ca.mintTransaction(spec, now: Date())
+            let now = Date()
+            let jws = try ca.mintTransaction(try transaction.spec(now: now), now: now)
             try IO.output(Array((jws + (out == nil ? "\n" : "")).utf8), to: out)
         }
     }
 
     struct Notification: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Mint an App Store Server Notification V2 with a nested signed transaction.")
+            abstract: "Mint an App Store Server Notification V2 with a nested signed transaction (and renewal info for subscriptions).",
+            discussion: """
+                Types Coffer acts on: REFUND, REVOKE, REFUND_REVERSED, REFUND_DECLINED, SUBSCRIBED, DID_RENEW, DID_FAIL_TO_RENEW \
+                (--subtype GRACE_PERIOD with --grace-period-in), GRACE_PERIOD_EXPIRED, EXPIRED (--subtype VOLUNTARY, BILLING_RETRY, …), \
+                DID_CHANGE_RENEWAL_STATUS (--subtype AUTO_RENEW_ENABLED / AUTO_RENEW_DISABLED).
+                """)
 
         @Option(help: "Sandbox CA directory.") var dir: String
-        @Option(help: "REFUND, REVOKE, ONE_TIME_CHARGE, DID_RENEW, …") var type: String
+        @Option(help: "REFUND, REVOKE, REFUND_REVERSED, DID_RENEW, …") var type: String
         @Option var subtype: String?
-        @Option(name: .customLong("bundle-id")) var bundleId: String
-        @Option var product: String
-        @Option(name: .customLong("transaction-id")) var transactionId: String
-        @Option(help: "Production, Sandbox, Xcode or LocalTesting.") var environment = "LocalTesting"
+        @OptionGroup var transaction: TransactionOptions
+        @Option(name: .customLong("grace-period-in"), help: "Renewal info's gracePeriodExpiresDate, seconds from now.") var gracePeriodIn: Int?
+        @Flag(name: .customLong("billing-retry"), help: "Renewal info: isInBillingRetryPeriod.") var billingRetry = false
+        @Flag(name: .customLong("auto-renew-off"), help: "Renewal info: autoRenewStatus 0.") var autoRenewOff = false
+        @Option(name: .customLong("revocation-type"), help: "REFUND_FULL, REFUND_PRORATED or FAMILY_REVOKE.") var revocationType: String?
+        @Option(name: .customLong("revocation-percentage"), help: "A prorated refund's share, thousandths of a percent (50000 = 50 %).")
+        var revocationPercentage: Int?
+        @Option(name: .customLong("notification-uuid"), help: "Default: a new UUID.") var notificationUUID: String?
         @Option(help: "Write the JWS to this file.") var out: String?
 
         func run() async throws {
             let ca = try SandboxCommand.load(dir)
-            var spec = TransactionSpec(bundleId: bundleId, productId: product, transactionId: transactionId)
-            spec.environment = try SandboxCommand.environment(environment)
-            let jws = try ca.mintNotification(type: type, subtype: subtype, transaction: spec, now: Date())
+            let now = Date()
+            var spec = try transaction.spec(now: now)
+            spec.revocationType = revocationType
+            spec.revocationPercentage = revocationPercentage
+            var renewal: RenewalSpec?
+            if spec.expiresDate != nil || gracePeriodIn != nil || billingRetry || autoRenewOff {
+                var r = RenewalSpec(productId: spec.productId, originalTransactionId: spec.originalTransactionId ?? spec.transactionId)
+                r.environment = spec.environment
+                r.renewalDate = spec.expiresDate
+                r.gracePeriodExpiresDate = gracePeriodIn.map { now.addingTimeInterval(TimeInterval($0)) }
+                r.isInBillingRetryPeriod = billingRetry
+                r.autoRenew = !autoRenewOff
+                renewal = r
+            }
+            let jws = try ca.mintNotification(
+                type: type, subtype: subtype, transaction: spec, renewal: renewal, notificationUUID: notificationUUID, now: now)
             try IO.output(Array((jws + (out == nil ? "\n" : "")).utf8), to: out)
         }
     }

@@ -16,7 +16,8 @@ extension ServeCommand {
         let strings: [(CofferSetting, String?)] = [
             (.host, host), (.dataDirectory, dataDir), (.config, config), (.logLevel, logLevel), (.accelRedirect, accelRedirect),
             (.ledgerKey, ledgerKey), (.database, database), (.contentStore, contentStore), (.s3Endpoint, s3Endpoint), (.s3Region, s3Region),
-            (.downloadMode, downloadMode),
+            (.downloadMode, downloadMode), (.playerIssuer, playerIssuer), (.playerAudience, playerAudience),
+            (.playerAccountClaim, playerAccountClaim), (.partialRefunds, partialRefunds),
         ]
         let integers: [(CofferSetting, Int?)] = [
             (.port, port), (.appAppleId, appAppleId), (.tokenTTL, tokenTTL), (.uploadLimit, uploadLimit), (.rateRedemptions, rateRedemptions),
@@ -27,6 +28,7 @@ extension ServeCommand {
         ]
         let lists: [(CofferSetting, [String])] = [
             (.bundleIds, bundleIds), (.roots, trust.roots), (.environments, trust.environments), (.trustedProxies, trustedProxies),
+            (.playerKeys, playerKeys),
         ]
         let given =
             strings.compactMap { setting, value in value.map { (setting, ConfigContent.string($0)) } }

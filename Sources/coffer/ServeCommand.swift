@@ -81,6 +81,22 @@ struct ServeCommand: AsyncParsableCommand {
             "stream (Coffer sends the bytes), redirect (302 to a presigned URL of the bucket, ≤ 60 s) or accel (nginx, with --accel-redirect). Default: stream (accel when --accel-redirect is set)."
     )
     var downloadMode: String?
+    @Option(
+        name: .customLong("player-key"),
+        help:
+            "The game login service's public key for player tokens: a PEM file (P-256 for ES256, Ed25519 for EdDSA) or a JWKS file; repeat for rotation. With --player-issuer and --player-audience, redemptions need Authorization: Bearer <player token>."
+    )
+    var playerKeys: [String] = []
+    @Option(name: .customLong("player-issuer"), help: "The iss player tokens must carry.") var playerIssuer: String?
+    @Option(name: .customLong("player-audience"), help: "The aud player tokens must carry.") var playerAudience: String?
+    @Option(
+        name: .customLong("player-account-claim"),
+        help: "The player token claim (a UUID) a purchase's signed appAccountToken must equal. Default: sub.")
+    var playerAccountClaim: String?
+    @Option(
+        name: .customLong("partial-refunds"),
+        help: "revoke (any refund revokes the purchase) or keep (a prorated refund is recorded, only a full refund revokes). Default: revoke.")
+    var partialRefunds: String?
     @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
     @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
     var printConfig = false
@@ -143,6 +159,11 @@ extension ServeCommand {
         var s3Region: String
         var s3PartSize: Int
         var downloadMode: String
+        var playerKeys: [String]
+        var playerIssuer: String?
+        var playerAudience: String?
+        var playerAccountClaim: String
+        var partialRefunds: String
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -157,7 +178,9 @@ extension ServeCommand {
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },
             databasePoolSize: c.databasePoolSize, contentStore: c.contentStore, s3Endpoint: c.s3Endpoint, s3Region: c.s3Region,
-            s3PartSize: c.s3PartSize, downloadMode: c.downloadMode.rawValue, tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
+            s3PartSize: c.s3PartSize, downloadMode: c.downloadMode.rawValue, playerKeys: c.playerKeyFiles, playerIssuer: c.playerIssuer,
+            playerAudience: c.playerAudience, playerAccountClaim: c.playerAccountClaim,
+            partialRefunds: c.refundPolicy == .revokeAny ? "revoke" : "keep", tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         print(String(decoding: try encoder.encode(resolved), as: UTF8.self))
