@@ -67,6 +67,9 @@ struct ConfigurationTableTests {
         "s3Endpoint": ("http://flag.example:9000", "https://env.example", "http://file.example:9001"),
         "s3Region": ("eu-west-1", "auto", "us-west-2"), "s3PartSize": (5_242_880, 6_291_456, 7_340_032),
         "downloadMode": ("accel", "accel", "accel"),
+        "playerKeys": (["/k/f1.pem", "/k/f2.jwks"], ["/k/e.pem"], ["/k/c.pem"]), "playerIssuer": ("iss-f", "iss-e", "iss-c"),
+        "playerAudience": ("aud-f", "aud-e", "aud-c"), "playerAccountClaim": ("acct_f", "acct_e", "acct_c"),
+        "partialRefunds": ("keep", "revoke", "keep"),
         "trustedProxies": (["192.0.2.1", "192.0.2.2"], ["192.0.2.3", "2001:db8::4"], ["192.0.2.5"]), "tokenKey": ("c2VjcmV0", "c2VjcmV0", ""),
     ]
 

@@ -56,8 +56,8 @@ struct DatabaseTests {
                     """)
             #expect(tables == 6)
             let indexes = try db.fetchInt(sql: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'redemptions_%'")
-            // replay (environment, key), transaction id, original transaction id, product, bundle, date.
-            #expect(indexes == 6)
+            // replay (environment, key), transaction id, original transaction id, product, bundle, date, player.
+            #expect(indexes == 7)
         }
     }
 
