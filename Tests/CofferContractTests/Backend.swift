@@ -34,7 +34,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
             return try await body(
                 ContractStorage(
                     catalogue: InMemoryCatalogue(), ledger: ledger, ledgerAudit: ledger, adminLog: ledger, keys: InMemoryKeys(),
-                    content: InMemoryContentStore(chunkSize: 7)))
+                    content: InMemoryContentStore(chunkSize: 7), deliveries: ledger))
         case .sqlite:
             return try await withTemporaryDirectory(prefix: "coffer-contract") { directory in
                 let database = try CofferDatabase(path: directory.appendingPathComponent("coffer.sqlite").path)
@@ -45,7 +45,8 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                     ContractStorage(
                         catalogue: SQLiteCatalogue(database), ledger: ledger, ledgerAudit: ledger,
                         adminLog: SQLiteAdminLog(database, checkpoints: policy), keys: SQLiteKeys(database),
-                        content: try LocalContentStore(root: directory.appendingPathComponent("content").path)))
+                        content: try LocalContentStore(root: directory.appendingPathComponent("content").path),
+                        deliveries: SQLiteDeliveries(database)))
             }
         case .postgres:
             let url = try PostgresURL(try PostgresCluster.shared().createDatabase())
@@ -60,7 +61,8 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                         ContractStorage(
                             catalogue: PostgresCatalogue(backend), ledger: ledger, ledgerAudit: ledger,
                             adminLog: PostgresAdminLog(backend, checkpoints: policy), keys: PostgresKeys(backend),
-                            content: try LocalContentStore(root: directory.appendingPathComponent("content").path)))
+                            content: try LocalContentStore(root: directory.appendingPathComponent("content").path),
+                            deliveries: PostgresDeliveries(backend)))
                 }
                 await ledger.finishWrites()
                 await backend.close()

@@ -9,4 +9,5 @@ struct ContractStorage: Sendable {
     var adminLog: any AdminLogRepository
     var keys: any KeyRepository
     var content: any ContentStore
+    var deliveries: any DeliveryRepository
 }

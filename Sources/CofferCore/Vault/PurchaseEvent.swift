@@ -21,6 +21,9 @@ public struct PurchaseEvent: Codable, Sendable, Hashable {
         case partialRefund
         /// A refund after a reversal: the purchase is revoked again.
         case revokedAgain
+        /// A notification that matched nothing to change (a reversal of a purchase that is not
+        /// revoked): recorded for the audit, ignored by the fold.
+        case recordedOnly
     }
 
     public enum Source: String, Codable, Sendable, Hashable {

@@ -78,7 +78,7 @@ extension Vault {
             } else {
                 reinstates = false
             }
-            let outcome = try await append(reinstates ? .refundReversed : .refundDeclined, context, existing: existing, detail: reason)
+            let outcome = try await append(reinstates ? .refundReversed : .recordedOnly, context, existing: existing, detail: reason)
             return outcome == .duplicate ? .duplicate : reinstates ? .reinstated : .recorded
         case "REFUND_DECLINED":
             return try await append(.refundDeclined, context, existing: existing, detail: reason) == .duplicate ? .duplicate : .recorded

@@ -1,0 +1,341 @@
+import CofferCore
+import CofferSandbox
+import CofferTestSupport
+import Crypto
+import Foundation
+import Testing
+
+/// Players, restore, subscriptions and the refund lifecycle: the vault's rules over the
+/// in-memory ledger and the sandbox CA. Every outcome is a chained event: each test ends with
+/// the ledger's export verifying.
+@Suite struct PlayerVaultTests {
+    static let bundle = "com.coffer.demo"
+    static let pack = "com.coffer.demo.pack"
+    static let season = "com.coffer.demo.season"
+    static let month = "com.coffer.demo.month"
+    static let shared = "com.coffer.demo.shared"
+    static let alice = Player(id: "a1e5c0de-0000-4000-8000-000000000001", accountToken: "a1e5c0de-0000-4000-8000-000000000001")
+    static let bob = Player(id: "b0b0b0b0-0000-4000-8000-000000000002", accountToken: "b0b0b0b0-0000-4000-8000-000000000002")
+    static let hour: TimeInterval = 3600
+
+    struct World {
+        let vault: Vault
+        let ledger: InMemoryLedger
+        let signer = LedgerSigner(privateKey: .init())
+
+        init(refundPolicy: RefundPolicy = .revokeAny) async throws {
+            let catalogue = InMemoryCatalogue()
+            ledger = InMemoryLedger(signer: signer, checkpointEvery: 3)
+            _ = try await catalogue.addAssetVersion(
+                assetId: "level", name: "level.bin", contentType: "application/octet-stream", size: 3, sha256: fakeHash("level"), at: testNow)
+            for (id, type, duration, family) in [
+                (PlayerVaultTests.pack, ProductType.nonConsumable, nil, false), (PlayerVaultTests.season, .autoRenewable, nil, false),
+                (PlayerVaultTests.month, .nonRenewing, Int64(30 * 86400), false), (PlayerVaultTests.shared, .nonConsumable, nil, true),
+            ] as [(String, ProductType, Int64?, Bool)] {
+                await catalogue.putProduct(
+                    Product(
+                        productId: id, bundleId: PlayerVaultTests.bundle, type: type, assetIds: ["level"], title: id, updatedAt: testNow,
+                        familyShareable: family, durationSeconds: duration))
+            }
+            vault = Vault(
+                verifier: try sandboxVerifier(), catalogue: catalogue, ledger: ledger, tokens: VaultTests.tokens, tokenTTL: 600,
+                refundPolicy: refundPolicy)
+        }
+
+        func attempts() async -> [String] { await ledger.attempts(AuditFilter()).map { "\($0.code) \($0.transactionId ?? "-")" } }
+        func events() async -> [String] { await ledger.purchaseEvents(after: 0, limit: 100).map(\.kind) }
+
+        /// The ledger's export verifies with its key.
+        func expectIntact(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            var text = ""
+            try await ledger.export(publicKey: signer.publicKey, now: testNow) { text += $0 }
+            let report = LedgerExport.verify(Data(text.utf8), publicKey: signer.publicKey)
+            #expect(report.intact, "\(String(describing: report.problem))", sourceLocation: sourceLocation)
+        }
+    }
+
+    static func spec(
+        _ transactionId: String, product: String = pack, type: String = "Non-Consumable", original: String? = nil, expires: Date? = nil,
+        token: String? = nil
+    ) -> TransactionSpec {
+        var spec = TransactionSpec(bundleId: bundle, productId: product, transactionId: transactionId)
+        spec.type = type
+        spec.originalTransactionId = original
+        spec.expiresDate = expires
+        spec.appAccountToken = token
+        return spec
+    }
+
+    static func request(_ spec: TransactionSpec, player: Player? = nil) throws -> RedemptionRequest {
+        RedemptionRequest(proof: .signedTransaction(try sharedCA.mintTransaction(spec, now: testNow)), clientAddress: "192.0.2.7", player: player)
+    }
+
+    static func subscription(_ transactionId: String, original: String = "900", expires: Date) -> TransactionSpec {
+        spec(transactionId, product: season, type: "Auto-Renewable Subscription", original: original, expires: expires)
+    }
+
+    static func notify(
+        _ vault: Vault, _ type: String, subtype: String? = nil, _ spec: TransactionSpec, renewal: RenewalSpec? = nil, uuid: String? = nil,
+        now: Date = testNow
+    ) async throws -> Vault.NotificationOutcome {
+        try await vault.handleNotification(
+            try sharedCA.mintNotification(type: type, subtype: subtype, transaction: spec, renewal: renewal, notificationUUID: uuid, now: testNow),
+            now: now)
+    }
+
+    @Test func theOwnerRestoresOnANewDeviceAndAnotherPlayerIsRefused() async throws {
+        let world = try await World()
+        let first = try await world.vault.redeem(try Self.request(Self.spec("100"), player: Self.alice), now: testNow)
+        #expect(first.redemption.playerId == Self.alice.id && first.grant != nil && !first.restored)
+        // The same transaction again, by its owner: fresh tokens, no new redemption or grant.
+        let again = try await world.vault.redeem(try Self.request(Self.spec("100"), player: Self.alice), now: testNow.addingTimeInterval(60))
+        #expect(again.restored && again.grant == nil && again.redemption.redemptionId == first.redemption.redemptionId)
+        #expect(again.assets.count == 1 && again.assets[0].token != first.assets[0].token)
+        // A restored non-consumable on a new device: a new transaction id, the same original.
+        let restored = try await world.vault.redeem(try Self.request(Self.spec("101", original: "100"), player: Self.alice), now: testNow)
+        #expect(restored.restored && restored.redemption.redemptionId == first.redemption.redemptionId)
+        // Another player: 409, recorded.
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("100"), player: Self.bob), now: testNow) }, 409,
+            .alreadyRedeemed)
+        #expect(await world.attempts() == ["alreadyRedeemed 100"])
+        #expect(await world.events() == ["restore", "restore"])
+        #expect(await world.ledger.purchaseEvents(after: 0, limit: 10).allSatisfy { $0.playerId == Self.alice.id })
+        // What Alice owns, with fresh URLs and no receipt; Bob owns nothing.
+        let owned = try await world.vault.entitlements(of: Self.alice, now: testNow)
+        #expect(owned.map(\.entitlement.redemption.transactionId) == ["100"] && owned[0].entitlement.state == .active && owned[0].assets.count == 1)
+        #expect(try await world.vault.entitlements(of: Self.bob, now: testNow).isEmpty)
+        try await world.expectIntact()
+    }
+
+    @Test func withoutPlayersAReplayStaysAConflictAndRestoreIsByGrant() async throws {
+        let world = try await World()
+        let first = try await world.vault.redeem(try Self.request(Self.spec("110")), now: testNow)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("110")), now: testNow) }, 409, .alreadyRedeemed)
+        // A purchase redeemed without a player cannot be claimed by one later.
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("110"), player: Self.alice), now: testNow) }, 409,
+            .alreadyRedeemed)
+        let exchanged = try await world.vault.exchange(grant: try #require(first.grant), now: testNow)
+        #expect(exchanged.assets.count == 1)
+        #expect(await world.events().isEmpty)
+    }
+
+    @Test func aSignedAppAccountTokenMustBeThePlayersAccount() async throws {
+        let world = try await World()
+        VaultTests.expect(
+            await VaultTests.failure {
+                try await world.vault.redeem(try Self.request(Self.spec("120", token: Self.bob.id), player: Self.alice), now: testNow)
+            }, 422, .accountMismatch)
+        let mine = try await world.vault.redeem(try Self.request(Self.spec("121", token: Self.alice.id.uppercased()), player: Self.alice), now: testNow)
+        #expect(mine.redemption.appAccountToken == Self.alice.id.uppercased())
+        // A player whose account claim is not a UUID matches no signed token; purchases without one are fine.
+        let nameOnly = Player(id: "alice@example.com", accountToken: nil)
+        VaultTests.expect(
+            await VaultTests.failure {
+                try await world.vault.redeem(try Self.request(Self.spec("122", token: Self.alice.id), player: nameOnly), now: testNow)
+            }, 422, .accountMismatch)
+        #expect(try await world.vault.redeem(try Self.request(Self.spec("123"), player: nameOnly), now: testNow).redemption.playerId == nameOnly.id)
+        #expect(await world.attempts() == ["accountMismatch 120", "accountMismatch 122"])
+    }
+
+    @Test func aSeasonPassEntitlesWhilePaidRenewalsExtendItAndTokensNeverOutliveIt() async throws {
+        let world = try await World()
+        let end = testNow.addingTimeInterval(Self.hour)
+        let pass = try await world.vault.redeem(try Self.request(Self.subscription("900", expires: end), player: Self.alice), now: testNow)
+        #expect(pass.redemption.expiresAt == end && pass.entitlementEndsAt == end)
+        // Ten minutes before the end, a token lives ten minutes, not the full TTL.
+        let late = try await world.vault.exchange(grant: try #require(pass.grant), now: end.addingTimeInterval(-300))
+        #expect(late.assets[0].expiresAt == end)
+        // Lapsed: no tokens, no restore.
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: end.addingTimeInterval(1)) }, 403,
+            .entitlementExpired)
+        VaultTests.expect(
+            await VaultTests.failure {
+                try await world.vault.redeem(try Self.request(Self.subscription("900", expires: end), player: Self.alice), now: end.addingTimeInterval(1))
+            }, 403, .entitlementExpired)
+        // The renewal (a new transaction, the same original) extends it — a 200 restore for its owner.
+        let next = end.addingTimeInterval(30 * 86400)
+        let renewed = try await world.vault.redeem(
+            try Self.request(Self.subscription("901", expires: next), player: Self.alice), now: end.addingTimeInterval(10))
+        #expect(renewed.restored && renewed.entitlementEndsAt == next)
+        // Another player presenting a later renewal: 409, and the renewal still counts (Apple signed it).
+        let later = next.addingTimeInterval(30 * 86400)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.subscription("902", expires: later), player: Self.bob), now: next) },
+            409, .alreadyRedeemed)
+        let owned = try await world.vault.entitlements(of: Self.alice, now: next.addingTimeInterval(60))
+        #expect(owned.first?.entitlement.endsAt == later && owned.first?.entitlement.state == .active)
+        #expect(await world.events() == ["renewal", "restore", "renewal"])
+        try await world.expectIntact()
+    }
+
+    @Test func upgradedTransactionsDoNotGrantAndNonRenewingPassesLastTheirDuration() async throws {
+        let world = try await World()
+        var upgraded = Self.subscription("910", original: "910", expires: testNow.addingTimeInterval(Self.hour))
+        upgraded.isUpgraded = true
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(upgraded), now: testNow) }, 409, .upgradedTransaction)
+        var month = Self.spec("920", product: Self.month, type: "Non-Renewing Subscription")
+        month.purchaseDate = testNow
+        let bought = try await world.vault.redeem(try Self.request(month), now: testNow)
+        #expect(bought.entitlementEndsAt == testNow.addingTimeInterval(30 * 86400))
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(bought.grant), now: testNow.addingTimeInterval(31 * 86400)) },
+            403, .entitlementExpired)
+        // A subscription transaction for a non-consumable product is not it.
+        VaultTests.expect(
+            await VaultTests.failure {
+                try await world.vault.redeem(
+                    try Self.request(Self.spec("930", type: "Auto-Renewable Subscription", expires: testNow.addingTimeInterval(60))), now: testNow)
+            }, 422, .productTypeMismatch)
+    }
+
+    @Test func subscriptionNotificationsMoveTheEntitlement() async throws {
+        let world = try await World()
+        let end = testNow.addingTimeInterval(Self.hour)
+        let pass = try await world.vault.redeem(try Self.request(Self.subscription("940", original: "940", expires: end)), now: testNow)
+        let grant = try #require(pass.grant)
+        // SUBSCRIBED and DID_CHANGE_RENEWAL_STATUS are recorded; DID_RENEW extends.
+        #expect(try await Self.notify(world.vault, "SUBSCRIBED", subtype: "INITIAL_BUY", Self.subscription("940", original: "940", expires: end)) == .updated)
+        #expect(
+            try await Self.notify(
+                world.vault, "DID_CHANGE_RENEWAL_STATUS", subtype: "AUTO_RENEW_DISABLED", Self.subscription("940", original: "940", expires: end))
+                == .updated)
+        let renewedEnd = end.addingTimeInterval(Self.hour)
+        #expect(try await Self.notify(world.vault, "DID_RENEW", Self.subscription("941", original: "940", expires: renewedEnd), uuid: "n-renew") == .updated)
+        #expect(try await Self.notify(world.vault, "DID_RENEW", Self.subscription("941", original: "940", expires: renewedEnd), uuid: "n-renew") == .duplicate)
+        #expect(try await world.vault.exchange(grant: grant, now: end.addingTimeInterval(60)).entitlementEndsAt == renewedEnd)
+        // Billing fails: a grace period keeps it entitled past its end…
+        var renewal = RenewalSpec(productId: Self.season, originalTransactionId: "940")
+        renewal.gracePeriodExpiresDate = renewedEnd.addingTimeInterval(6 * 86400)
+        renewal.isInBillingRetryPeriod = true
+        #expect(
+            try await Self.notify(
+                world.vault, "DID_FAIL_TO_RENEW", subtype: "GRACE_PERIOD", Self.subscription("941", original: "940", expires: renewedEnd),
+                renewal: renewal) == .updated)
+        let inGrace = try await world.vault.exchange(grant: grant, now: renewedEnd.addingTimeInterval(86400))
+        #expect(inGrace.entitlementEndsAt == renewal.gracePeriodExpiresDate)
+        // …until GRACE_PERIOD_EXPIRED ends it (at its signing time).
+        #expect(
+            try await Self.notify(world.vault, "GRACE_PERIOD_EXPIRED", Self.subscription("941", original: "940", expires: renewedEnd))
+                == .updated)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: grant, now: renewedEnd.addingTimeInterval(86400)) }, 403,
+            .entitlementExpired)
+        #expect(
+            try await Self.notify(world.vault, "EXPIRED", subtype: "BILLING_RETRY", Self.subscription("941", original: "940", expires: renewedEnd))
+                == .updated)
+        let events = await world.ledger.purchaseEvents(after: 0, limit: 100)
+        let reasons: [String] = events.map { event in String(event.detail.prefix { $0 != " " }) }
+        let expected = [
+            "SUBSCRIBED/INITIAL_BUY", "DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_DISABLED", "DID_RENEW", "DID_FAIL_TO_RENEW/GRACE_PERIOD",
+            "GRACE_PERIOD_EXPIRED", "EXPIRED/BILLING_RETRY",
+        ]
+        #expect(reasons == expected)
+        #expect(events.allSatisfy { $0.redemptionId == pass.redemption.redemptionId && $0.source == .notification })
+        try await world.expectIntact()
+    }
+
+    @Test func refundsReversalsAndDeclinesFollowTheLifecycle() async throws {
+        let world = try await World()
+        let bought = try await world.vault.redeem(try Self.request(Self.spec("950")), now: testNow)
+        let grant = try #require(bought.grant)
+        #expect(try await Self.notify(world.vault, "REFUND_DECLINED", Self.spec("950")) == .recorded)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("950")) == .recorded, "nothing to reverse yet")
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("950")) == .revoked)
+        VaultTests.expect(await VaultTests.failure { try await world.vault.exchange(grant: grant, now: testNow) }, 403, .grantInvalid)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("950")) == .reinstated)
+        #expect(try await world.vault.exchange(grant: grant, now: testNow).assets.count == 1)
+        // Refunded again after the reversal: revoked again.
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("950")) == .revoked)
+        VaultTests.expect(await VaultTests.failure { try await world.vault.exchange(grant: grant, now: testNow) }, 403, .grantInvalid)
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("950")) == .alreadyRevoked)
+        #expect(await world.events() == ["refundDeclined", "recordedOnly", "refundReversed", "revokedAgain"])
+        try await world.expectIntact()
+    }
+
+    @Test func partialRefundsFollowThePolicy() async throws {
+        var prorated = Self.spec("960")
+        prorated.revocationType = "REFUND_PRORATED"
+        prorated.revocationPercentage = 25_000
+        // Default: any refund revokes; the share is recorded in the revocation's reason.
+        let strict = try await World()
+        _ = try await strict.vault.redeem(try Self.request(Self.spec("960")), now: testNow)
+        #expect(try await Self.notify(strict.vault, "REFUND", prorated) == .revoked)
+        #expect(await strict.ledger.revocations(after: 0, limit: 1).first?.reason == "REFUND REFUND_PRORATED 25.000%")
+        // revokeFullOnly: a prorated refund is recorded, the purchase still entitles; a full one revokes.
+        let lenient = try await World(refundPolicy: .revokeFullOnly)
+        let kept = try await lenient.vault.redeem(try Self.request(Self.spec("960")), now: testNow)
+        #expect(try await Self.notify(lenient.vault, "REFUND", prorated) == .recorded)
+        #expect(try await lenient.vault.exchange(grant: try #require(kept.grant), now: testNow).assets.count == 1)
+        #expect(await lenient.events() == ["partialRefund"])
+        var full = Self.spec("960")
+        full.revocationType = "REFUND_FULL"
+        #expect(try await Self.notify(lenient.vault, "REFUND", full) == .revoked)
+        try await lenient.expectIntact()
+    }
+
+    @Test func familySharingIsPerProductAndFamilyRevokeEndsIt() async throws {
+        let world = try await World()
+        var sharedPack = Self.spec("970")
+        sharedPack.ownershipType = "FAMILY_SHARED"
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(sharedPack), now: testNow) }, 403, .familySharingNotAllowed)
+        var shareable = Self.spec("971", product: Self.shared)
+        shareable.ownershipType = "FAMILY_SHARED"
+        let family = try await world.vault.redeem(try Self.request(shareable), now: testNow)
+        shareable.revocationType = "FAMILY_REVOKE"
+        #expect(try await Self.notify(world.vault, "REVOKE", shareable) == .revoked)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(family.grant), now: testNow) }, 403, .grantInvalid)
+        #expect(await world.attempts() == ["familySharingNotAllowed 970"])
+    }
+
+    /// Real Apple data (Sandbox, a Session Pro subscription): J10 is a DID_RENEW whose nested
+    /// transaction (J10a) and renewal info (J10b) are separately signed JWS; J23 a later REFUND
+    /// of the same subscription (same original transaction id).
+    @Test func realAppleVectorsDriveASubscriptionFromRedemptionToRefund() async throws {
+        let bundle = "com.loki-project.loki-messenger"
+        let catalogue = InMemoryCatalogue()
+        let ledger = InMemoryLedger(signer: LedgerSigner(privateKey: .init()), checkpointEvery: 2)
+        _ = try await catalogue.addAssetVersion(
+            assetId: "pro", name: "pro.bin", contentType: "application/octet-stream", size: 3, sha256: fakeHash("pro"), at: testNow)
+        await catalogue.putProduct(
+            Product(
+                productId: "com.getsession.org.pro_sub", bundleId: bundle, type: .autoRenewable, assetIds: ["pro"], title: "Session Pro",
+                updatedAt: testNow))
+        let vault = Vault(
+            verifier: AppStoreVerifier(
+                configuration: VerifierConfiguration(anchors: [try .apple(AppleRoots.appleRootCAG3, allowSandbox: true)], bundleIds: [bundle])),
+            catalogue: catalogue, ledger: ledger, tokens: VaultTests.tokens)
+        func text(_ name: String) throws -> String {
+            String(decoding: try Fixtures.bytes(name), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let renewNotification = try text("jws/J10_real_sandbox_notification_DID_RENEW_1759302518835_session.jws")
+        let renewedTransaction = try text("jws/J10a_real_sandbox_txn_nested_in_J10_session.jws")
+        let refundNotification = try text("jws/J23_real_sandbox_notification_REFUND_1760592122788_session.jws")
+        let during = Date(timeIntervalSince1970: 1_759_302_600)  // after J10a's purchase, before its expiresDate
+        let expires = Date(timeIntervalSince1970: 1_759_302_732)
+
+        // DID_RENEW arrives first: recorded against the purchase, which is not redeemed yet.
+        #expect(try await vault.handleNotification(renewNotification, now: during) == .updated)
+        #expect(try await vault.handleNotification(renewNotification, now: during) == .duplicate, "Apple retries: recorded once")
+        let redeemed = try await vault.redeem(RedemptionRequest(proof: .signedTransaction(renewedTransaction), clientAddress: "192.0.2.1"), now: during)
+        #expect(redeemed.redemption.replayKey == "2000001024993299" && redeemed.redemption.expiresAt == expires)
+        #expect(redeemed.assets.first?.expiresAt == expires, "the token ends with the period")
+        let events = await ledger.purchaseEvents(environment: "Sandbox", replayKey: "2000001024993299")
+        #expect(events.map(\.kind) == ["subscriptionStatus"] && events.first?.expiresAt == expires)
+        #expect(events.first?.reference == "1a7cdc3d-9360-49c3-ae37-0423e4c6e7c7" && events.first?.detail.hasPrefix("DID_RENEW") == true)
+        // The three-minute Sandbox period ends: the grant no longer gives tokens.
+        VaultTests.expect(
+            await VaultTests.failure { try await vault.exchange(grant: try #require(redeemed.grant), now: expires.addingTimeInterval(1)) }, 403,
+            .entitlementExpired)
+        // J23 refunds a later period of the same subscription: the purchase is revoked.
+        #expect(try await vault.handleNotification(refundNotification, now: Date(timeIntervalSince1970: 1_760_592_200)) == .revoked)
+        let revocation = try #require(await ledger.revocation(of: redeemed.redemption))
+        #expect(revocation.redemptionId == redeemed.redemption.redemptionId && revocation.reference == "caeda1df-9950-458d-87a7-93bb009e7391")
+        VaultTests.expect(
+            await VaultTests.failure { try await vault.exchange(grant: try #require(redeemed.grant), now: during) }, 403, .grantInvalid)
+    }
+}
