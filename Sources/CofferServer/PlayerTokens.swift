@@ -137,42 +137,52 @@ public struct PlayerTokens: Sendable {
     /// audience.
     public func player(authorization: String?, now: Date) async throws(Problem) -> Player {
         guard let authorization, !authorization.isEmpty else {
-            throw Problem(.playerTokenRequired, "send the player's token: Authorization: Bearer <token>")
+            throw Self.unauthorized(.playerTokenRequired, "send the player's token: Authorization: Bearer <token>")
         }
         let parts = authorization.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else {
-            throw Problem(.playerTokenInvalid, "the Authorization header must be Bearer <player token>")
+            throw Self.unauthorized(.playerTokenInvalid, "the Authorization header must be Bearer <player token>")
         }
         let token = parts[1].trimmingCharacters(in: .whitespaces)
-        guard token.utf8.count <= Self.maxTokenBytes else { throw Problem(.playerTokenInvalid, "the player token is too long") }
+        guard token.utf8.count <= Self.maxTokenBytes else { throw Self.unauthorized(.playerTokenInvalid, "the player token is too long") }
         let segments = token.split(separator: ".", omittingEmptySubsequences: false)
         guard segments.count == 3, let headerBytes = Base64.decodeURL(String(segments[0])),
             let header = try? JSONDecoder().decode([String: JSONScalar].self, from: Data(headerBytes)), case .string(let alg)? = header["alg"]
-        else { throw Problem(.playerTokenInvalid, "the player token is not a JWT") }
+        else { throw Self.unauthorized(.playerTokenInvalid, "the player token is not a JWT") }
         let keys: JWTKeyCollection
         switch alg {
         case "ES256" where hasES256: keys = es256
         case "EdDSA" where hasEdDSA: keys = eddsa
-        default: throw Problem(.playerTokenInvalid, "player tokens must be signed with \(hasES256 ? "ES256" : "EdDSA"), not \(alg.prefix(16))")
+        default:
+            let allowed = [hasES256 ? "ES256" : nil, hasEdDSA ? "EdDSA" : nil].compactMap { $0 }.joined(separator: " or ")
+            throw Self.unauthorized(
+                .playerTokenInvalid, "player tokens must be signed with \(allowed), not \(LedgerText.escaped(alg, maxBytes: 16))")
         }
         let claims: Claims
         do {
             claims = try await keys.verify(token, as: Claims.self, iteratingKeys: true)
         } catch {
-            throw Problem(.playerTokenInvalid, "the player token's signature does not verify with any configured key")
+            throw Self.unauthorized(.playerTokenInvalid, "the player token's signature does not verify with any configured key")
         }
-        guard let exp = claims.exp else { throw Problem(.playerTokenInvalid, "the player token has no exp") }
-        guard now.timeIntervalSince1970 < exp else { throw Problem(.playerTokenInvalid, "the player token expired") }
+        guard let exp = claims.exp else { throw Self.unauthorized(.playerTokenInvalid, "the player token has no exp") }
+        guard now.timeIntervalSince1970 < exp else { throw Self.unauthorized(.playerTokenInvalid, "the player token expired") }
         if let nbf = claims.nbf, now.timeIntervalSince1970 + Self.leeway < nbf {
-            throw Problem(.playerTokenInvalid, "the player token is not valid yet")
+            throw Self.unauthorized(.playerTokenInvalid, "the player token is not valid yet")
         }
         guard claims.iss == issuer else { throw Problem(.playerTokenRejected, "the player token was issued by another issuer") }
         guard claims.aud.contains(audience) else { throw Problem(.playerTokenRejected, "the player token is for another audience") }
         guard let sub = claims.sub, LedgerText.isIdentifier(sub) else {
-            throw Problem(.playerTokenInvalid, "the player token's sub must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
+            throw Self.unauthorized(.playerTokenInvalid, "the player token's sub must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
         }
         let account = claims.strings[accountClaim].flatMap(UUID.init(uuidString:))?.uuidString.lowercased()
         return Player(id: sub, accountToken: account)
+    }
+}
+
+extension PlayerTokens {
+    /// A 401 with the challenge RFC 6750 asks for.
+    static func unauthorized(_ code: ProblemCode, _ detail: String) -> Problem {
+        Problem(code, detail, headers: [.wwwAuthenticate: "Bearer realm=\"coffer-player\""])
     }
 }
 

@@ -26,6 +26,10 @@ struct Harness {
     let adminKey: String
     let auditorKey: String
     let levelBytes: [UInt8]
+    /// Delivery evidence of every `app` (tests call `flush()` instead of waiting a second).
+    let deliveries: DeliveryRecorder
+    /// Player identity, when a test configures it.
+    var players: PlayerTokens? = nil
 
     static func make(
         uploadLimit: Int64 = 64 * 1024 * 1024, tokenTTL: TimeInterval = 600, trustedProxies: Set<String> = [], checkpointEvery: Int64 = 1000,
@@ -49,7 +53,8 @@ struct Harness {
         let auditor = try await APIKeys.create(role: .auditor, name: "test auditor", in: services.keys, now: Date())
         let level = Array(##"{"level":1,"map":["#S..E#"]}"##.utf8)
         let harness = Harness(
-            directory: directory, services: services, runtime: ServerRuntime(configuration), adminKey: admin, auditorKey: auditor, levelBytes: level)
+            directory: directory, services: services, runtime: ServerRuntime(configuration), adminKey: admin, auditorKey: auditor, levelBytes: level,
+            deliveries: DeliveryRecorder(repository: services.deliveryRepository, logger: logger))
         try await harness.store(assetId: "level-1", bytes: level, contentType: "application/json")
         try await harness.store(assetId: "tiles", bytes: Array("# wall\n. floor\n".utf8), contentType: "text/plain")
         try await services.catalogue.putProduct(
@@ -78,7 +83,10 @@ struct Harness {
     }
 
     func application(logger: Logger) -> some ApplicationProtocol {
-        buildApplication(services.configuration, dependencies: services.dependencies, runtime: runtime, logger: logger)
+        var dependencies = services.dependencies
+        dependencies.deliveries = deliveries
+        dependencies.players = players
+        return buildApplication(services.configuration, dependencies: dependencies, runtime: runtime, logger: logger)
     }
 
     /// A vault over the harness's storage, configured like the server's.
