@@ -150,7 +150,7 @@ extension PostgresLedger: LedgerAuditRepository {
                 "SELECT tgname::text FROM pg_trigger WHERE NOT tgisinternal AND tgenabled <> 'D' AND tgfoid = 'coffer_append_only'::regproc",
                 String.self, logger: logger))
         var problems: [String] = []
-        for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions"] {
+        for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions", "purchase_events"] {
             for trigger in ["\(table)_append_only", "\(table)_no_truncate"] where !triggers.contains(trigger) {
                 problems.append("trigger \(trigger) is missing or disabled")
             }
@@ -159,7 +159,7 @@ extension PostgresLedger: LedgerAuditRepository {
             try await c.column(
                 "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indisunique AND i.indisvalid",
                 String.self, logger: logger))
-        for index in ["redemptions_replay", "revocations_key"] where !unique.contains(index) {
+        for index in ["redemptions_replay", "revocations_key", "purchase_events_notification"] where !unique.contains(index) {
             problems.append("unique index \(index) is missing or not unique")
         }
         return problems

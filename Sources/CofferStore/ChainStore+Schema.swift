@@ -6,12 +6,14 @@ extension ChainStore {
     static func schemaProblems(_ db: Database) throws -> [String] {
         var problems: [String] = []
         let triggers = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger'"))
-        for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions"] {
+        for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions", "purchase_events"] {
             for operation in ["update", "delete"] where !triggers.contains("\(table)_no_\(operation)") {
                 problems.append("trigger \(table)_no_\(operation) is missing")
             }
         }
-        for (table, index) in [("redemptions", "redemptions_replay"), ("revocations", "revocations_key")] {
+        for (table, index) in [
+            ("redemptions", "redemptions_replay"), ("revocations", "revocations_key"), ("purchase_events", "purchase_events_notification"),
+        ] {
             let unique = try Row.fetchAll(db, sql: "PRAGMA index_list(\(table))").first { ($0["name"] as String?) == index }?["unique"] as Int?
             if unique != 1 { problems.append("unique index \(index) is missing or not unique") }
         }

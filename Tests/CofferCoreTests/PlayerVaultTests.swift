@@ -339,3 +339,56 @@ import Testing
             await VaultTests.failure { try await vault.exchange(grant: try #require(redeemed.grant), now: during) }, 403, .grantInvalid)
     }
 }
+
+/// `coffer sandbox`: subscription transactions with expiry, renewal info, the subscription and
+/// refund notifications with their subtypes — what a game team tests its integration with.
+@Suite struct SubscriptionMintingCLITests {
+    @Test func theSandboxMintsSubscriptionsRenewalInfoAndEveryNotificationType() async throws {
+        try await withTemporaryDirectory(prefix: "coffer-mint") { dir in
+            let ca = dir.appendingPathComponent("ca").path
+            #expect(try CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 0)
+            let loaded = try SandboxCA.load { name in Array(try Data(contentsOf: URL(fileURLWithPath: SandboxDirectory(ca).file(name)))) }
+            let verifier = try sandboxVerifier(loaded)
+            let common = ["--dir", ca, "--bundle-id", "com.coffer.demo", "--product", "com.coffer.demo.season", "--product-type", "autoRenewable"]
+            // A subscription needs an expiry: a usage error otherwise.
+            #expect(try CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1"]).status == 2)
+            let minted = try CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1", "--expires-in", "3600"])
+            #expect(minted.status == 0)
+            guard case .valid(let evidence) = await verifier.verifySignedData(minted.stdout.trimmingCharacters(in: .whitespacesAndNewlines), now: Date()),
+                case .transaction(let t) = evidence.signed
+            else {
+                Issue.record("the minted transaction does not verify")
+                return
+            }
+            #expect(t.productType == .autoRenewableSubscription && (t.expiresDate?.date.timeIntervalSinceNow ?? 0) > 3500)
+
+            for (type, subtype, extra) in [
+                ("SUBSCRIBED", "INITIAL_BUY", [String]()), ("DID_RENEW", nil, []), ("DID_FAIL_TO_RENEW", "GRACE_PERIOD", ["--grace-period-in", "86400", "--billing-retry"]),
+                ("GRACE_PERIOD_EXPIRED", nil, []), ("EXPIRED", "VOLUNTARY", ["--auto-renew-off"]), ("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", []),
+                ("REFUND", nil, ["--revocation-type", "REFUND_PRORATED", "--revocation-percentage", "25000"]), ("REFUND_REVERSED", nil, []),
+                ("REFUND_DECLINED", nil, []), ("REVOKE", nil, ["--revocation-type", "FAMILY_REVOKE", "--ownership", "FAMILY_SHARED"]),
+            ] as [(String, String?, [String])] {
+                let arguments =
+                    ["sandbox", "notification", "--type", type] + (subtype.map { ["--subtype", $0] } ?? []) + common
+                    + ["--transaction-id", "2", "--original-transaction-id", "1", "--expires-in", "60"] + extra
+                let run = try CofferExecutable.run(arguments)
+                #expect(run.status == 0, "\(type): \(run.stderr)")
+                let result = await verifier.verifySignedData(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines), now: Date())
+                guard case .valid(let e) = result, case .notification(let n) = e.signed else {
+                    Issue.record("\(type) does not verify: \(String(describing: result.error))")
+                    continue
+                }
+                #expect(n.notificationType == type && n.subtype == subtype)
+                #expect(n.transaction?.originalTransactionId == "1" && n.renewalInfo?.originalTransactionId == "1", "\(type)")
+                switch type {
+                case "DID_FAIL_TO_RENEW":
+                    #expect((n.renewalInfo?.gracePeriodExpiresDate?.date.timeIntervalSinceNow ?? 0) > 86000 && n.renewalInfo?.isInBillingRetryPeriod == true)
+                case "EXPIRED": #expect(n.renewalInfo?.autoRenewStatus == 0)
+                case "REFUND": #expect(n.transaction?.revocationType == "REFUND_PRORATED" && n.transaction?.revocationPercentage == 25000)
+                case "REVOKE": #expect(n.transaction?.inAppOwnershipType == "FAMILY_SHARED" && n.transaction?.revocationDate != nil)
+                default: break
+                }
+            }
+        }
+    }
+}
