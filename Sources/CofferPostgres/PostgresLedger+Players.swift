@@ -31,7 +31,8 @@ extension PostgresLedger {
             try await PostgresChain.sealed(c, policy: checkpoints, logger: logger) { locked -> PurchaseEventOutcome in
                 if e.source == .notification,
                     try await !c.column(
-                        "SELECT 1 FROM purchase_events WHERE source = 'notification' AND reference = \(e.reference) LIMIT 1", Int32.self, logger: logger
+                        "SELECT 1 FROM purchase_events WHERE source = 'notification' AND reference = \(e.reference) LIMIT 1", Int32.self,
+                        logger: logger
                     ).isEmpty
                 {
                     return .duplicate

@@ -67,7 +67,8 @@ extension Delivery {
     init(row: PostgresRandomAccessRow) throws {
         self.init(
             sequence: try row.value("sequence"), redemptionId: try row.value("redemption_id"), assetId: try row.value("asset_id"),
-            sha256: try row.value("sha256"), firstAt: try row.date("first_at"), lastAt: try row.date("last_at"), downloads: try row.value("downloads"),
+            sha256: try row.value("sha256"), firstAt: try row.date("first_at"), lastAt: try row.date("last_at"),
+            downloads: try row.value("downloads"),
             completed: try row.value("completed"), bytesServed: try row.value("bytes_served"), complete: try row.value("complete"))
     }
 }

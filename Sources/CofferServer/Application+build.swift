@@ -50,7 +50,8 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),
         catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL, refundPolicy: c.refundPolicy)
-    let redemptions = RedemptionController(vault: vault, players: d.players, metrics: metrics, jsonBodyLimit: c.jsonBodyLimit, bodyTimeout: c.bodyTimeout)
+    let redemptions = RedemptionController(
+        vault: vault, players: d.players, metrics: metrics, jsonBodyLimit: c.jsonBodyLimit, bodyTimeout: c.bodyTimeout)
     redemptions.add(
         to: router.group().add(
             middleware: RateLimitMiddleware(limiter: RateLimiter(perMinute: c.redemptionsPerMinute, burst: c.redemptionBurst), metrics: metrics)))

@@ -74,7 +74,9 @@ public struct PlayerTokens: Sendable {
         for (probe, key) in zip(probes.keys, jwks.keys) {
             switch (probe.kty, probe.crv) {
             case ("EC", "P-256"):
-                guard probe.alg == nil || probe.alg == "ES256" else { throw CofferConfigurationError("player key \(path): an EC key for \(probe.alg ?? "")") }
+                guard probe.alg == nil || probe.alg == "ES256" else {
+                    throw CofferConfigurationError("player key \(path): an EC key for \(probe.alg ?? "")")
+                }
                 var jwk = key
                 jwk.algorithm = .es256
                 try await es256.add(jwk: jwk)
@@ -172,7 +174,8 @@ public struct PlayerTokens: Sendable {
         guard claims.iss == issuer else { throw Problem(.playerTokenRejected, "the player token was issued by another issuer") }
         guard claims.aud.contains(audience) else { throw Problem(.playerTokenRejected, "the player token is for another audience") }
         guard let sub = claims.sub, LedgerText.isIdentifier(sub) else {
-            throw Self.unauthorized(.playerTokenInvalid, "the player token's sub must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
+            throw Self.unauthorized(
+                .playerTokenInvalid, "the player token's sub must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
         }
         let account = claims.strings[accountClaim].flatMap(UUID.init(uuidString:))?.uuidString.lowercased()
         return Player(id: sub, accountToken: account)

@@ -94,12 +94,14 @@ struct PlayerContractTests {
             let deliveries = storage.deliveries
             func report(_ redemption: String, _ asset: String, at offset: Double, sent: Int64, finished: Bool, whole: Bool) -> Delivery {
                 Delivery(
-                    redemptionId: redemption, assetId: asset, sha256: fakeHash(asset), firstAt: instant(offset), lastAt: instant(offset), downloads: 1,
+                    redemptionId: redemption, assetId: asset, sha256: fakeHash(asset), firstAt: instant(offset), lastAt: instant(offset),
+                    downloads: 1,
                     completed: finished ? 1 : 0, bytesServed: sent, complete: finished && whole)
             }
             try await deliveries.record([report("r-1", "level", at: 5, sent: 10, finished: false, whole: true)])
             try await deliveries.record([
-                report("r-1", "level", at: 3, sent: 100, finished: true, whole: true), report("r-2", "level", at: 4, sent: 7, finished: true, whole: false),
+                report("r-1", "level", at: 3, sent: 100, finished: true, whole: true),
+                report("r-2", "level", at: 4, sent: 7, finished: true, whole: false),
                 report("r-1", "level", at: 9, sent: 1, finished: true, whole: false),
             ])
             try await deliveries.record([])

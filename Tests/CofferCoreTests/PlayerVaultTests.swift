@@ -128,7 +128,8 @@ import Testing
             await VaultTests.failure {
                 try await world.vault.redeem(try Self.request(Self.spec("120", token: Self.bob.id), player: Self.alice), now: testNow)
             }, 422, .accountMismatch)
-        let mine = try await world.vault.redeem(try Self.request(Self.spec("121", token: Self.alice.id.uppercased()), player: Self.alice), now: testNow)
+        let mine = try await world.vault.redeem(
+            try Self.request(Self.spec("121", token: Self.alice.id.uppercased()), player: Self.alice), now: testNow)
         #expect(mine.redemption.appAccountToken == Self.alice.id.uppercased())
         // A player whose account claim is not a UUID matches no signed token; purchases without one are fine.
         let nameOnly = Player(id: "alice@example.com", accountToken: nil)
@@ -154,7 +155,8 @@ import Testing
             .entitlementExpired)
         VaultTests.expect(
             await VaultTests.failure {
-                try await world.vault.redeem(try Self.request(Self.subscription("900", expires: end), player: Self.alice), now: end.addingTimeInterval(1))
+                try await world.vault.redeem(
+                    try Self.request(Self.subscription("900", expires: end), player: Self.alice), now: end.addingTimeInterval(1))
             }, 403, .entitlementExpired)
         // The renewal (a new transaction, the same original) extends it — a 200 restore for its owner.
         let next = end.addingTimeInterval(30 * 86400)
@@ -164,7 +166,9 @@ import Testing
         // Another player presenting a later renewal: 409, and the renewal still counts (Apple signed it).
         let later = next.addingTimeInterval(30 * 86400)
         VaultTests.expect(
-            await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.subscription("902", expires: later), player: Self.bob), now: next) },
+            await VaultTests.failure {
+                try await world.vault.redeem(try Self.request(Self.subscription("902", expires: later), player: Self.bob), now: next)
+            },
             409, .alreadyRedeemed)
         let owned = try await world.vault.entitlements(of: Self.alice, now: next.addingTimeInterval(60))
         #expect(owned.first?.entitlement.endsAt == later && owned.first?.entitlement.state == .active)
@@ -176,13 +180,16 @@ import Testing
         let world = try await World()
         var upgraded = Self.subscription("910", original: "910", expires: testNow.addingTimeInterval(Self.hour))
         upgraded.isUpgraded = true
-        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(upgraded), now: testNow) }, 409, .upgradedTransaction)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try Self.request(upgraded), now: testNow) }, 409, .upgradedTransaction)
         var month = Self.spec("920", product: Self.month, type: "Non-Renewing Subscription")
         month.purchaseDate = testNow
         let bought = try await world.vault.redeem(try Self.request(month), now: testNow)
         #expect(bought.entitlementEndsAt == testNow.addingTimeInterval(30 * 86400))
         VaultTests.expect(
-            await VaultTests.failure { try await world.vault.exchange(grant: try #require(bought.grant), now: testNow.addingTimeInterval(31 * 86400)) },
+            await VaultTests.failure {
+                try await world.vault.exchange(grant: try #require(bought.grant), now: testNow.addingTimeInterval(31 * 86400))
+            },
             403, .entitlementExpired)
         // A subscription transaction for a non-consumable product is not it.
         VaultTests.expect(
@@ -198,14 +205,20 @@ import Testing
         let pass = try await world.vault.redeem(try Self.request(Self.subscription("940", original: "940", expires: end)), now: testNow)
         let grant = try #require(pass.grant)
         // SUBSCRIBED and DID_CHANGE_RENEWAL_STATUS are recorded; DID_RENEW extends.
-        #expect(try await Self.notify(world.vault, "SUBSCRIBED", subtype: "INITIAL_BUY", Self.subscription("940", original: "940", expires: end)) == .updated)
+        #expect(
+            try await Self.notify(world.vault, "SUBSCRIBED", subtype: "INITIAL_BUY", Self.subscription("940", original: "940", expires: end))
+                == .updated)
         #expect(
             try await Self.notify(
                 world.vault, "DID_CHANGE_RENEWAL_STATUS", subtype: "AUTO_RENEW_DISABLED", Self.subscription("940", original: "940", expires: end))
                 == .updated)
         let renewedEnd = end.addingTimeInterval(Self.hour)
-        #expect(try await Self.notify(world.vault, "DID_RENEW", Self.subscription("941", original: "940", expires: renewedEnd), uuid: "n-renew") == .updated)
-        #expect(try await Self.notify(world.vault, "DID_RENEW", Self.subscription("941", original: "940", expires: renewedEnd), uuid: "n-renew") == .duplicate)
+        #expect(
+            try await Self.notify(world.vault, "DID_RENEW", Self.subscription("941", original: "940", expires: renewedEnd), uuid: "n-renew")
+                == .updated)
+        #expect(
+            try await Self.notify(world.vault, "DID_RENEW", Self.subscription("941", original: "940", expires: renewedEnd), uuid: "n-renew")
+                == .duplicate)
         #expect(try await world.vault.exchange(grant: grant, now: end.addingTimeInterval(60)).entitlementEndsAt == renewedEnd)
         // Billing fails: a grace period keeps it entitled past its end…
         var renewal = RenewalSpec(productId: Self.season, originalTransactionId: "940")
@@ -281,7 +294,8 @@ import Testing
         let world = try await World()
         var sharedPack = Self.spec("970")
         sharedPack.ownershipType = "FAMILY_SHARED"
-        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(sharedPack), now: testNow) }, 403, .familySharingNotAllowed)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try Self.request(sharedPack), now: testNow) }, 403, .familySharingNotAllowed)
         var shareable = Self.spec("971", product: Self.shared)
         shareable.ownershipType = "FAMILY_SHARED"
         let family = try await world.vault.redeem(try Self.request(shareable), now: testNow)
@@ -321,7 +335,8 @@ import Testing
         // DID_RENEW arrives first: recorded against the purchase, which is not redeemed yet.
         #expect(try await vault.handleNotification(renewNotification, now: during) == .updated)
         #expect(try await vault.handleNotification(renewNotification, now: during) == .duplicate, "Apple retries: recorded once")
-        let redeemed = try await vault.redeem(RedemptionRequest(proof: .signedTransaction(renewedTransaction), clientAddress: "192.0.2.1"), now: during)
+        let redeemed = try await vault.redeem(
+            RedemptionRequest(proof: .signedTransaction(renewedTransaction), clientAddress: "192.0.2.1"), now: during)
         #expect(redeemed.redemption.replayKey == "2000001024993299" && redeemed.redemption.expiresAt == expires)
         #expect(redeemed.assets.first?.expiresAt == expires, "the token ends with the period")
         let events = await ledger.purchaseEvents(environment: "Sandbox", replayKey: "2000001024993299")
@@ -354,7 +369,9 @@ import Testing
             #expect(try CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1"]).status == 2)
             let minted = try CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1", "--expires-in", "3600"])
             #expect(minted.status == 0)
-            guard case .valid(let evidence) = await verifier.verifySignedData(minted.stdout.trimmingCharacters(in: .whitespacesAndNewlines), now: Date()),
+            guard
+                case .valid(let evidence) = await verifier.verifySignedData(
+                    minted.stdout.trimmingCharacters(in: .whitespacesAndNewlines), now: Date()),
                 case .transaction(let t) = evidence.signed
             else {
                 Issue.record("the minted transaction does not verify")
@@ -363,8 +380,10 @@ import Testing
             #expect(t.productType == .autoRenewableSubscription && (t.expiresDate?.date.timeIntervalSinceNow ?? 0) > 3500)
 
             for (type, subtype, extra) in [
-                ("SUBSCRIBED", "INITIAL_BUY", [String]()), ("DID_RENEW", nil, []), ("DID_FAIL_TO_RENEW", "GRACE_PERIOD", ["--grace-period-in", "86400", "--billing-retry"]),
-                ("GRACE_PERIOD_EXPIRED", nil, []), ("EXPIRED", "VOLUNTARY", ["--auto-renew-off"]), ("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", []),
+                ("SUBSCRIBED", "INITIAL_BUY", [String]()), ("DID_RENEW", nil, []),
+                ("DID_FAIL_TO_RENEW", "GRACE_PERIOD", ["--grace-period-in", "86400", "--billing-retry"]),
+                ("GRACE_PERIOD_EXPIRED", nil, []), ("EXPIRED", "VOLUNTARY", ["--auto-renew-off"]),
+                ("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED", []),
                 ("REFUND", nil, ["--revocation-type", "REFUND_PRORATED", "--revocation-percentage", "25000"]), ("REFUND_REVERSED", nil, []),
                 ("REFUND_DECLINED", nil, []), ("REVOKE", nil, ["--revocation-type", "FAMILY_REVOKE", "--ownership", "FAMILY_SHARED"]),
             ] as [(String, String?, [String])] {
@@ -382,7 +401,9 @@ import Testing
                 #expect(n.transaction?.originalTransactionId == "1" && n.renewalInfo?.originalTransactionId == "1", "\(type)")
                 switch type {
                 case "DID_FAIL_TO_RENEW":
-                    #expect((n.renewalInfo?.gracePeriodExpiresDate?.date.timeIntervalSinceNow ?? 0) > 86000 && n.renewalInfo?.isInBillingRetryPeriod == true)
+                    #expect(
+                        (n.renewalInfo?.gracePeriodExpiresDate?.date.timeIntervalSinceNow ?? 0) > 86000
+                            && n.renewalInfo?.isInBillingRetryPeriod == true)
                 case "EXPIRED": #expect(n.renewalInfo?.autoRenewStatus == 0)
                 case "REFUND": #expect(n.transaction?.revocationType == "REFUND_PRORATED" && n.transaction?.revocationPercentage == 25000)
                 case "REVOKE": #expect(n.transaction?.inAppOwnershipType == "FAMILY_SHARED" && n.transaction?.revocationDate != nil)

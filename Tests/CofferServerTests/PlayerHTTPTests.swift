@@ -26,8 +26,7 @@ import Testing
         return input + "." + Base64.encodeURL(try sign(Array(input.utf8)))
     }
 
-    static func claims(sub: String, iss: String = issuer, aud: Any = audience, exp: TimeInterval = 300, extra: [String: Any] = [:]) -> [String: Any]
-    {
+    static func claims(sub: String, iss: String = issuer, aud: Any = audience, exp: TimeInterval = 300, extra: [String: Any] = [:]) -> [String: Any] {
         ["sub": sub, "iss": iss, "aud": aud, "exp": Date().timeIntervalSince1970 + exp, "iat": Date().timeIntervalSince1970].merging(extra) { $1 }
     }
 
@@ -49,7 +48,8 @@ import Testing
             "keys": [["kty": "OKP", "crv": "Ed25519", "kid": "ed-1", "x": Base64.encodeURL(edKey.publicKey.rawRepresentation)]]
         ]
         try JSONSerialization.data(withJSONObject: document).write(to: jwks)
-        h.players = try await PlayerTokens.load(keyFiles: [pem.path, jwks.path], issuer: Self.issuer, audience: Self.audience, accountClaim: accountClaim)
+        h.players = try await PlayerTokens.load(
+            keyFiles: [pem.path, jwks.path], issuer: Self.issuer, audience: Self.audience, accountClaim: accountClaim)
         try await h.services.catalogue.putProduct(
             Product(
                 productId: "com.coffer.demo.season1", bundleId: Harness.bundle, type: .autoRenewable, assetIds: ["level-1"], title: "Season",
