@@ -248,6 +248,9 @@ import Testing
         ]
         #expect(reasons == expected)
         #expect(events.allSatisfy { $0.redemptionId == pass.redemption.redemptionId && $0.source == .notification })
+        // A subscription notification about a product not sold as a subscription changes nothing.
+        #expect(try await Self.notify(world.vault, "DID_RENEW", Self.spec("949", expires: renewedEnd)) == .ignored)
+        #expect(await world.ledger.purchaseEvents(after: 0, limit: 100).count == events.count)
         try await world.expectIntact()
     }
 

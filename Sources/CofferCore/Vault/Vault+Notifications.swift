@@ -38,7 +38,8 @@ extension Vault {
     ///   is recorded instead; a refund after a reversal revokes again.
     /// - REFUND_REVERSED: a revoked purchase entitles again. REFUND_DECLINED: recorded.
     /// - SUBSCRIBED, DID_RENEW, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED,
-    ///   DID_CHANGE_RENEWAL_STATUS: the subscription's end and grace period.
+    ///   DID_CHANGE_RENEWAL_STATUS: the subscription's end and grace period (for a product the
+    ///   catalogue sells as `autoRenewable`; ignored otherwise).
     public func handleNotification(_ signedPayload: String, now: Date) async throws(VaultFailure) -> NotificationOutcome {
         let result = await verifier.verifySignedData(signedPayload, now: now)
         guard case .valid(let evidence) = result, let environment = evidence.environment else {
@@ -60,6 +61,8 @@ extension Vault {
         // keyed by its transaction id (what a consumable would be).
         var productType: ProductType?
         if let id = transaction.productId { productType = try await storage({ try await catalogue.product(id) })?.type }
+        // Subscription state only concerns the auto-renewable products this catalogue sells.
+        if Self.subscriptionTypes.contains(type) && productType != .autoRenewable { return .ignored }
         let replayKey = Self.replayKey(type: productType ?? .consumable, transactionId: transactionId, original: original)
         let reason = LedgerText.escaped([type, notification.subtype].compactMap { $0 }.joined(separator: "/"), maxBytes: 128)
         let context = NotificationContext(
