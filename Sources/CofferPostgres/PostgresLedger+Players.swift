@@ -58,12 +58,15 @@ extension PostgresLedger {
         }
     }
 
+    /// The chained events of one purchase, oldest first (a row inserted behind the servers' backs changes nothing).
     public func purchaseEvents(environment: String, replayKey: String) async throws -> [PurchaseEvent] {
         try await backend.read { c in
             try await c.rows(
                 """
-                SELECT \(unescaped: PurchaseEvent.columns) FROM purchase_events
-                WHERE environment = \(environment) AND replay_key = \(replayKey) ORDER BY sequence
+                SELECT \(unescaped: PurchaseEvent.columns) FROM purchase_events p
+                WHERE p.environment = \(environment) AND p.replay_key = \(replayKey)
+                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                ORDER BY p.sequence
                 """, logger: backend.logger, PurchaseEvent.init(row:))
         }
     }

@@ -278,7 +278,7 @@ private let postgres0003 = #"""
         redemption_id text NOT NULL,
         transaction_id text NOT NULL,
         detail text NOT NULL,
-        source text NOT NULL CHECK (source IN ('notification', 'client')),
+        source text NOT NULL CHECK (source IN ('notification', 'client', 'admin')),
         reference text NOT NULL,
         player_id text,
         expires_at double precision,

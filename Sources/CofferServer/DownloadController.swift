@@ -47,7 +47,7 @@ struct DownloadController {
         let handOff = !head || file != nil
         if mode == .redirect, handOff {
             let response = try redirect(claims, contentType: contentType, fileName: fileName)
-            record(claims, sent: 0, finished: false, whole: false)
+            if !head { record(claims, sent: 0, finished: false, whole: false) }
             return response
         }
         if mode == .accel, handOff, let prefix = accelRedirectPrefix {
@@ -63,7 +63,7 @@ struct DownloadController {
                 throw Problem(.contentStoreError, "this content store cannot hand downloads to nginx")
             }
             metrics.downloads.increment()
-            record(claims, sent: 0, finished: false, whole: false)
+            if !head { record(claims, sent: 0, finished: false, whole: false) }
             return Response(status: .ok, headers: headers, body: .init())
         }
         let (status, range) = try Self.range(request.headers[.range], size: size, headers: &headers)

@@ -312,7 +312,7 @@ private let sql0004 = #"""
         redemption_id TEXT NOT NULL,
         transaction_id TEXT NOT NULL,
         detail TEXT NOT NULL,
-        source TEXT NOT NULL CHECK (source IN ('notification', 'client')),
+        source TEXT NOT NULL CHECK (source IN ('notification', 'client', 'admin')),
         reference TEXT NOT NULL,
         player_id TEXT,
         expires_at REAL,

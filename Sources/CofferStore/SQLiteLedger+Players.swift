@@ -38,11 +38,18 @@ extension SQLiteLedger {
         }
     }
 
+    /// The chained events of one purchase, oldest first.
     public func purchaseEvents(environment: String, replayKey: String) async throws -> [PurchaseEvent] {
         try await db.pool.read { db in
-            try PurchaseEventRecord.filter(
-                PurchaseEventRecord.Columns.environment == environment && PurchaseEventRecord.Columns.replayKey == replayKey
-            ).order(PurchaseEventRecord.Columns.sequence).fetchAll(db).map { try $0.event() }
+            // Only chained rows count: one inserted behind the server's back changes nothing.
+            try PurchaseEventRecord.fetchAll(
+                db,
+                sql: """
+                    SELECT p.* FROM purchase_events p WHERE p.environment = ? AND p.replay_key = ?
+                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                    ORDER BY p.sequence
+                    """, arguments: [environment, replayKey]
+            ).map { try $0.event() }
         }
     }
 

@@ -14,6 +14,7 @@ import Testing
     static let season = "com.coffer.demo.season"
     static let month = "com.coffer.demo.month"
     static let shared = "com.coffer.demo.shared"
+    static let premium = "com.coffer.demo.season.premium"
     static let alice = Player(id: "a1e5c0de-0000-4000-8000-000000000001", accountToken: "a1e5c0de-0000-4000-8000-000000000001")
     static let bob = Player(id: "b0b0b0b0-0000-4000-8000-000000000002", accountToken: "b0b0b0b0-0000-4000-8000-000000000002")
     static let hour: TimeInterval = 3600
@@ -31,6 +32,7 @@ import Testing
             for (id, type, duration, family) in [
                 (PlayerVaultTests.pack, ProductType.nonConsumable, nil, false), (PlayerVaultTests.season, .autoRenewable, nil, false),
                 (PlayerVaultTests.month, .nonRenewing, Int64(30 * 86400), false), (PlayerVaultTests.shared, .nonConsumable, nil, true),
+                (PlayerVaultTests.premium, .autoRenewable, nil, false),
             ] as [(String, ProductType, Int64?, Bool)] {
                 await catalogue.putProduct(
                     Product(
@@ -92,19 +94,29 @@ import Testing
         #expect(again.restored && again.grant == nil && again.redemption.redemptionId == first.redemption.redemptionId)
         #expect(again.assets.count == 1 && again.assets[0].token != first.assets[0].token)
         // A restored non-consumable on a new device: a new transaction id, the same original.
-        let restored = try await world.vault.redeem(try Self.request(Self.spec("101", original: "100"), player: Self.alice), now: testNow)
+        let restored = try await world.vault.redeem(
+            try Self.request(Self.spec("101", original: "100"), player: Self.alice), now: testNow.addingTimeInterval(120))
         #expect(restored.restored && restored.redemption.redemptionId == first.redemption.redemptionId)
+        #expect(await world.events() == ["restore"], "one restore event per token lifetime: repeating a restore does not grow the ledger")
+        _ = try await world.vault.redeem(try Self.request(Self.spec("100"), player: Self.alice), now: testNow.addingTimeInterval(1000))
+        // A look-alike id (canonically equivalent, other bytes) is another player.
+        let composed = Player(id: "caf\u{E9}", accountToken: nil)
+        let decomposed = Player(id: "cafe\u{301}", accountToken: nil)
+        _ = try await world.vault.redeem(try Self.request(Self.spec("102"), player: composed), now: testNow)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("102"), player: decomposed), now: testNow) }, 409,
+            .alreadyRedeemed)
         // Another player: 409, recorded.
         VaultTests.expect(
             await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("100"), player: Self.bob), now: testNow) }, 409,
             .alreadyRedeemed)
-        #expect(await world.attempts() == ["alreadyRedeemed 100"])
+        #expect(await world.attempts() == ["alreadyRedeemed 102", "alreadyRedeemed 100"])
         #expect(await world.events() == ["restore", "restore"])
         #expect(await world.ledger.purchaseEvents(after: 0, limit: 10).allSatisfy { $0.playerId == Self.alice.id })
         // What Alice owns, with fresh URLs and no receipt; Bob owns nothing.
-        let owned = try await world.vault.entitlements(of: Self.alice, now: testNow)
+        let owned = try await world.vault.entitlements(of: Self.alice, now: testNow).items
         #expect(owned.map(\.entitlement.redemption.transactionId) == ["100"] && owned[0].entitlement.state == .active && owned[0].assets.count == 1)
-        #expect(try await world.vault.entitlements(of: Self.bob, now: testNow).isEmpty)
+        #expect(try await world.vault.entitlements(of: Self.bob, now: testNow).items.isEmpty)
         try await world.expectIntact()
     }
 
@@ -170,9 +182,78 @@ import Testing
                 try await world.vault.redeem(try Self.request(Self.subscription("902", expires: later), player: Self.bob), now: next)
             },
             409, .alreadyRedeemed)
-        let owned = try await world.vault.entitlements(of: Self.alice, now: next.addingTimeInterval(60))
+        let owned = try await world.vault.entitlements(of: Self.alice, now: next.addingTimeInterval(60)).items
         #expect(owned.first?.entitlement.endsAt == later && owned.first?.entitlement.state == .active)
         #expect(await world.events() == ["renewal", "restore", "renewal"])
+        #expect(await world.ledger.purchaseEvents(after: 0, limit: 10).allSatisfy { $0.playerId == Self.alice.id }, "the owner, not the presenter")
+        try await world.expectIntact()
+    }
+
+    @Test func anotherProductOfTheSubscriptionGroupIsAnotherPurchase() async throws {
+        let world = try await World()
+        let end = testNow.addingTimeInterval(Self.hour)
+        let basic = try await world.vault.redeem(
+            try Self.request(Self.subscription("980", original: "980", expires: end), player: Self.alice), now: testNow)
+        // Upgrading to the premium pass keeps the original transaction id: a new purchase, with its own assets and end.
+        let premiumEnd = end.addingTimeInterval(30 * 86400)
+        var premium = Self.spec("981", product: Self.premium, type: "Auto-Renewable Subscription", original: "980", expires: premiumEnd)
+        premium.purchaseDate = testNow
+        let upgraded = try await world.vault.redeem(try Self.request(premium, player: Self.alice), now: testNow)
+        #expect(!upgraded.restored && upgraded.grant != nil && upgraded.redemption.redemptionId != basic.redemption.redemptionId)
+        #expect(upgraded.redemption.replayKey == "980:\(Self.premium)" && basic.redemption.replayKey == "980:\(Self.season)")
+        // Premium renewals do not extend the basic pass.
+        #expect(try await Self.notify(world.vault, "DID_RENEW", premium) == .updated)
+        let owned = try await world.vault.entitlements(of: Self.alice, now: end.addingTimeInterval(60)).items
+        #expect(owned.map(\.entitlement.state) == [.expired, .active])
+        #expect(owned.map(\.entitlement.redemption.productId) == [Self.season, Self.premium])
+    }
+
+    @Test func aRefundedSubscriptionEntitlesAgainWhenALaterPeriodIsPaid() async throws {
+        let world = try await World()
+        let end = testNow.addingTimeInterval(Self.hour)
+        let pass = try await world.vault.redeem(try Self.request(Self.subscription("990", original: "990", expires: end)), now: testNow)
+        var refunded = Self.subscription("990", original: "990", expires: end)
+        refunded.revocationDate = testNow
+        #expect(try await Self.notify(world.vault, "REFUND", refunded) == .revoked)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: testNow) }, 403, .grantInvalid)
+        // A late DID_RENEW of the refunded period changes nothing…
+        #expect(try await Self.notify(world.vault, "DID_RENEW", refunded, now: testNow.addingTimeInterval(1)) == .updated)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: testNow.addingTimeInterval(2)) }, 403,
+            .grantInvalid)
+        // …the next paid period does.
+        let next = end.addingTimeInterval(30 * 86400)
+        #expect(
+            try await Self.notify(world.vault, "DID_RENEW", Self.subscription("991", original: "990", expires: next), now: end) == .updated)
+        #expect(try await world.vault.exchange(grant: try #require(pass.grant), now: end.addingTimeInterval(1)).entitlementEndsAt == next)
+        try await world.expectIntact()
+    }
+
+    @Test func anAdminRevokesAReinstatedPurchaseAndARetriedRefundIsNotARevocation() async throws {
+        let world = try await World()
+        let bought = try await world.vault.redeem(try Self.request(Self.spec("995")), now: testNow)
+        let refund = try sharedCA.mintNotification(type: "REFUND", transaction: Self.spec("995"), notificationUUID: "refund-995", now: testNow)
+        #expect(try await world.vault.handleNotification(refund, now: testNow) == .revoked)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("995")) == .reinstated)
+        // Apple retrying the refund it reversed is not a new refund.
+        #expect(try await world.vault.handleNotification(refund, now: testNow) == .alreadyRevoked)
+        #expect(try await world.vault.exchange(grant: try #require(bought.grant), now: testNow).assets.count == 1)
+        let revoked = try await world.vault.revoke(transactionId: "995", reason: "chargeback", by: "ops", now: testNow)
+        #expect(revoked.source == .admin && revoked.reason == "chargeback")
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(bought.grant), now: testNow) }, 403, .grantInvalid)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.revoke(transactionId: "995", reason: "again", by: "ops", now: testNow) }, 409,
+            .alreadyRevoked)
+        #expect(await world.events() == ["refundReversed", "revokedAgain"])
+        #expect(await world.ledger.purchaseEvents(after: 0, limit: 10).last?.source == .admin)
+        // A notification without a UUID cannot be told from its retries: refused.
+        var object = try #require(
+            try JSONSerialization.jsonObject(with: Data(Base64.decodeURL(refund.split(separator: ".")[1]) ?? [])) as? [String: Any])
+        object["notificationUUID"] = nil
+        let anonymous = try sharedCA.signJWS(payload: Array(try JSONSerialization.data(withJSONObject: object)))
+        VaultTests.expect(await VaultTests.failure { try await world.vault.handleNotification(anonymous, now: testNow) }, 422, .malformed)
         try await world.expectIntact()
     }
 
@@ -340,9 +421,9 @@ import Testing
         #expect(try await vault.handleNotification(renewNotification, now: during) == .duplicate, "Apple retries: recorded once")
         let redeemed = try await vault.redeem(
             RedemptionRequest(proof: .signedTransaction(renewedTransaction), clientAddress: "192.0.2.1"), now: during)
-        #expect(redeemed.redemption.replayKey == "2000001024993299" && redeemed.redemption.expiresAt == expires)
+        #expect(redeemed.redemption.replayKey == "2000001024993299:com.getsession.org.pro_sub" && redeemed.redemption.expiresAt == expires)
         #expect(redeemed.assets.first?.expiresAt == expires, "the token ends with the period")
-        let events = await ledger.purchaseEvents(environment: "Sandbox", replayKey: "2000001024993299")
+        let events = await ledger.purchaseEvents(environment: "Sandbox", replayKey: "2000001024993299:com.getsession.org.pro_sub")
         #expect(events.map(\.kind) == ["subscriptionStatus"] && events.first?.expiresAt == expires)
         #expect(events.first?.reference == "1a7cdc3d-9360-49c3-ae37-0423e4c6e7c7" && events.first?.detail.hasPrefix("DID_RENEW") == true)
         // The three-minute Sandbox period ends: the grant no longer gives tokens.

@@ -4,6 +4,7 @@ import CofferServer
 import CofferStore
 import Crypto
 import Foundation
+import GRDB
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
@@ -166,5 +167,47 @@ import Testing
             let byPlayer = try await client.execute(uri: "/v1/audit/redemptions?playerId=alice-42", method: .get, headers: h.bearer(h.auditorKey))
             #expect(((try Harness.json(byPlayer))["items"] as? [Any])?.count == 2)
         }
+    }
+
+    /// An insider with the database file inserts rows the chain does not cover (INSERT passes
+    /// the append-only triggers): an event extending a lapsed pass, a redemption bound to their
+    /// player. Neither counts; the server refuses to start on them; `verify` names them.
+    @Test func rowsInsertedBehindTheServersBackGrantNothing() async throws {
+        let h = try await harness()
+        defer { h.cleanUp() }
+        let mallory = Player(id: "mallory", accountToken: nil)
+        var pass = TransactionSpec(bundleId: Harness.bundle, productId: "com.coffer.demo.season1", transactionId: "8300")
+        pass.type = "Auto-Renewable Subscription"
+        let end = Date().addingTimeInterval(60)
+        pass.expiresDate = end
+        let vault = h.vault
+        let bought = try await vault.redeem(
+            RedemptionRequest(
+                proof: .signedTransaction(try Harness.ca.mintTransaction(pass, now: Date())), clientAddress: "192.0.2.9", player: mallory),
+            now: Date())
+        let key = try #require(bought.redemption.replayKey)
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO purchase_events (at, kind, environment, replay_key, redemption_id, transaction_id, detail, source, reference, expires_at)
+                    VALUES (?, 'renewal', ?, ?, ?, '8301', 'forged', 'client', 'x', ?)
+                    """, arguments: [Date().timeIntervalSince1970, bought.redemption.environment, key, bought.redemption.redemptionId, 4_102_444_800])
+            try db.execute(
+                sql: """
+                    INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
+                      source_format, redeemed_at, client_address, status, grant_hash, replay_key, player_id)
+                    VALUES ('forged', '8302', ?, ?, 'LocalTesting', 1, 'x', 'signedTransaction', 0, 'x', 'redeemed', 'forged-grant', '8302', 'mallory')
+                    """, arguments: [Harness.product, Harness.bundle])
+        }
+        let later = end.addingTimeInterval(1)
+        let grant = try #require(bought.grant)
+        let failure = await #expect(throws: VaultFailure.self) { _ = try await vault.exchange(grant: grant, now: later) }
+        #expect(failure?.code == .entitlementExpired, "the forged event does not extend the pass")
+        let owned = try await vault.entitlements(of: mallory, now: later).items
+        #expect(owned.map(\.entitlement.redemption.redemptionId) == [bought.redemption.redemptionId])
+        #expect(owned.first?.entitlement.state == .expired && owned.first?.assets.isEmpty == true)
+        let unchained = try await h.services.ledger.unchainedRows(limit: 10)
+        #expect(unchained.map(\.kind).sorted { $0.rawValue < $1.rawValue } == [.purchaseEvent, .redemption])
     }
 }

@@ -26,7 +26,7 @@ CREATE TABLE purchase_events (
     redemption_id text NOT NULL,
     transaction_id text NOT NULL,
     detail text NOT NULL,
-    source text NOT NULL CHECK (source IN ('notification', 'client')),
+    source text NOT NULL CHECK (source IN ('notification', 'client', 'admin')),
     reference text NOT NULL,
     player_id text,
     expires_at double precision,

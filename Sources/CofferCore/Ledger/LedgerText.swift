@@ -90,7 +90,8 @@ extension PurchaseEvent {
         let id = LedgerText.maxIdentifierBytes
         event.kind = LedgerText.escaped(e.kind, maxBytes: 64)
         event.environment = LedgerText.escaped(e.environment, maxBytes: 64)
-        event.replayKey = LedgerText.escaped(e.replayKey, maxBytes: id)
+        // An auto-renewable's key is `original:productId`: two identifiers.
+        event.replayKey = LedgerText.escaped(e.replayKey, maxBytes: 2 * id + 1)
         event.redemptionId = LedgerText.escaped(e.redemptionId, maxBytes: id)
         event.transactionId = LedgerText.escaped(e.transactionId, maxBytes: id)
         event.playerId = e.playerId.map { LedgerText.escaped($0, maxBytes: id) }

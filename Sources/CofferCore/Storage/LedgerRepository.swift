@@ -27,7 +27,7 @@ public protocol LedgerRepository: Sendable {
     /// Appends a purchase event to the chain. A notification's event whose `reference` (the
     /// notification UUID) is already in the ledger is `.duplicate`: Apple retries notifications.
     func append(_ event: PurchaseEvent) async throws -> PurchaseEventOutcome
-    /// The events of one purchase, oldest first.
+    /// The chained events of one purchase, oldest first (rows no chain event covers are left out).
     func purchaseEvents(environment: String, replayKey: String) async throws -> [PurchaseEvent]
     /// Events after `after`, oldest first.
     func purchaseEvents(after: Int64, limit: Int) async throws -> [PurchaseEvent]

@@ -31,6 +31,8 @@ public struct PurchaseEvent: Codable, Sendable, Hashable {
         case notification
         /// A player's (or a grant holder's) request with a verified proof.
         case client
+        /// An admin, through the API.
+        case admin
     }
 
     public var sequence: Int64
@@ -114,26 +116,47 @@ public struct Entitlement: Sendable, Hashable {
     public var inGracePeriod: Bool
 
     /// Folds what the ledger holds of one purchase at `now`. Subscriptions end at the latest
-    /// `expiresDate` seen, or later while the most recent grace period runs; a revocation holds
-    /// unless more reversals than re-revocations followed it.
-    public static func fold(_ redemption: Redemption, revoked: Bool, events: [PurchaseEvent], now: Date) -> Entitlement {
+    /// `expiresDate` seen, or later while the most recent grace period runs. A revocation holds
+    /// unless more reversals than re-revocations followed it — or, for a subscription, a later
+    /// period was paid for: a renewal (another transaction, ending after the refund) recorded
+    /// after the last revocation entitles again until its own end.
+    public static func fold(_ redemption: Redemption, revocation: Revocation?, events: [PurchaseEvent], now: Date) -> Entitlement {
         var latestExpiry = redemption.expiresAt
         var grace: Date?
         var reversals = 0
-        var revocations = revoked ? 1 : 0
+        var revocations = revocation == nil ? 0 : 1
+        var lastRevocation = revocation.map { (at: $0.recordedAt, revokedAt: $0.revokedAt, transactionId: $0.transactionId) }
+        var paidAfterRevocation: Date?
         for event in events.sorted(by: { $0.sequence < $1.sequence }) {
             if let expires = event.expiresAt { latestExpiry = max(latestExpiry ?? expires, expires) }
             if let until = event.graceUntil { grace = until }
             switch event.knownKind {
             case .refundReversed: reversals += 1
-            case .revokedAgain: revocations += 1
+            case .revokedAgain:
+                revocations += 1
+                lastRevocation = (at: event.at, revokedAt: event.at, transactionId: event.transactionId)
+                paidAfterRevocation = nil
+            case .renewal, .subscriptionStatus:
+                if let last = lastRevocation, let expires = event.expiresAt, event.at >= last.at, expires > last.revokedAt,
+                    event.transactionId != last.transactionId
+                {
+                    paidAfterRevocation = max(paidAfterRevocation ?? expires, expires)
+                }
             default: break
             }
         }
         let ends: Date? = latestExpiry.map { expiry in max(expiry, grace ?? expiry) }
         let inGrace = latestExpiry.map { expiry in now >= expiry && (grace.map { now < $0 } ?? false) } ?? false
-        let state: State =
-            revocations > reversals ? .revoked : ends.map { now < $0 ? .active : .expired } ?? .active
+        let state: State
+        if revocations > reversals {
+            if redemption.expiresAt != nil, let paid = paidAfterRevocation {
+                state = now < max(paid, grace ?? paid) ? .active : .expired
+            } else {
+                state = .revoked
+            }
+        } else {
+            state = ends.map { now < $0 ? .active : .expired } ?? .active
+        }
         return Entitlement(redemption: redemption, state: state, endsAt: ends, inGracePeriod: inGrace)
     }
 }

@@ -20,7 +20,7 @@ extension Vault {
                 try await ledger.purchaseEvents(environment: redemption.environment, replayKey: redemption.effectiveReplayKey)
             })
         }
-        return Entitlement.fold(redemption, revoked: revocation != nil, events: history, now: now)
+        return Entitlement.fold(redemption, revocation: revocation, events: history, now: now)
     }
 
     /// Refuses tokens for what no longer entitles: 410 `revoked`, 403 `entitlementExpired`.
@@ -35,22 +35,31 @@ extension Vault {
         }
     }
 
-    /// What `player` owns, oldest first: every purchase bound to them with its state, and fresh
-    /// tokens for those that entitle now (a new device needs no receipt).
-    public func entitlements(of player: Player, now: Date) async throws(VaultFailure) -> [OwnedEntitlement] {
+    /// What `player` owns, oldest first, a page after `after` (a redemption's sequence): every
+    /// non-consumable and subscription bound to them with its state, and fresh tokens for those
+    /// that entitle now (a new device needs no receipt). Consumables are used up, not owned.
+    /// Only chained redemptions count. `next` is the cursor of the following page, if any.
+    public func entitlements(of player: Player, after: Int64 = 0, now: Date) async throws(VaultFailure) -> (
+        items: [OwnedEntitlement], next: Int64?
+    ) {
         var filter = AuditFilter()
         filter.playerId = player.id
+        filter.after = after
         filter.limit = Self.maxEntitlements
-        let owned = try await storage({ try await ledger.redemptions(filter) })
+        let page = try await storage({ try await ledger.redemptions(filter) })
         var out: [OwnedEntitlement] = []
-        for redemption in owned {
+        for listed in page {
+            // Bytes, not Unicode equivalence: the stores compare bytes too.
+            guard listed.playerId?.utf8.elementsEqual(player.id.utf8) == true,
+                let product = try await storage({ try await catalogue.product(listed.productId) }), product.type != .consumable,
+                let redemption = try await storage({
+                    try await ledger.redemption(environment: listed.environment, replayKey: listed.effectiveReplayKey)
+                }), redemption.redemptionId == listed.redemptionId
+            else { continue }
             let entitlement = try await entitlement(of: redemption, now: now)
-            var assets: [IssuedAsset] = []
-            if entitlement.state == .active, let product = try await storage({ try await catalogue.product(redemption.productId) }) {
-                assets = try await issue(product, for: redemption, now: now, endsAt: entitlement.endsAt)
-            }
+            let assets = entitlement.state == .active ? try await issue(product, for: redemption, now: now, endsAt: entitlement.endsAt) : []
             out.append(OwnedEntitlement(entitlement: entitlement, assets: assets))
         }
-        return out
+        return (out, page.count == Self.maxEntitlements ? page.last?.sequence : nil)
     }
 }

@@ -57,17 +57,20 @@ extension Vault {
         where !LedgerText.isIdentifier(value) {
             throw VaultFailure.incomplete("an identifier of the notification is empty, too long or holds control characters")
         }
+        // The UUID is what makes a retried notification recognisable.
+        guard let uuid = notification.notificationUUID else { throw VaultFailure.incomplete("a \(type) notification without a notificationUUID") }
         // The replay key depends on the product's type; a product no longer in the catalogue is
         // keyed by its transaction id (what a consumable would be).
         var productType: ProductType?
         if let id = transaction.productId { productType = try await storage({ try await catalogue.product(id) })?.type }
         // Subscription state only concerns the auto-renewable products this catalogue sells.
         if Self.subscriptionTypes.contains(type) && productType != .autoRenewable { return .ignored }
-        let replayKey = Self.replayKey(type: productType ?? .consumable, transactionId: transactionId, original: original)
+        let replayKey = Self.replayKey(
+            type: productType ?? .consumable, transactionId: transactionId, original: original, productId: transaction.productId ?? "")
         let reason = LedgerText.escaped([type, notification.subtype].compactMap { $0 }.joined(separator: "/"), maxBytes: 128)
         let context = NotificationContext(
             type: type, reason: reason, environment: environment.rawValue, replayKey: replayKey, transactionId: transactionId,
-            reference: notification.notificationUUID ?? "", now: now)
+            reference: uuid, now: now)
         if Self.revokingTypes.contains(type) {
             return try await revoke(by: notification, transaction, context)
         }
@@ -132,8 +135,12 @@ extension Vault {
         let existing = try await storage({ try await ledger.redemption(environment: context.environment, replayKey: context.replayKey) })
         var detail = context.reason
         if let type = transaction.revocationType { detail += " \(LedgerText.escaped(type, maxBytes: 32))" }
-        if let share = transaction.revocationPercentage { detail += " \(share / 1000).\(String(format: "%03d", abs(share % 1000)))%" }
-        let prorated = transaction.revocationType == "REFUND_PRORATED" || (transaction.revocationPercentage.map { $0 < 100_000 } ?? false)
+        // Thousandths of a percent, 0–100000; anything else is recorded as Apple sent it.
+        if let share = transaction.revocationPercentage {
+            detail += (0...100_000).contains(share) ? " \(share / 1000).\(String(format: "%03d", share % 1000))%" : " revocationPercentage=\(share)"
+        }
+        let prorated =
+            transaction.revocationType == "REFUND_PRORATED" || (transaction.revocationPercentage.map { (1..<100_000).contains($0) } ?? false)
         if context.type == "REFUND", prorated, refundPolicy == .revokeFullOnly {
             return try await append(.partialRefund, context, existing: existing, detail: detail) == .duplicate ? .duplicate : .recorded
         }
@@ -145,7 +152,10 @@ extension Vault {
         case .revoked: return .revoked
         case .recordedUnredeemed, .notRedeemed: return .notRedeemed
         case .alreadyRevoked:
-            guard let existing, try await entitlement(of: existing, now: context.now).state != .revoked else { return .alreadyRevoked }
+            // A refund after a reversal revokes again — unless it is Apple retrying the refund that was reversed.
+            guard let existing, try await entitlement(of: existing, now: context.now).state != .revoked,
+                try await storage({ try await ledger.revocation(of: existing) })?.reference != context.reference
+            else { return .alreadyRevoked }
             return try await append(.revokedAgain, context, existing: existing, detail: detail) == .duplicate ? .duplicate : .revoked
         }
     }

@@ -195,7 +195,8 @@ public struct Vault: Sendable {
     ) async throws(VaultFailure) -> RedemptionOutcome {
         let appAccountToken = try Self.appAccountToken(signed: purchase.appAccountToken, sent: request.appAccountToken)
         if let player = request.player { try Self.bind(appAccountToken, to: player) }
-        let replayKey = Self.replayKey(type: product.type, transactionId: purchase.transactionId, original: purchase.originalTransactionId)
+        let replayKey = Self.replayKey(
+            type: product.type, transactionId: purchase.transactionId, original: purchase.originalTransactionId, productId: product.productId)
         let environment = purchase.environment.rawValue
         let expiresAt = try Self.entitlementEnd(purchase, of: product)
         let looksAgain = request.player != nil || product.type == .autoRenewable
@@ -208,7 +209,7 @@ public struct Vault: Sendable {
                 redemptionId: "", transactionId: purchase.transactionId, originalTransactionId: nil, productId: product.productId, bundleId: "",
                 environment: environment, purchaseDate: nil, quantity: 1, receiptSHA256: "", sourceFormat: purchase.format, redeemedAt: now,
                 clientAddress: "", appAccountToken: nil, grantHash: "", expiresAt: expiresAt)
-            if Entitlement.fold(probe, revoked: false, events: events, now: now).state == .expired {
+            if Entitlement.fold(probe, revocation: nil, events: events, now: now).state == .expired {
                 throw VaultFailure(.expired, "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expiresAt))")
             }
         }
@@ -264,11 +265,12 @@ public struct Vault: Sendable {
         {
             let renewal = PurchaseEvent(
                 at: now, kind: .renewal, environment: existing.environment, replayKey: key, redemptionId: existing.redemptionId,
-                transactionId: purchase.transactionId, playerId: request.player?.id, expiresAt: expires,
-                detail: "renewal presented by a client", source: .client, reference: existing.redemptionId)
+                transactionId: purchase.transactionId, playerId: existing.playerId, expiresAt: expires,
+                detail: "renewal presented by a client from \(request.clientAddress)", source: .client, reference: existing.redemptionId)
             if case .appended(let stored) = try await storage({ try await ledger.append(renewal) }) { events.append(stored) }
         }
-        guard let player = request.player, let owner = existing.playerId, owner == player.id else {
+        // Byte for byte, as the stores compare: canonically equivalent but different ids are different players.
+        guard let player = request.player, let owner = existing.playerId, owner.utf8.elementsEqual(player.id.utf8) else {
             let detail =
                 existing.effectiveReplayKey == purchase.transactionId
                 ? "transaction \(purchase.transactionId) was already redeemed"
@@ -277,11 +279,16 @@ public struct Vault: Sendable {
         }
         let entitlement = try await entitlement(of: existing, events: events, now: now)
         try Self.checkEntitles(entitlement)
-        let restore = PurchaseEvent(
-            at: now, kind: .restore, environment: existing.environment, replayKey: key, redemptionId: existing.redemptionId,
-            transactionId: purchase.transactionId, playerId: player.id, detail: "restored by its player from \(request.clientAddress)",
-            source: .client, reference: existing.redemptionId)
-        _ = try await storage({ try await ledger.append(restore) })
+        // One restore event per purchase and token lifetime: a client repeating its restore
+        // gets fresh tokens without growing the ledger by an entry per request.
+        let recent = events.last { $0.knownKind == .restore && $0.at > now.addingTimeInterval(-tokenTTL) && $0.at <= now }
+        if recent == nil {
+            let restore = PurchaseEvent(
+                at: now, kind: .restore, environment: existing.environment, replayKey: key, redemptionId: existing.redemptionId,
+                transactionId: purchase.transactionId, playerId: player.id, detail: "restored by its player from \(request.clientAddress)",
+                source: .client, reference: existing.redemptionId)
+            _ = try await storage({ try await ledger.append(restore) })
+        }
         return RedemptionOutcome(
             redemption: existing, grant: nil, assets: try await issue(product, for: existing, now: now, endsAt: entitlement.endsAt), restored: true,
             entitlementEndsAt: entitlement.endsAt)
@@ -314,12 +321,15 @@ public struct Vault: Sendable {
         }
     }
 
-    /// The replay key of a purchase: a non-consumable or an auto-renewable subscription is one
-    /// purchase however many times it is restored or renewed (each has a new transaction id,
-    /// the same original transaction id).
-    public static func replayKey(type: ProductType, transactionId: String, original: String?) -> String {
+    /// The replay key of a purchase: a non-consumable is one purchase however many times it is
+    /// restored (each restore has a new transaction id, the same original transaction id). An
+    /// auto-renewable subscription is one purchase per product however often it renews:
+    /// `original:productId` — a switch to another product of the subscription group keeps the
+    /// original transaction id but is another purchase, with its own assets and its own end.
+    public static func replayKey(type: ProductType, transactionId: String, original: String?, productId: String = "") -> String {
         switch type {
-        case .nonConsumable, .autoRenewable: original ?? transactionId
+        case .nonConsumable: original ?? transactionId
+        case .autoRenewable: (original ?? transactionId) + ":" + productId
         case .consumable, .nonRenewing: transactionId
         }
     }
@@ -406,7 +416,23 @@ public struct Vault: Sendable {
         switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: false) }) {
         case .revoked(let stored), .recordedUnredeemed(let stored): return stored
         case .notRedeemed: throw VaultFailure(.notRedeemed, "transaction \(transactionId) was never redeemed here")
-        case .alreadyRevoked: throw VaultFailure(.alreadyRevoked, "transaction \(transactionId) is already revoked")
+        case .alreadyRevoked:
+            // Revoked once, then reinstated (REFUND_REVERSED): revoked again, as a chained event.
+            guard try await entitlement(of: redemption, now: now).state != .revoked,
+                let first = try await storage({ try await ledger.revocation(of: redemption) })
+            else { throw VaultFailure(.alreadyRevoked, "transaction \(transactionId) is already revoked") }
+            let again = PurchaseEvent(
+                at: now, kind: .revokedAgain, environment: redemption.environment, replayKey: redemption.effectiveReplayKey,
+                redemptionId: redemption.redemptionId, transactionId: transactionId, playerId: redemption.playerId, detail: revocation.reason,
+                source: .admin, reference: revocation.reference)
+            _ = try await storage({ try await ledger.append(again) })
+            var answered = first
+            answered.revokedAt = now
+            answered.reason = revocation.reason
+            answered.source = .admin
+            answered.reference = revocation.reference
+            answered.recordedAt = now
+            return answered
         }
     }
 
