@@ -114,6 +114,19 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // A client of a running server's admin and audit API (`coffer admin`, `coffer audit`) and the
+        // release sync that `coffer admin sync` and the demo share.
+        .target(
+            name: "CofferClient",
+            dependencies: [
+                "CofferCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         // Test doubles: in-memory implementations of every storage protocol; helpers shared by the test targets.
         .target(
             name: "CofferTestSupport",
@@ -127,6 +140,7 @@ let package = Package(
                 "CofferStore",
                 "CofferServer",
                 "CofferApp",
+                "CofferClient",
                 "CofferPostgres",
                 "CofferS3",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

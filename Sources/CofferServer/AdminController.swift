@@ -15,6 +15,9 @@ struct AdminController {
     /// Largest asset upload, bytes.
     let uploadLimit: Int64
     let bodyTimeout: Duration
+    /// The bundle ids the server verifies receipts for: a product of any other app could
+    /// never be redeemed.
+    let bundleIds: Set<String>
 
     struct ProductBody: Decodable {
         var bundleId: String
@@ -97,8 +100,12 @@ struct AdminController {
             }
             expected = hex
         }
-        let name = try Self.assetName(query: request.uri.query) ?? assetId
-        let contentType = request.headers[.contentType] ?? "application/octet-stream"
+        // A re-upload without `?name=` keeps the asset's name; the type is the one sent, or the
+        // name's (curl's `--data-binary` form type is no asset's type).
+        var name = try Self.assetName(query: request.uri.query) ?? ""
+        if name.isEmpty { name = try await catalogue.asset(assetId)?.name ?? assetId }
+        let sent = request.headers[.contentType].flatMap { $0.lowercased().hasPrefix("application/x-www-form-urlencoded") ? nil : $0 }
+        let contentType = sent ?? MediaType.of(fileName: name)
         guard uploads.enter() else {
             throw Problem(
                 .uploadsBusy, "\(uploads.capacity) uploads are in progress; retry later",
@@ -209,6 +216,11 @@ struct AdminController {
             ProductBody.self, from: request, context: context, limit: 64 * 1024, timeout: bodyTimeout)
         guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
             throw Problem(.malformedRequest, "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
+        }
+        guard bundleIds.contains(body.bundleId) else {
+            throw Problem(
+                .bundleMismatch,
+                "bundle \(body.bundleId) is not one this server verifies (--bundle-id: \(bundleIds.sorted().joined(separator: ", ")))")
         }
         switch (body.type, body.durationSeconds) {
         case (.nonRenewing, nil): throw Problem(.malformedRequest, "a nonRenewing product needs durationSeconds (its length)")

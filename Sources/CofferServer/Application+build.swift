@@ -47,6 +47,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     router.add(middleware: BodyBudgetMiddleware(budget: ByteBudget(capacity: c.bodyBudgetBytes, metrics: metrics)))
 
     HealthController(catalogue: d.catalogue, ledgerAudit: d.ledgerAudit, metrics: metrics).add(to: router)
+    ConsoleController().add(to: router)
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),
         catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL, refundPolicy: c.refundPolicy)
@@ -69,7 +70,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     let authFailures = RateLimiter(perMinute: c.authFailuresPerMinute, burst: c.authFailuresPerMinute)
     AdminController(
         vault: vault, catalogue: d.catalogue, adminLog: d.adminLog, content: d.content, uploads: runtime.uploads, uploadLimit: c.uploadLimit,
-        bodyTimeout: c.bodyTimeout
+        bodyTimeout: c.bodyTimeout, bundleIds: c.bundleIds
     ).add(
         to: router.group("/v1/admin").add(
             middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin], failures: authFailures, metrics: metrics)))

@@ -32,7 +32,7 @@ struct APIKeyMiddleware: RouterMiddleware {
             throw problem
         }
         guard roles.contains(key.role) else {
-            throw Problem(.forbidden, "a \(key.role.rawValue) key may not do this")
+            throw Problem(.forbidden, "\(key.role == .auditor ? "an" : "a") \(key.role.rawValue) key may not do this")
         }
         var context = context
         context.identity = key

@@ -22,6 +22,8 @@ struct CheckpointService: Service {
             if let c = try await ledger.checkpointHead(now: Date()) {
                 logger.debug("ledger checkpoint", metadata: ["sequence": "\(c.sequence)", "entryHash": "\(c.entryHash)"])
             }
+        } catch is CancellationError {
+            // Cancelled (the server failed to start or is being killed): nothing to sign, nothing to report.
         } catch {
             logger.error("ledger checkpoint failed", metadata: ["error": "\(error)"])
         }

@@ -9,7 +9,7 @@ struct Coffer: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             ServeCommand.self, MigrateCommand.self, KeysCommand.self, LedgerCommand.self, ReceiptCommand.self, SandboxCommand.self, BenchCommand.self,
-            ContentCommand.self,
+            ContentCommand.self, AdminCommand.self, AuditCommand.self,
         ])
 
     /// Like ArgumentParser's `main()`, but usage and I/O errors exit with status 2

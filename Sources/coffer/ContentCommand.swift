@@ -10,11 +10,11 @@ import Logging
 
 /// Where a `content` command finds the store: the data directory's `content/`, or a bucket.
 struct ContentStoreOptions: ParsableArguments {
-    @Option(name: .customLong("data-dir"), help: "Data directory (database, content/). Default: coffer-data.") var dataDir = "coffer-data"
+    @Option(name: .customLong("data-dir"), help: "Data directory (database, content/).") var dataDir = "coffer-data"
     @Option(name: .customLong("content-store"), help: "s3://BUCKET[/PREFIX] (credentials: AWS_* variables). Default: DATA/content/.")
     var contentStore: String?
     @Option(name: .customLong("s3-endpoint"), help: "S3 endpoint URL for MinIO, R2, Ceph… (path-style). Default: AWS.") var s3Endpoint: String?
-    @Option(name: .customLong("s3-region"), help: "The bucket's region. Default: us-east-1.") var s3Region = "us-east-1"
+    @Option(name: .customLong("s3-region"), help: "The bucket's region.") var s3Region = "us-east-1"
 
     /// The settings `ContentStores` reads, for the bucket `url` (or this command's store).
     func configuration(store url: String?) -> CofferConfiguration {

@@ -1,4 +1,5 @@
 import CofferApp
+import CofferClient
 import CofferCore
 import CofferSandbox
 import CofferServer
@@ -11,26 +12,6 @@ import Logging
 /// terminal.
 enum Demo {
     static let bundleId = "com.coffer.demo"
-
-    struct Manifest: Decodable {
-        struct AssetEntry: Decodable {
-            var assetId: String
-            var file: String
-            var name: String
-            var contentType: String
-        }
-        struct ProductEntry: Decodable {
-            var productId: String
-            var type: ProductType
-            var title: String
-            var assetIds: [String]
-            var familyShareable: Bool?
-            var durationSeconds: Int64?
-        }
-        var bundleId: String
-        var assets: [AssetEntry]
-        var products: [ProductEntry]
-    }
 
     /// Loads the sandbox CA in `dir`, creating it on first use.
     static func sandbox(at dir: SandboxDirectory) throws -> SandboxCA {
@@ -109,36 +90,47 @@ enum Demo {
         }
     }
 
-    static func prepare(_ services: any CofferStorage, contentDirectory: String, logger: Logger) async throws {
-        let manifestPath = (contentDirectory as NSString).appendingPathComponent("manifest.json")
-        let manifest: Manifest
-        do { manifest = try JSONDecoder().decode(Manifest.self, from: Data(try IO.read(manifestPath))) } catch {
-            throw UsageError("demo catalogue \(manifestPath) does not load: \(error) (run from the repository root or pass --content)")
-        }
-        var reused = false
-        for entry in manifest.assets {
-            let bytes = try IO.read((contentDirectory as NSString).appendingPathComponent(entry.file))
+    /// The server's own repositories as a release target: the demo catalogue loads through
+    /// the same plan as `coffer admin sync` (only changed files become new versions).
+    struct LocalTarget: CatalogueTarget {
+        let services: any CofferStorage
+
+        func assets() async throws -> [Asset] { try await services.catalogue.assets() }
+        func products() async throws -> [Product] { try await services.catalogue.products() }
+        func upload(_ asset: ReleaseManifest.AssetEntry, file: String, name: String, sha256: [UInt8], size: Int64) async throws {
+            let bytes = try IO.read(file)
             let stored = try await services.content.write(
                 AsyncStream {
-                    $0.yield(bytes); $0.finish()
-                }, maxBytes: services.configuration.uploadLimit, expectedSHA256: nil)
-            let existing = try await services.catalogue.asset(entry.assetId)
-            reused = reused || existing != nil
-            if existing?.sha256 != stored.sha256 {
-                _ = try await services.catalogue.addAssetVersion(
-                    assetId: entry.assetId, name: entry.name, contentType: entry.contentType, size: stored.size, sha256: stored.sha256, at: Date())
-            }
+                    $0.yield(bytes)
+                    $0.finish()
+                }, maxBytes: services.configuration.uploadLimit, expectedSHA256: Hex.encode(sha256))
+            _ = try await services.catalogue.addAssetVersion(
+                assetId: asset.assetId, name: name, contentType: asset.contentType ?? MediaType.of(fileName: name), size: stored.size,
+                sha256: stored.sha256, at: Date())
         }
-        for p in manifest.products {
+        func put(_ p: ProductSpec) async throws {
             try await services.catalogue.putProduct(
                 Product(
-                    productId: p.productId, bundleId: manifest.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date(),
-                    familyShareable: p.familyShareable ?? false, durationSeconds: p.durationSeconds))
+                    productId: p.productId, bundleId: p.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date(),
+                    familyShareable: p.familyShareable, durationSeconds: p.durationSeconds))
         }
+        func deleteProduct(_ productId: String) async throws { _ = try await services.catalogue.deleteProduct(productId) }
+    }
+
+    static func prepare(_ services: any CofferStorage, contentDirectory: String, logger: Logger) async throws {
+        let manifest: ReleaseManifest
+        do { manifest = try ReleaseManifest.load(directory: contentDirectory) } catch {
+            throw UsageError("demo catalogue: \(error) (run from the repository root or pass --content DIR)")
+        }
+        let target = LocalTarget(services: services)
+        let plan = try await ContentSync.plan(manifest, directory: contentDirectory, target: target, prune: false)
+        try await ContentSync.apply(plan, target: target)
+        let reused = !plan.unchangedAssets.isEmpty || plan.uploads.contains { $0.current != nil }
         let (keys, created) = try await demoKeys(services, reused: reused, logger: logger)
         let admin = keys.admin
         let auditor = keys.auditor
-        let data = services.configuration.dataDirectory
+        // Absolute, so the walkthrough works pasted in any directory.
+        let data = URL(fileURLWithPath: services.configuration.dataDirectory).standardizedFileURL.path
         let sandbox = DataDirectory(data).sandbox
         let base = "http://\(services.configuration.host):\(services.configuration.port)"
         let me =
@@ -158,8 +150,9 @@ enum Demo {
                 Try it from another terminal (copy-paste):
 
                   COFFER=\(me)
-                  # 1. mint a sandbox receipt for level pack 1, transaction 1000
-                  R=$($COFFER sandbox receipt --dir \(sandbox.path) --bundle-id \(manifest.bundleId) --purchase com.coffer.demo.levelpack1:1000 --base64)
+                  T=$(date +%s)$RANDOM    # fresh transaction ids: paste this again and again
+                  # 1. mint a sandbox receipt for level pack 1, transaction $T
+                  R=$($COFFER sandbox receipt --dir \(sandbox.path) --bundle-id \(manifest.bundleId) --purchase com.coffer.demo.levelpack1:$T --base64)
                   # 2. redeem it: 201 with download URLs
                   curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"receipt\\":\\"$R\\"}" | tee /tmp/coffer-redemption.json; echo
                   # 3. download the first level file
@@ -169,10 +162,10 @@ enum Demo {
                   # 5. the auditor sees the redemption and the refused replay
                   curl -s -H 'Authorization: Bearer \(auditor)' \(base)/v1/audit/attempts; echo
                   # 6. a season pass (auto-renewable, paid for the next hour): 201, entitlementEndsAt in an hour
-                  S=$($COFFER sandbox transaction --dir \(sandbox.path) --bundle-id \(manifest.bundleId) --product com.coffer.demo.season1 --product-type autoRenewable --transaction-id 5000 --expires-in 3600)
+                  S=$($COFFER sandbox transaction --dir \(sandbox.path) --bundle-id \(manifest.bundleId) --product com.coffer.demo.season1 --product-type autoRenewable --transaction-id ${T}5 --expires-in 3600)
                   curl -s -X POST \(base)/v1/redemptions -H 'Content-Type: application/json' -d "{\\"signedTransaction\\":\\"$S\\"}"; echo
                   # 7. Apple renews it for a month (DID_RENEW): the pass now runs 30 days
-                  N=$($COFFER sandbox notification --dir \(sandbox.path) --type DID_RENEW --bundle-id \(manifest.bundleId) --product com.coffer.demo.season1 --product-type autoRenewable --transaction-id 5001 --original-transaction-id 5000 --expires-in 2592000)
+                  N=$($COFFER sandbox notification --dir \(sandbox.path) --type DID_RENEW --bundle-id \(manifest.bundleId) --product com.coffer.demo.season1 --product-type autoRenewable --transaction-id ${T}6 --original-transaction-id ${T}5 --expires-in 2592000)
                   curl -s -X POST \(base)/v1/notifications -H 'Content-Type: application/json' -d "{\\"signedPayload\\":\\"$N\\"}"; echo
                 ────────────────────────────────────────────────────────────────────────────
 

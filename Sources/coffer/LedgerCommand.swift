@@ -16,13 +16,13 @@ struct LedgerCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Check the hash chain and the signed checkpoints of a database or an export.",
             discussion: """
-                Exit 0 when intact, 1 when not (the first bad sequence number is named), 2 on usage errors.
-                With --data-dir the database is opened read-only (nothing is migrated or written), while
-                the server runs or not. Pass --public-key with the key you obtained earlier
-                (GET /v1/audit/public-key, kept apart from the server): without it the key in the data
-                directory (or --ledger-key) or in the export is used, which shows only that the ledger is
-                consistent with itself. Pass --checkpoint with checkpoints you saved earlier
-                (GET /v1/audit/checkpoints or /latest): the ledger must still extend each of them, so a
+                Exit 0 when intact, 1 when not (the first bad sequence number is named), 2 on usage errors. \
+                With --data-dir the database is opened read-only (nothing is migrated or written), while \
+                the server runs or not. Pass --public-key with the key you obtained earlier \
+                (GET /v1/audit/public-key, kept apart from the server): without it the key in the data \
+                directory (or --ledger-key) or in the export is used, which shows only that the ledger is \
+                consistent with itself. Pass --checkpoint with checkpoints you saved earlier \
+                (GET /v1/audit/checkpoints or /latest): the ledger must still extend each of them, so a \
                 rewritten, truncated or re-signed history fails even if its new checkpoints verify.
                 """)
         @Option(name: .customLong("data-dir"), help: "Data directory to check.") var dataDir: String?
@@ -121,7 +121,7 @@ struct LedgerCommand: AsyncParsableCommand {
 
     struct Export: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Write the chained ledger export (NDJSON) of a data directory.")
-        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
         @Option(help: "Output file (default: standard output).") var out: String?
         @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
         @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
@@ -188,7 +188,7 @@ struct LedgerCommand: AsyncParsableCommand {
     struct PublicKey: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "public-key", abstract: "Print the checkpoint signing public key (PEM) of a data directory.")
-        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
         @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
 
         func run() async throws {
@@ -201,16 +201,16 @@ struct LedgerCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Chain the rows no ledger event chains, as a recorded admin action (upgrades from older Coffer databases).",
             discussion: """
-                The server refuses to start while the database holds rows outside the hash chain: rows from a
-                Coffer older than the chain (or admin-log rows from before migration 0003) — or rows inserted
-                behind its back. Run `coffer ledger verify` first and read what it names. Adopting chains every
-                such row, oldest first, and appends a `ledger.adopt` admin action naming how many of each kind
-                and who ran it: auditors see the adoption in the chain (`coffer ledger verify` lists every one).
-                A chain that does not end where the server's key sealed it (entries appended or removed behind
-                its back, a seal by another key) is refused unless --reseal: then the old seal and the re-sealed
+                The server refuses to start while the database holds rows outside the hash chain: rows from a \
+                Coffer older than the chain (or admin-log rows from before migration 0003) — or rows inserted \
+                behind its back. Run `coffer ledger verify` first and read what it names. Adopting chains every \
+                such row, oldest first, and appends a `ledger.adopt` admin action naming how many of each kind \
+                and who ran it: auditors see the adoption in the chain (`coffer ledger verify` lists every one). \
+                A chain that does not end where the server's key sealed it (entries appended or removed behind \
+                its back, a seal by another key) is refused unless --reseal: then the old seal and the re-sealed \
                 range are recorded too. Stop the server first.
                 """)
-        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
         @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
         @Flag(help: "Also seal a chain whose seal is broken (recording the old seal and the range).") var reseal = false
 

@@ -14,12 +14,12 @@ struct ReceiptCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Verify and decode a receipt (PKCS#7 DER/BER/base64) or a StoreKit 2 JWS.",
             discussion: """
-                Exit status: 0 when valid, 1 when invalid, 2 on usage or I/O errors.
-                Default trust roots: Apple Root CA and Apple Root CA - G3 (built in),
-                vouching for Production only unless --environment names Sandbox.
-                --root replaces them; a non-Apple root vouches for LocalTesting only
-                unless scoped: --root Sandbox=FILE, --root Xcode=FILE (never Production).
-                Chains are validated at the data's own signing time (receipt creation
+                Exit status: 0 when valid, 1 when invalid, 2 on usage or I/O errors. \
+                Default trust roots: Apple Root CA and Apple Root CA - G3 (built in), \
+                vouching for Production only unless --environment names Sandbox. \
+                --root replaces them; a non-Apple root vouches for LocalTesting only \
+                unless scoped: --root Sandbox=FILE, --root Xcode=FILE (never Production). \
+                Chains are validated at the data's own signing time (receipt creation \
                 date, JWS signedDate) unless --at is given.
                 """)
 
@@ -63,6 +63,11 @@ struct ReceiptCommand: AsyncParsableCommand {
             let e = result.evidence
             if let error = result.error {
                 print("verdict: invalid (\(error.code.rawValue)) \(error.detail)")
+                if error.code == .chainUntrusted, error.detail.contains("Coffer Sandbox") {
+                    print(
+                        "hint: Coffer's sandbox CA signed this; trust its root with --root DATA/sandbox/root.pem "
+                            + "(the demo's: coffer-data/sandbox/root.pem)")
+                }
             } else {
                 print("verdict: valid")
             }

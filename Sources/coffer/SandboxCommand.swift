@@ -18,7 +18,9 @@ struct SandboxCommand: AsyncParsableCommand {
         do {
             return try SandboxCA.load { name in try IO.read(SandboxDirectory(dir).file(name)) }
         } catch let error as SandboxCA.LoadError {
-            throw UsageError("\(error.description) (create one with `coffer sandbox init --dir \(dir)`)")
+            throw UsageError(
+                "\(error.description): no sandbox CA in \(dir). The demo's is DATA/sandbox (coffer-data/sandbox after `coffer serve --demo`); "
+                    + "a new CA from `coffer sandbox init` is trusted by no server until it is passed as --root")
         }
     }
 

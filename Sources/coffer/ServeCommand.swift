@@ -14,8 +14,8 @@ struct ServeCommand: AsyncParsableCommand {
         commandName: "serve",
         abstract: "Run the Coffer HTTP server.",
         discussion: """
-            Settings come from flags, then COFFER_* environment variables, then --config FILE (JSON),
-            then defaults (see the README's configuration table). Outside --demo at least one bundle id
+            Settings come from flags, then COFFER_* environment variables, then --config FILE (JSON), \
+            then defaults (see the README's configuration table). Outside --demo at least one bundle id \
             is required: the server never starts in a mode that accepts any app's receipts.
             """)
 
@@ -97,7 +97,7 @@ struct ServeCommand: AsyncParsableCommand {
         name: .customLong("partial-refunds"),
         help: "revoke (any refund revokes the purchase) or keep (a prorated refund is recorded, only a full refund revokes). Default: revoke.")
     var partialRefunds: String?
-    @Option(help: "Demo catalogue directory. Default: content.") var content = "content"
+    @Option(help: "Demo catalogue directory.") var content = "content"
     @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
     var printConfig = false
 
@@ -105,6 +105,7 @@ struct ServeCommand: AsyncParsableCommand {
         let reader = try await CofferConfiguration.reader(commandLine: commandLine, environment: ProcessInfo.processInfo.environment)
         var configuration = try await CofferConfiguration(reader: reader)
         if printConfig { return try printResolved(configuration) }
+        try PortCheck.ensureFree(host: configuration.host, port: configuration.port)
 
         var logger = Logger(label: "coffer")
         logger.logLevel = configuration.logLevel
@@ -191,7 +192,7 @@ struct MigrateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "migrate", abstract: "Apply pending database migrations (the server also does at start).")
 
-    @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+    @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
 
     @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
 
@@ -214,7 +215,7 @@ struct KeysCommand: AsyncParsableCommand {
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create a key; prints only the key (shown once, stored hashed). Works while the server runs.")
-        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
         @Option(help: "admin or auditor.") var role: String
         @Option(help: "Who the key is for (appears in logs).") var name: String
         @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
@@ -256,7 +257,7 @@ struct KeysCommand: AsyncParsableCommand {
                 and process listings: `coffer keys revoke --data-dir D < key.txt`, or paste it at the \
                 prompt. --key K still works but exposes K to both.
                 """)
-        @Option(name: .customLong("data-dir"), help: "Data directory. Default: coffer-data.") var dataDir = "coffer-data"
+        @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
         @Option(help: "The key to revoke (prefer stdin: a key on the command line lands in shell history and ps).") var key: String?
         @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
         var ledgerKey: String?

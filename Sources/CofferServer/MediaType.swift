@@ -1,0 +1,16 @@
+/// Media types by file-name extension: for uploads sent without a `Content-Type` and for the
+/// console's own files. Unknown extensions are `application/octet-stream`.
+public enum MediaType {
+    public static let byExtension: [String: String] = [
+        "html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8",
+        "json": "application/json", "txt": "text/plain; charset=utf-8", "csv": "text/csv; charset=utf-8", "xml": "application/xml",
+        "svg": "image/svg+xml", "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp",
+        "ico": "image/x-icon", "ogg": "audio/ogg", "mp3": "audio/mpeg", "wav": "audio/wav", "mp4": "video/mp4", "zip": "application/zip",
+        "gz": "application/gzip", "pdf": "application/pdf", "wasm": "application/wasm",
+    ]
+
+    public static func of(fileName: String) -> String {
+        guard let dot = fileName.lastIndex(of: "."), dot != fileName.startIndex else { return "application/octet-stream" }
+        return byExtension[fileName[fileName.index(after: dot)...].lowercased()] ?? "application/octet-stream"
+    }
+}
