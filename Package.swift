@@ -180,7 +180,7 @@ let package = Package(
         .testTarget(
             name: "CofferServerTests",
             dependencies: [
-                "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferSandbox", "CofferS3", "CofferTestSupport", "coffer",
+                "CofferCore", "CofferStore", "CofferServer", "CofferApp", "CofferClient", "CofferSandbox", "CofferS3", "CofferTestSupport", "coffer",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),

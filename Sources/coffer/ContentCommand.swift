@@ -65,7 +65,7 @@ struct ContentCommand: AsyncParsableCommand {
                 """)
         @OptionGroup var store: ContentStoreOptions
         @Option(help: ArgumentHelp(DatabaseOption.help + " Default: COFFER_DATABASE_URL when set.")) var database: String?
-        @Option(name: .customLong("min-age"), help: "Keep objects younger than this many seconds. Default: 86400.") var minAge = 86_400
+        @Option(name: .customLong("min-age"), help: "Keep objects younger than this many seconds.") var minAge = 86_400
         @Flag(help: "Remove them (default: only list).") var delete = false
         @Flag(help: "Delete even when the catalogue names objects the store does not hold (a sign of the wrong catalogue).") var force = false
 

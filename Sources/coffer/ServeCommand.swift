@@ -184,7 +184,35 @@ extension ServeCommand {
             partialRefunds: c.refundPolicy == .revokeAny ? "revoke" : "keep", tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        print(String(decoding: try encoder.encode(resolved), as: UTF8.self))
+        print(String(decoding: try encoder.encode(Self.effective(resolved, demo: demo)), as: UTF8.self))
+    }
+
+    /// What the server will actually use where a setting is left to its default: every key
+    /// present (null when off), the trust roots and environments spelled out, paths absolute.
+    static func effective(_ r: Resolved, demo: Bool) -> [String: JSONValue] {
+        var out: [String: JSONValue] = [:]
+        if let data = try? JSONEncoder().encode(r), case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: data) {
+            out = object
+        }
+        for key in ["appAppleId", "accelRedirect", "ledgerKey", "database", "contentStore", "s3Endpoint", "playerIssuer", "playerAudience"]
+        where out[key] == nil {
+            out[key] = .null
+        }
+        let data = URL(fileURLWithPath: r.dataDirectory).standardizedFileURL.path
+        let directory = DataDirectory(data)
+        out["dataDirectory"] = .string(data)
+        if r.bundleIds.isEmpty { out["bundleIds"] = demo ? .array([.string(Demo.bundleId)]) : .array([]) }
+        if r.roots.isEmpty {
+            out["roots"] = .array(
+                demo
+                    ? [.string("\(directory.sandbox.path)/root.pem (the demo's sandbox CA, LocalTesting only)")]
+                    : [.string("built in: Apple Root CA, Apple Root CA - G3 (Production)")])
+        }
+        if r.environments.isEmpty { out["environments"] = .array([.string(demo ? "LocalTesting" : "Production")]) }
+        if r.database == nil { out["database"] = .string("SQLite: \(directory.database)") }
+        if r.contentStore == nil { out["contentStore"] = .string("local: \(directory.content)") }
+        if r.ledgerKey == nil { out["ledgerKey"] = .string(directory.ledgerKey) }
+        return out
     }
 }
 
