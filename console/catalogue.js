@@ -34,6 +34,7 @@ export function mountCatalogue(container, {api}) {
   const progress = h('progress', {id: 'upload-progress', max: 100, value: 0, data: {test: 'upload-progress'}, 'aria-label': 'Upload progress'});
   const progressText = h('p', {id: 'upload-progress-text', class: 'mono small', data: {test: 'upload-progress-text'}, 'aria-live': 'polite'});
   const uploadStatus = h('p', {id: 'upload-status', class: 'status', hidden: true, role: 'status', data: {test: 'upload-status', state: 'idle'}});
+  const progressRow = h('div', {class: 'wide upload-progress', hidden: true}, progress, progressText);
   let cancelUpload = null;
 
   fileInput.addEventListener('change', () => {
@@ -46,7 +47,7 @@ export function mountCatalogue(container, {api}) {
   field('Asset id', assetIdInput, 'A–Z a–z 0–9 . _ -; uploading to an existing id adds a version.'),
   field('File', fileInput, 'Sent with its name, type and a SHA-256 Content-Digest (files up to 256 MiB).'),
   h('div', {class: 'actions wide'}, uploadButton, cancelButton),
-  h('div', {class: 'wide upload-progress'}, progress, progressText),
+  progressRow,
   h('div', {class: 'wide'}, uploadStatus));
 
   async function upload() {
@@ -59,6 +60,7 @@ export function mountCatalogue(container, {api}) {
     let id;
     try { id = segment(assetId); } catch (error) { status(uploadStatus, 'problem', problemLine(error), 'error'); return; }
     uploadButton.disabled = true;
+    progressRow.hidden = false;
     progress.value = 0;
     progressText.textContent = '';
     const headers = {'Content-Type': file.type || 'application/octet-stream'};
@@ -126,42 +128,30 @@ export function mountCatalogue(container, {api}) {
     }));
   }
 
-  /** The latest version (GET /v1/admin/assets/{id}) and every upload of it (the admin log). */
+  /** Every stored version of an asset, newest first (GET /v1/admin/assets/{id}/versions). */
   async function showVersions(assetId) {
     versionsPanel.hidden = false;
     replace(versionsPanel, h('p', {class: 'status busy', text: `Loading the versions of ${assetId}…`}));
     try {
-      const latest = await api.get(`/v1/admin/assets/${segment(assetId)}`);
-      const uploads = [];
-      let cursor;
-      for (let page = 0; page < 20; page += 1) {
-        const log = await api.get('/v1/admin/audit-log', {limit: 1000, cursor});
-        for (const action of log.items ?? []) {
-          if (action.action === 'asset.upload' && action.target === assetId) uploads.push(action);
-        }
-        if (!log.nextCursor) break;
-        cursor = log.nextCursor;
-      }
-      uploads.reverse();
+      const versions = await api.get(`/v1/admin/assets/${segment(assetId)}/versions`);
+      const rows = (Array.isArray(versions) ? versions : []).map((v) => ({...v, size: bytes(v.size)}));
       replace(versionsPanel,
         h('div', {class: 'panel-head'},
           h('h3', {text: `Versions of ${assetId}`}),
           h('button', {type: 'button', class: 'small secondary', on: {click: () => { versionsPanel.hidden = true; }}}, 'Close')),
-        h('dl', {class: 'facts'},
-          h('dt', {text: 'Latest'}), h('dd', {text: `version ${latest.version} · ${latest.name} · ${latest.contentType} · ${bytes(latest.size)}`}),
-          h('dt', {text: 'SHA-256'}), h('dd', {class: 'mono hash-wrap', text: latest.sha256}),
-          h('dt', {text: 'Uploaded'}), h('dd', {text: latest.createdAt})),
         table({
-          caption: 'Uploads recorded in the admin log (newest first); downloads always get the latest version',
+          caption: 'Every version (newest first); new downloads get the latest, tokens already issued keep theirs',
           test: 'asset-versions-table',
-          rows: uploads,
+          rows,
           columns: [
-            {key: 'at', label: 'At (UTC)'},
-            {key: 'keyName', label: 'Key'},
-            {key: 'detail', label: 'Detail', className: 'mono'},
-            {key: 'clientAddress', label: 'From'},
+            {key: 'version', label: 'Version'},
+            {key: 'name', label: 'Name'},
+            {key: 'contentType', label: 'Type'},
+            {key: 'size', label: 'Size'},
+            {key: 'createdAt', label: 'Stored (UTC)'},
+            {key: 'sha256', label: 'SHA-256', className: 'mono'},
           ],
-          empty: 'The admin log records no upload of this id (the demo catalogue is loaded at start-up, not uploaded).',
+          empty: 'No version of this asset is stored.',
         }));
     } catch (error) {
       replace(versionsPanel, h('p', {class: 'status problem', text: problemLine(error)}));

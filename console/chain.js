@@ -24,7 +24,7 @@ export function checkpointMessage({sequence, entryHash, time}) {
 
 /** 'valid', 'invalid', or 'unsupported' (this browser or page cannot verify Ed25519). */
 export async function verifyCheckpoint(checkpoint, publicKeyBase64) {
-  if (!globalThis.crypto?.subtle) return {state: 'unsupported', why: 'WebCrypto is only available on https:// or localhost pages'};
+  if (!globalThis.crypto?.subtle) return {state: 'unsupported', why: 'WebCrypto is only available on secure (HTTPS) or localhost pages'};
   if (!Number.isSafeInteger(checkpoint.sequence) || !Number.isSafeInteger(checkpoint.time)
     || typeof checkpoint.entryHash !== 'string' || typeof checkpoint.signature !== 'string') {
     return {state: 'invalid', why: 'the checkpoint is not well-formed'};
@@ -151,7 +151,7 @@ export function mountChain(container, {api}) {
     status(exportStatus, 'busy', 'Exporting the chained ledger…', 'exporting');
     try {
       await api.download('/v1/audit/export', {kind: 'ledger', format: 'ndjson'}, fileName);
-      status(exportStatus, 'ok', `Saved ${fileName}. Check it offline: coffer ledger verify --export ${fileName} --public-key YOUR-SAVED-KEY`, 'done');
+      status(exportStatus, 'ok', `Saved ${fileName}. Check it offline: coffer ledger verify --export ${fileName} --public-key YOUR-PINNED-KEY`, 'done');
     } catch (error) {
       status(exportStatus, 'problem', `Export failed: ${problemLine(error)}`, 'error');
     } finally {
@@ -167,9 +167,10 @@ export function mountChain(container, {api}) {
       h('p', {class: 'note', data: {test: 'chain-note'}},
         'What this proves, and what it does not: the signature is checked against the public key this same server presents, '
         + 'so it shows the checkpoint is intact and signed by that key — not that the key is the one you trust. Someone who controls '
-        + 'the server can present another key. Compare the key id with a copy you saved earlier, and verify the whole chain offline '
-        + 'with a pinned key: ',
-        h('code', {text: 'coffer ledger verify --export FILE --public-key KEY [--checkpoint SAVED]'}), '.')),
+        + 'the server can present another key. Compare the key id with a copy you saved earlier, and verify the whole chain '
+        + 'against a key you pinned: ',
+        h('code', {text: 'coffer audit verify --server URL --public-key KEY [--checkpoint SAVED]'}),
+        ' (or offline, on an export: ', h('code', {text: 'coffer ledger verify --export FILE --public-key KEY'}), ').')),
     h('section', {class: 'card', 'aria-labelledby': 'key-title'},
       h('h2', {id: 'key-title', text: 'Checkpoint signing key'}), keyFacts,
       h('div', {class: 'form-grid'},

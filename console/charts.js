@@ -55,8 +55,8 @@ function drawChart(holder, {counts, start, noun, kind, test}) {
   const total = counts.reduce((a, b) => a + b, 0);
   const peak = counts.indexOf(Math.max(...counts));
   const summary = total === 0
-    ? `No ${noun} in the last 24 hours.`
-    : `${total} ${noun} in the last 24 hours; busiest hour ${hourLabel(start, peak)} UTC with ${counts[peak]}.`;
+    ? `No ${noun.plural} in the last 24 hours.`
+    : `${total} ${total === 1 ? noun.one : noun.plural} in the last 24 hours; busiest hour ${hourLabel(start, peak)} UTC with ${counts[peak]}.`;
 
   const svg = s('svg', {viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': summary,
     class: `chart ${kind}`, data: {test, total}});
@@ -72,7 +72,7 @@ function drawChart(holder, {counts, start, noun, kind, test}) {
   counts.forEach((count, i) => {
     const barH = (count / max) * plotH;
     const x = m.left + i * slot + 1;
-    const label = `${hourLabel(start, i)}–${hourLabel(start, i + 1)} UTC: ${count} ${noun}`;
+    const label = `${hourLabel(start, i)}–${hourLabel(start, i + 1)} UTC: ${count} ${count === 1 ? noun.one : noun.plural}`;
     svg.append(s('rect', {x, y: m.top + plotH - barH, width: Math.max(slot - 2, 1), height: barH, class: 'bar',
       data: {test: 'bar', count, hour: new Date(start + i * HOUR).toISOString()}}, s('title', null, label)));
     if (i % every === 0) svg.append(s('text', {x: m.left + i * slot + slot / 2, y: height - 8, class: 'axis x'}, hourLabel(start, i)));
@@ -91,8 +91,8 @@ export function mountCharts(container, {api}) {
 
   function draw() {
     if (!data || !mounted) return;
-    drawChart(redemptionsHolder, {counts: data.redemptions, start: data.start, noun: 'redemptions', kind: 'redemptions', test: 'chart-redemptions'});
-    drawChart(attemptsHolder, {counts: data.attempts, start: data.start, noun: 'refused attempts', kind: 'attempts', test: 'chart-attempts'});
+    drawChart(redemptionsHolder, {counts: data.redemptions, start: data.start, noun: {one: 'redemption', plural: 'redemptions'}, kind: 'redemptions', test: 'chart-redemptions'});
+    drawChart(attemptsHolder, {counts: data.attempts, start: data.start, noun: {one: 'refused attempt', plural: 'refused attempts'}, kind: 'attempts', test: 'chart-attempts'});
   }
 
   async function load() {

@@ -21,16 +21,11 @@ const $ = (id) => document.getElementById(id);
 let session = null;
 let unmount = null;
 
-/** GET /v1/admin/products: 200 → admin, 403 → auditor; anything else is the problem to show. */
+/** GET /v1/whoami: the key's role (admin or auditor); a problem (401 for a wrong key) is shown. */
 async function detectRole(key) {
-  const probe = new Api(key);
-  try {
-    await probe.request('GET', '/v1/admin/products');
-    return 'admin';
-  } catch (error) {
-    if (error instanceof ApiError && error.status === 403 && error.code === 'forbidden') return 'auditor';
-    throw error;
-  }
+  const me = await new Api(key).get('/v1/whoami');
+  if (me?.role !== 'admin' && me?.role !== 'auditor') throw new Error('the server did not say which key this is');
+  return me.role;
 }
 
 function showBanner(text) {

@@ -116,7 +116,7 @@ export function mountLedger(container, {api}) {
   const filterForm = h('form', {id: 'ledger-filters', class: 'filter-form', novalidate: true, data: {test: 'ledger-filters'}},
     filterGrid, h('div', {class: 'actions'}, applyButton, resetButton));
   const ledgerStatus = h('p', {id: 'ledger-status', class: 'status', role: 'status', hidden: true, data: {test: 'ledger-status'}});
-  const holder = h('div', {id: 'ledger-table', data: {test: 'ledger-table-holder'}});
+  const holder = h('div', {id: 'ledger-table', role: 'tabpanel', data: {test: 'ledger-table-holder'}});
   const prevButton = h('button', {type: 'button', class: 'secondary', id: 'ledger-prev', data: {test: 'ledger-prev'}}, '← Previous page');
   const nextButton = h('button', {type: 'button', class: 'secondary', id: 'ledger-next', data: {test: 'ledger-next'}}, 'Next page →');
   const pageSize = h('input', {id: 'ledger-page-size', name: 'limit', type: 'number', min: 1, max: 1000, step: 1, inputMode: 'numeric',
@@ -145,6 +145,7 @@ export function mountLedger(container, {api}) {
   }
 
   function renderTabs() {
+    holder.setAttribute('aria-labelledby', `ledger-tab-${kind}`);
     replace(tabs, Object.entries(KINDS).map(([id, k]) => h('button', {
       type: 'button', role: 'tab', id: `ledger-tab-${id}`, 'aria-selected': String(id === kind),
       'aria-controls': 'ledger-table', tabIndex: id === kind ? 0 : -1,
@@ -227,9 +228,14 @@ export function mountLedger(container, {api}) {
   }
 
   pageSize.addEventListener('change', () => {
+    if (pageSize.value === '') return;
     const n = Number(pageSize.value);
-    memory.pageSize = Number.isInteger(n) && n >= 1 && n <= 1000 ? n : 100;
-    pageSize.value = memory.pageSize;
+    if (!Number.isInteger(n) || n < 1 || n > 1000) {
+      status(ledgerStatus, 'problem', 'Rows per page: 1 to 1000.', 'error');
+      return;
+    }
+    if (n === memory.pageSize) return;
+    memory.pageSize = n;
     cursors = [undefined];
     page = 0;
     load();

@@ -67,6 +67,12 @@ public struct PostgresCatalogue: CatalogueRepository {
         }
     }
 
+    public func versions(of assetId: String) async throws -> [Asset] {
+        try await backend.read { c in
+            try await c.rows("SELECT * FROM assets WHERE asset_id = \(assetId) ORDER BY version DESC", logger: backend.logger, Self.asset)
+        }
+    }
+
     /// The latest version of every asset, sorted by asset id.
     public func assets() async throws -> [Asset] {
         try await backend.read { c in

@@ -45,6 +45,12 @@ struct AdminController {
             guard let asset = try await catalogue.asset(id) else { throw Problem(.unknownAsset, "no asset \(id.prefix(128))") }
             return try JSON.response(asset)
         }
+        group.get("/assets/:assetId/versions") { _, context in
+            let id = context.parameters.get("assetId") ?? ""
+            let versions = try await catalogue.versions(of: id)
+            guard !versions.isEmpty else { throw Problem(.unknownAsset, "no asset \(id.prefix(128))") }
+            return try JSON.response(versions)
+        }
         group.put("/products/:productId") { request, context in try await putProduct(request, context: context) }
         group.post("/revocations") { request, context in
             struct Body: Decodable {

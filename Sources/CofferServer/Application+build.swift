@@ -79,5 +79,19 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     let ledger = LedgerController(ledgerAudit: d.ledgerAudit, signer: d.ledgerSigner)
     AuditController(ledger: d.ledger, deliveries: d.deliveries?.repository, ledgerExport: ledger).add(to: audit)
     ledger.add(to: audit)
+    // Which key is this: the console and scripts learn their role without probing for a 403.
+    router.group("/v1/whoami").add(middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin, .auditor], failures: authFailures, metrics: metrics))
+        .get { _, context in
+            guard let key = context.identity else { throw Problem(.unauthenticated, "send Authorization: Bearer <key>") }
+            return try JSON.response(WhoAmI(keyId: key.keyId, name: key.name, role: key.role.rawValue, createdAt: key.createdAt))
+        }
     return router
+}
+
+/// `GET /v1/whoami`: the key the request carries (never its secret or hash).
+struct WhoAmI: Encodable {
+    var keyId: String
+    var name: String
+    var role: String
+    var createdAt: Date
 }

@@ -5,15 +5,1748 @@
 /// The web console's files, by name: text verbatim, binary files as base64.
 enum ConsoleAssets {
     static let files: [(name: String, text: String?, base64: String?)] = [
-        (name: "index.html", text: file0, base64: nil),
+        (name: "api.js", text: file0, base64: nil),
+        (name: "catalogue.js", text: file1, base64: nil),
+        (name: "chain.js", text: file2, base64: nil),
+        (name: "charts.js", text: file3, base64: nil),
+        (name: "console.css", text: file4, base64: nil),
+        (name: "console.js", text: file5, base64: nil),
+        (name: "dom.js", text: file6, base64: nil),
+        (name: "icon.svg", text: file7, base64: nil),
+        (name: "index.html", text: file8, base64: nil),
+        (name: "ledger.js", text: file9, base64: nil),
     ]
 }
 
 private let file0 = ##"""
+// Calls to Coffer's API: the key travels only in the Authorization header (never in a URL,
+// never as a cookie: `credentials: 'omit'`), so a cross-site page cannot act as the user.
+
+/** An RFC 9457 problem (or a network failure) as one line: "403 forbidden — detail". */
+export class ApiError extends Error {
+  constructor({status, code, title, detail}) {
+    super(detail || title || code);
+    this.status = status;
+    this.code = code;
+    this.title = title;
+    this.detail = detail;
+  }
+
+  get line() {
+    const head = this.status ? `${this.status} ${this.code}` : this.code;
+    const text = this.detail || this.title;
+    return text ? `${head} — ${text}` : head;
+  }
+
+  static async from(response) {
+    let body = null;
+    const type = response.headers.get('Content-Type') ?? '';
+    if (type.includes('json')) {
+      try { body = await response.json(); } catch { body = null; }
+    }
+    return new ApiError({
+      status: response.status,
+      code: typeof body?.code === 'string' ? body.code : `http${response.status}`,
+      title: typeof body?.title === 'string' ? body.title : response.statusText,
+      detail: typeof body?.detail === 'string' ? body.detail : '',
+    });
+  }
+
+  static network(error) {
+    return new ApiError({status: 0, code: 'networkError', detail: `the server did not answer (${error?.message ?? error})`});
+  }
+}
+
+/** A problem or any other error as one line of text. */
+export function problemLine(error) {
+  if (error instanceof ApiError) return error.line;
+  return `error — ${error?.message ?? error}`;
+}
+
+/**
+ * `/v1/…` plus the query's non-empty values, %-encoded (never `+` for a space: Coffer reads
+ * queries as RFC 3986, so `+` would stay a plus sign).
+ */
+export function url(path, query) {
+  const pairs = [];
+  for (const [key, value] of Object.entries(query ?? {})) {
+    if (value !== undefined && value !== null && value !== '') pairs.push(`${encodeURIComponent(key)}=${encodeURIComponent(String(value))}`);
+  }
+  return pairs.length ? `${path}?${pairs.join('&')}` : path;
+}
+
+/** One path segment of an identifier. Coffer ids are A–Z a–z 0–9 . _ - (nothing to encode). */
+export function segment(id) {
+  if (!/^[A-Za-z0-9._-]{1,128}$/.test(id) || id === '.' || id === '..') {
+    throw new ApiError({status: 0, code: 'invalidIdentifier', detail: 'ids are 1–128 characters of A–Z a–z 0–9 . _ - (not "." or "..")'});
+  }
+  return id;
+}
+
+export class Api {
+  #key;
+  #onUnauthenticated;
+
+  constructor(key, {onUnauthenticated} = {}) {
+    this.#key = key;
+    this.#onUnauthenticated = onUnauthenticated;
+  }
+
+  /** The raw response of a successful request; a problem is thrown as ApiError. */
+  async request(method, path, {query, json, headers, signal} = {}) {
+    const init = {
+      method,
+      headers: {Authorization: `Bearer ${this.#key}`, Accept: 'application/json, application/problem+json', ...headers},
+      credentials: 'omit',
+      cache: 'no-store',
+      redirect: 'error',
+      referrerPolicy: 'no-referrer',
+      signal,
+    };
+    if (json !== undefined) {
+      init.body = JSON.stringify(json);
+      init.headers['Content-Type'] = 'application/json';
+    }
+    let response;
+    try {
+      response = await fetch(url(path, query), init);
+    } catch (error) {
+      if (error?.name === 'AbortError') throw error;
+      throw ApiError.network(error);
+    }
+    if (!response.ok) {
+      const problem = await ApiError.from(response);
+      if (problem.status === 401 && this.#onUnauthenticated) this.#onUnauthenticated(problem);
+      throw problem;
+    }
+    return response;
+  }
+
+  async get(path, query, options) {
+    const response = await this.request('GET', path, {query, ...options});
+    return response.json();
+  }
+
+  async put(path, json) {
+    const response = await this.request('PUT', path, {json});
+    return response.json();
+  }
+
+  async delete(path) {
+    await this.request('DELETE', path);
+  }
+
+  /** A download through fetch (the key stays in a header), handed to the browser as a file. */
+  async download(path, query, fileName) {
+    const response = await this.request('GET', path, {query, headers: {Accept: '*/*'}});
+    const blob = await response.blob();
+    const href = URL.createObjectURL(blob);
+    const a = document.createElement('a');
+    a.href = href;
+    a.download = fileName;
+    a.hidden = true;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    // Give the browser time to start reading the blob before it is released.
+    setTimeout(() => URL.revokeObjectURL(href), 60_000);
+    return blob.size;
+  }
+
+  /**
+   * PUT a file with XMLHttpRequest (fetch reports no upload progress). `onProgress(loaded, total)`.
+   * Resolves with the parsed 2xx body; rejects with ApiError.
+   */
+  upload(path, query, file, {headers, onProgress, onAbortable} = {}) {
+    return new Promise((resolve, reject) => {
+      const xhr = new XMLHttpRequest();
+      xhr.open('PUT', url(path, query));
+      xhr.withCredentials = false;
+      xhr.setRequestHeader('Authorization', `Bearer ${this.#key}`);
+      xhr.setRequestHeader('Accept', 'application/json, application/problem+json');
+      for (const [key, value] of Object.entries(headers ?? {})) xhr.setRequestHeader(key, value);
+      xhr.responseType = 'text';
+      xhr.upload.addEventListener('progress', (event) => onProgress?.(event.loaded, event.lengthComputable ? event.total : file.size));
+      xhr.addEventListener('load', () => {
+        let body = null;
+        try { body = JSON.parse(xhr.responseText); } catch { body = null; }
+        if (xhr.status >= 200 && xhr.status < 300) {
+          resolve(body);
+          return;
+        }
+        const problem = new ApiError({
+          status: xhr.status,
+          code: typeof body?.code === 'string' ? body.code : `http${xhr.status}`,
+          title: typeof body?.title === 'string' ? body.title : xhr.statusText,
+          detail: typeof body?.detail === 'string' ? body.detail : '',
+        });
+        if (problem.status === 401 && this.#onUnauthenticated) this.#onUnauthenticated(problem);
+        reject(problem);
+      });
+      xhr.addEventListener('error', () => reject(ApiError.network(new Error('the upload failed on the network'))));
+      xhr.addEventListener('abort', () => reject(new ApiError({status: 0, code: 'cancelled', detail: 'the upload was cancelled'})));
+      onAbortable?.(() => xhr.abort());
+      xhr.send(file);
+    });
+  }
+}
+
+"""##
+
+private let file1 = ##"""
+// Catalogue (admins only): assets with upload progress, asset versions, products.
+import {problemLine, segment} from './api.js';
+import {bytes, field, h, replace, status, table} from './dom.js';
+
+/** Above this size the file is not read into memory to compute its Content-Digest. */
+const DIGEST_LIMIT = 256 * 1024 * 1024;
+const TYPES = ['consumable', 'nonConsumable', 'autoRenewable', 'nonRenewing'];
+
+function base64(buffer) {
+  let text = '';
+  for (const byte of new Uint8Array(buffer)) text += String.fromCharCode(byte);
+  return btoa(text);
+}
+
+function hex(buffer) {
+  return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** An asset id from a file name: the allowed characters only. */
+function idFromFileName(name) {
+  const stem = name.replace(/\.[^.]*$/, '') || name;
+  return stem.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^[-.]+|[-.]+$/g, '').slice(0, 128);
+}
+
+export function mountCatalogue(container, {api}) {
+  const state = {assets: [], products: [], mounted: true};
+
+  // ── Upload ────────────────────────────────────────────────────────────────────────────
+  const assetIdInput = h('input', {id: 'upload-asset-id', name: 'assetId', required: true, autocomplete: 'off', spellcheck: false,
+    pattern: '[A-Za-z0-9._\\-]{1,128}', maxLength: 128, data: {test: 'upload-asset-id'}});
+  const fileInput = h('input', {id: 'upload-file', name: 'file', type: 'file', required: true, data: {test: 'upload-file'}});
+  const uploadButton = h('button', {type: 'submit', id: 'upload-submit', data: {test: 'upload-submit'}}, 'Upload');
+  const cancelButton = h('button', {type: 'button', class: 'secondary', id: 'upload-cancel', hidden: true, data: {test: 'upload-cancel'}}, 'Cancel');
+  const progress = h('progress', {id: 'upload-progress', max: 100, value: 0, data: {test: 'upload-progress'}, 'aria-label': 'Upload progress'});
+  const progressText = h('p', {id: 'upload-progress-text', class: 'mono small', data: {test: 'upload-progress-text'}, 'aria-live': 'polite'});
+  const uploadStatus = h('p', {id: 'upload-status', class: 'status', hidden: true, role: 'status', data: {test: 'upload-status', state: 'idle'}});
+  const progressRow = h('div', {class: 'wide upload-progress', hidden: true}, progress, progressText);
+  let cancelUpload = null;
+
+  fileInput.addEventListener('change', () => {
+    const file = fileInput.files?.[0];
+    if (file && !assetIdInput.value) assetIdInput.value = idFromFileName(file.name);
+  });
+
+  const uploadForm = h('form', {id: 'upload-form', class: 'form-grid', novalidate: true, data: {test: 'upload-form', admin: ''},
+    on: {submit: (event) => { event.preventDefault(); upload(); }}},
+  field('Asset id', assetIdInput, 'A–Z a–z 0–9 . _ -; uploading to an existing id adds a version.'),
+  field('File', fileInput, 'Sent with its name, type and a SHA-256 Content-Digest (files up to 256 MiB).'),
+  h('div', {class: 'actions wide'}, uploadButton, cancelButton),
+  progressRow,
+  h('div', {class: 'wide'}, uploadStatus));
+
+  async function upload() {
+    const file = fileInput.files?.[0];
+    const assetId = assetIdInput.value.trim();
+    if (!assetId || !file) {
+      status(uploadStatus, 'problem', 'Choose an asset id and a file.', 'error');
+      return;
+    }
+    let id;
+    try { id = segment(assetId); } catch (error) { status(uploadStatus, 'problem', problemLine(error), 'error'); return; }
+    uploadButton.disabled = true;
+    progressRow.hidden = false;
+    progress.value = 0;
+    progressText.textContent = '';
+    const headers = {'Content-Type': file.type || 'application/octet-stream'};
+    let digestHex = null;
+    try {
+      if (file.size <= DIGEST_LIMIT && globalThis.crypto?.subtle) {
+        status(uploadStatus, 'busy', `Computing the SHA-256 of ${file.name} (${bytes(file.size)})…`, 'hashing');
+        const digest = await crypto.subtle.digest('SHA-256', await file.arrayBuffer());
+        headers['Content-Digest'] = `sha-256=:${base64(digest)}:`;
+        digestHex = hex(digest);
+      }
+      status(uploadStatus, 'busy', `Uploading ${file.name}…`, 'uploading');
+      cancelButton.hidden = false;
+      const started = performance.now();
+      const asset = await api.upload(`/v1/admin/assets/${id}`, {name: file.name}, file, {
+        headers,
+        onAbortable: (abort) => { cancelUpload = abort; },
+        onProgress: (loaded, total) => {
+          const seconds = Math.max((performance.now() - started) / 1000, 0.001);
+          const percent = total ? Math.floor((loaded / total) * 100) : 0;
+          progress.value = percent;
+          progressText.textContent = `${bytes(loaded)} of ${bytes(total)} (${percent}%) · ${bytes(loaded / seconds)}/s`;
+        },
+      });
+      progress.value = 100;
+      const seconds = Math.max((performance.now() - started) / 1000, 0.001);
+      progressText.textContent = `${bytes(file.size)} of ${bytes(file.size)} (100%) · ${bytes(file.size / seconds)}/s`;
+      const checked = digestHex ? (asset?.sha256 === digestHex ? ' · digest checked by the server' : ' · DIGEST DIFFERS') : ' · sent without a digest';
+      status(uploadStatus, 'ok', `Done: ${asset?.assetId} version ${asset?.version}, ${bytes(asset?.size)}, sha256 ${asset?.sha256}${checked}`, 'done');
+      fileInput.value = '';
+      await refresh();
+    } catch (error) {
+      status(uploadStatus, 'problem', `Upload failed: ${problemLine(error)}`, 'error');
+    } finally {
+      cancelUpload = null;
+      cancelButton.hidden = true;
+      uploadButton.disabled = false;
+    }
+  }
+  cancelButton.addEventListener('click', () => cancelUpload?.());
+
+  // ── Assets ────────────────────────────────────────────────────────────────────────────
+  const assetsStatus = h('p', {class: 'status', hidden: true, role: 'status', data: {test: 'assets-status'}});
+  const assetsHolder = h('div', {data: {test: 'assets'}});
+  const versionsPanel = h('div', {id: 'asset-versions', class: 'panel', hidden: true, data: {test: 'asset-versions'}, 'aria-live': 'polite'});
+
+  function renderAssets() {
+    replace(assetsHolder, table({
+      caption: 'Assets (latest version of each)',
+      test: 'assets-table',
+      rows: state.assets,
+      rowData: (a) => ({assetId: a.assetId}),
+      columns: [
+        {key: 'assetId', label: 'Asset id', className: 'mono'},
+        {key: 'version', label: 'Version'},
+        {key: 'name', label: 'Name'},
+        {key: 'contentType', label: 'Type'},
+        {key: 'size', label: 'Size', format: (v) => bytes(v)},
+        {key: 'sha256', label: 'SHA-256', className: 'mono hash'},
+        {key: 'createdAt', label: 'Uploaded (UTC)'},
+      ],
+      actions: (a) => h('button', {type: 'button', class: 'small secondary', data: {test: 'asset-versions-button', admin: ''},
+        'aria-label': `Versions of ${a.assetId}`, on: {click: () => showVersions(a.assetId)}}, 'Versions'),
+      empty: 'No assets yet: upload one above.',
+    }));
+  }
+
+  /** Every stored version of an asset, newest first (GET /v1/admin/assets/{id}/versions). */
+  async function showVersions(assetId) {
+    versionsPanel.hidden = false;
+    replace(versionsPanel, h('p', {class: 'status busy', text: `Loading the versions of ${assetId}…`}));
+    try {
+      const versions = await api.get(`/v1/admin/assets/${segment(assetId)}/versions`);
+      const rows = (Array.isArray(versions) ? versions : []).map((v) => ({...v, size: bytes(v.size)}));
+      replace(versionsPanel,
+        h('div', {class: 'panel-head'},
+          h('h3', {text: `Versions of ${assetId}`}),
+          h('button', {type: 'button', class: 'small secondary', on: {click: () => { versionsPanel.hidden = true; }}}, 'Close')),
+        table({
+          caption: 'Every version (newest first); new downloads get the latest, tokens already issued keep theirs',
+          test: 'asset-versions-table',
+          rows,
+          columns: [
+            {key: 'version', label: 'Version'},
+            {key: 'name', label: 'Name'},
+            {key: 'contentType', label: 'Type'},
+            {key: 'size', label: 'Size'},
+            {key: 'createdAt', label: 'Stored (UTC)'},
+            {key: 'sha256', label: 'SHA-256', className: 'mono'},
+          ],
+          empty: 'No version of this asset is stored.',
+        }));
+    } catch (error) {
+      replace(versionsPanel, h('p', {class: 'status problem', text: problemLine(error)}));
+    }
+  }
+
+  // ── Products ──────────────────────────────────────────────────────────────────────────
+  const productsStatus = h('p', {class: 'status', hidden: true, role: 'status', data: {test: 'products-status'}});
+  const productsHolder = h('div', {data: {test: 'products'}});
+
+  const pid = h('input', {id: 'product-id', name: 'productId', required: true, autocomplete: 'off', spellcheck: false, maxLength: 128,
+    pattern: '[A-Za-z0-9._\\-]{1,128}', data: {test: 'product-id'}});
+  const bundle = h('input', {id: 'product-bundle', name: 'bundleId', required: true, autocomplete: 'off', spellcheck: false, maxLength: 128,
+    list: 'product-bundles', data: {test: 'product-bundle'}});
+  const bundles = h('datalist', {id: 'product-bundles'});
+  const type = h('select', {id: 'product-type', name: 'type', data: {test: 'product-type'}},
+    TYPES.map((t) => h('option', {value: t}, t)));
+  const title = h('input', {id: 'product-title', name: 'title', required: true, maxLength: 256, autocomplete: 'off', data: {test: 'product-title'}});
+  const duration = h('input', {id: 'product-duration', name: 'durationSeconds', type: 'number', min: 60, step: 1, inputMode: 'numeric',
+    data: {test: 'product-duration'}});
+  const durationField = field('Duration (seconds)', duration, 'nonRenewing only: 60 s to 10 years.');
+  const family = h('input', {id: 'product-family', name: 'familyShareable', type: 'checkbox', data: {test: 'product-family'}});
+  const assetChoices = h('div', {class: 'choices', id: 'product-assets', data: {test: 'product-assets'}});
+  const saveButton = h('button', {type: 'submit', id: 'product-submit', data: {test: 'product-submit'}}, 'Save product');
+  const resetButton = h('button', {type: 'button', class: 'secondary', on: {click: () => fillForm(null)}}, 'Clear');
+
+  function syncDuration() {
+    const on = type.value === 'nonRenewing';
+    durationField.hidden = !on;
+    duration.required = on;
+  }
+  type.addEventListener('change', syncDuration);
+
+  const productForm = h('form', {id: 'product-form', class: 'form-grid', novalidate: true, data: {test: 'product-form', admin: ''},
+    on: {submit: (event) => { event.preventDefault(); saveProduct(); }}},
+  field('Product id (App Store)', pid),
+  field('Bundle id', bundle, 'One of the bundle ids this server verifies.'),
+  bundles,
+  field('Type', type),
+  field('Title', title),
+  durationField,
+  h('div', {class: 'field check'}, family, h('label', {htmlFor: 'product-family', text: 'Family shareable'})),
+  h('fieldset', {class: 'wide'}, h('legend', {text: 'Assets it unlocks'}), assetChoices),
+  h('div', {class: 'actions wide'}, saveButton, resetButton),
+  h('div', {class: 'wide'}, productsStatus));
+
+  function renderAssetChoices(selected) {
+    const keep = selected ?? new Set([...assetChoices.querySelectorAll('input:checked')].map((i) => i.value));
+    replace(assetChoices, state.assets.length === 0
+      ? h('p', {class: 'hint', text: 'No assets yet.'})
+      : state.assets.map((a, i) => h('div', {class: 'check'},
+        h('input', {type: 'checkbox', id: `product-asset-${i}`, value: a.assetId, checked: keep.has(a.assetId),
+          data: {test: 'product-asset', assetId: a.assetId}}),
+        h('label', {htmlFor: `product-asset-${i}`}, h('span', {class: 'mono', text: a.assetId}), ` — ${a.name} (v${a.version})`))));
+  }
+
+  function fillForm(product) {
+    pid.value = product?.productId ?? '';
+    bundle.value = product?.bundleId ?? state.products[0]?.bundleId ?? '';
+    type.value = product?.type ?? 'nonConsumable';
+    title.value = product?.title ?? '';
+    duration.value = product?.durationSeconds ?? '';
+    family.checked = Boolean(product?.familyShareable);
+    renderAssetChoices(new Set(product?.assetIds ?? []));
+    syncDuration();
+    status(productsStatus, 'info', product ? `Editing ${product.productId}: save to replace it.` : '');
+    if (product) pid.focus();
+  }
+
+  async function saveProduct() {
+    const productId = pid.value.trim();
+    const body = {
+      bundleId: bundle.value.trim(),
+      type: type.value,
+      title: title.value.trim(),
+      assetIds: [...assetChoices.querySelectorAll('input:checked')].map((i) => i.value),
+    };
+    if (family.checked) body.familyShareable = true;
+    if (type.value === 'nonRenewing') body.durationSeconds = Number(duration.value);
+    if (!productId || !body.bundleId || !body.title) {
+      status(productsStatus, 'problem', 'Product id, bundle id and title are required.', 'error');
+      return;
+    }
+    saveButton.disabled = true;
+    try {
+      const saved = await api.put(`/v1/admin/products/${segment(productId)}`, body);
+      await refresh();
+      status(productsStatus, 'ok', `Saved ${saved.productId} (${saved.type}, ${saved.assetIds.length} asset${saved.assetIds.length === 1 ? '' : 's'}).`, 'saved');
+    } catch (error) {
+      status(productsStatus, 'problem', `Not saved: ${problemLine(error)}`, 'error');
+    } finally {
+      saveButton.disabled = false;
+    }
+  }
+
+  function deleteButton(product) {
+    let armed = null;
+    const button = h('button', {type: 'button', class: 'small danger', data: {test: 'product-delete', admin: ''},
+      'aria-label': `Delete ${product.productId}`}, 'Delete');
+    button.addEventListener('click', async () => {
+      if (!armed) {
+        button.textContent = 'Confirm delete';
+        button.dataset.state = 'confirm';
+        armed = setTimeout(() => { armed = null; button.textContent = 'Delete'; delete button.dataset.state; }, 5000);
+        return;
+      }
+      clearTimeout(armed);
+      button.disabled = true;
+      try {
+        await api.delete(`/v1/admin/products/${segment(product.productId)}`);
+        status(productsStatus, 'ok', `Deleted ${product.productId}.`, 'deleted');
+        await refresh();
+      } catch (error) {
+        status(productsStatus, 'problem', `Not deleted: ${problemLine(error)}`, 'error');
+        button.disabled = false;
+      }
+    });
+    return button;
+  }
+
+  function renderProducts() {
+    replace(productsHolder, table({
+      caption: 'Products',
+      test: 'products-table',
+      rows: state.products,
+      rowData: (p) => ({productId: p.productId}),
+      columns: [
+        {key: 'productId', label: 'Product id', className: 'mono'},
+        {key: 'type', label: 'Type'},
+        {key: 'title', label: 'Title'},
+        {key: 'bundleId', label: 'Bundle id', className: 'mono'},
+        {key: 'assetIds', label: 'Assets', className: 'mono'},
+        {key: 'familyShareable', label: 'Family'},
+        {key: 'durationSeconds', label: 'Duration (s)'},
+        {key: 'updatedAt', label: 'Updated (UTC)'},
+      ],
+      actions: (p) => [
+        h('button', {type: 'button', class: 'small secondary', data: {test: 'product-edit', admin: ''}, 'aria-label': `Edit ${p.productId}`,
+          on: {click: () => fillForm(p)}}, 'Edit'),
+        ' ',
+        deleteButton(p),
+      ],
+      empty: 'No products yet.',
+    }));
+    replace(bundles, [...new Set(state.products.map((p) => p.bundleId))].map((b) => h('option', {value: b})));
+    if (!bundle.value && state.products[0]) bundle.value = state.products[0].bundleId;
+  }
+
+  async function refresh() {
+    try {
+      const [assets, products] = await Promise.all([api.get('/v1/admin/assets'), api.get('/v1/admin/products')]);
+      if (!state.mounted) return;
+      state.assets = [...assets].sort((a, b) => a.assetId.localeCompare(b.assetId));
+      state.products = [...products].sort((a, b) => a.productId.localeCompare(b.productId));
+      renderAssets();
+      renderAssetChoices();
+      renderProducts();
+      status(assetsStatus, 'info', '');
+    } catch (error) {
+      status(assetsStatus, 'problem', problemLine(error), 'error');
+    }
+  }
+
+  replace(container,
+    h('h1', {text: 'Catalogue'}),
+    h('div', {class: 'grid-2'},
+      h('section', {class: 'card', 'aria-labelledby': 'upload-title', data: {admin: ''}},
+        h('h2', {id: 'upload-title', text: 'Upload an asset'}), uploadForm),
+      h('section', {class: 'card', 'aria-labelledby': 'product-form-title', data: {admin: ''}},
+        h('h2', {id: 'product-form-title', text: 'Put a product'}), productForm)),
+    h('section', {class: 'card', 'aria-labelledby': 'products-title'},
+      h('div', {class: 'card-head'}, h('h2', {id: 'products-title', text: 'Products'}),
+        h('button', {type: 'button', class: 'small secondary', data: {test: 'catalogue-refresh'}, on: {click: refresh}}, 'Refresh')),
+      productsHolder),
+    h('section', {class: 'card', 'aria-labelledby': 'assets-title'},
+      h('h2', {id: 'assets-title', text: 'Assets'}), assetsStatus, assetsHolder, versionsPanel));
+
+  fillForm(null);
+  refresh();
+  return () => { state.mounted = false; };
+}
+
+"""##
+
+private let file2 = ##"""
+// Chain status: the latest signed checkpoint, verified in the browser (WebCrypto Ed25519)
+// against the public key the server presents.
+import {ApiError, problemLine} from './api.js';
+import {h, replace, status} from './dom.js';
+
+function fromBase64(text) {
+  const binary = atob(text);
+  const out = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i += 1) out[i] = binary.charCodeAt(i);
+  return out;
+}
+
+function hex(buffer) {
+  return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * The bytes the server signs (CofferCore LedgerCheckpoint.message):
+ * `coffer-checkpoint-v1\nsequence=<n>\nentryHash=<hex>\ntime=<unix seconds>\n`, UTF-8.
+ */
+export function checkpointMessage({sequence, entryHash, time}) {
+  return new TextEncoder().encode(`coffer-checkpoint-v1\nsequence=${sequence}\nentryHash=${entryHash}\ntime=${time}\n`);
+}
+
+/** 'valid', 'invalid', or 'unsupported' (this browser or page cannot verify Ed25519). */
+export async function verifyCheckpoint(checkpoint, publicKeyBase64) {
+  if (!globalThis.crypto?.subtle) return {state: 'unsupported', why: 'WebCrypto is only available on secure (HTTPS) or localhost pages'};
+  if (!Number.isSafeInteger(checkpoint.sequence) || !Number.isSafeInteger(checkpoint.time)
+    || typeof checkpoint.entryHash !== 'string' || typeof checkpoint.signature !== 'string') {
+    return {state: 'invalid', why: 'the checkpoint is not well-formed'};
+  }
+  let raw;
+  let signature;
+  try {
+    raw = fromBase64(publicKeyBase64);
+    signature = fromBase64(checkpoint.signature);
+  } catch {
+    return {state: 'invalid', why: 'the key or signature is not base64'};
+  }
+  if (raw.length !== 32) return {state: 'invalid', why: `the public key is ${raw.length} bytes, not 32`};
+  if (signature.length !== 64) return {state: 'invalid', why: `the signature is ${signature.length} bytes, not 64`};
+  let key;
+  try {
+    key = await crypto.subtle.importKey('raw', raw, {name: 'Ed25519'}, false, ['verify']);
+  } catch (error) {
+    if (error?.name === 'NotSupportedError') return {state: 'unsupported', why: 'this browser has no Ed25519 in WebCrypto'};
+    return {state: 'invalid', why: `the public key was refused (${error?.name ?? error})`};
+  }
+  const ok = await crypto.subtle.verify({name: 'Ed25519'}, key, signature, checkpointMessage(checkpoint));
+  return ok ? {state: 'valid'} : {state: 'invalid', why: 'the signature does not match the checkpoint'};
+}
+
+/** The server's key id: the first 8 bytes of SHA-256 of the raw key, in hex (LedgerSigner.keyId). */
+async function keyIdOf(publicKeyBase64) {
+  if (!globalThis.crypto?.subtle) return null;
+  return hex(await crypto.subtle.digest('SHA-256', fromBase64(publicKeyBase64))).slice(0, 16);
+}
+
+function stamp() {
+  return new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+}
+
+// An expected key id typed by the user, kept in memory while the console is open.
+let expectedKeyId = '';
+
+export function mountChain(container, {api}) {
+  let mounted = true;
+  const verdict = h('p', {id: 'chain-status', class: 'verdict', role: 'status', data: {test: 'chain-status', state: 'loading'}, text: 'Loading…'});
+  const facts = h('dl', {class: 'facts', data: {test: 'chain-facts'}});
+  const keyFacts = h('dl', {class: 'facts', data: {test: 'chain-key'}});
+  const expected = h('input', {id: 'chain-expected-key', name: 'expectedKeyId', autocomplete: 'off', spellcheck: false,
+    placeholder: '16 hex digits', value: expectedKeyId, data: {test: 'chain-expected-key'}, maxLength: 64});
+  const expectedResult = h('p', {class: 'status', hidden: true, role: 'status', data: {test: 'chain-expected-result'}});
+  const refreshButton = h('button', {type: 'button', class: 'secondary', data: {test: 'chain-refresh'}}, 'Check again');
+  const exportButton = h('button', {type: 'button', class: 'secondary', data: {test: 'chain-export'}}, 'Download the chained export (NDJSON)');
+  const exportStatus = h('p', {class: 'status', hidden: true, role: 'status', data: {test: 'chain-export-status'}});
+  let serverKeyId = null;
+
+  function fact(list, term, value, test, className) {
+    list.append(h('dt', {text: term}), h('dd', {class: className, data: {test}, text: value}));
+  }
+
+  function compareExpected() {
+    expectedKeyId = expected.value.trim().toLowerCase();
+    if (!expectedKeyId || !serverKeyId) { status(expectedResult, 'info', ''); return; }
+    if (expectedKeyId === serverKeyId) status(expectedResult, 'ok', 'The server presents the key you expected.', 'match');
+    else status(expectedResult, 'problem', `The server presents key ${serverKeyId}, not ${expectedKeyId}.`, 'mismatch');
+  }
+  expected.addEventListener('input', compareExpected);
+
+  async function check() {
+    refreshButton.disabled = true;
+    verdict.dataset.state = 'loading';
+    verdict.className = 'verdict';
+    verdict.textContent = 'Loading…';
+    replace(facts);
+    replace(keyFacts);
+    try {
+      const [checkpoint, key] = await Promise.all([
+        api.get('/v1/audit/checkpoints/latest').catch((error) => {
+          if (error instanceof ApiError && error.code === 'noCheckpoint') return null;
+          throw error;
+        }),
+        api.get('/v1/audit/public-key'),
+      ]);
+      if (!mounted) return;
+      const computedKeyId = await keyIdOf(key.publicKey);
+      serverKeyId = key.keyId;
+      fact(keyFacts, 'Algorithm', key.algorithm, 'key-algorithm');
+      fact(keyFacts, 'Key id', key.keyId, 'key-id', 'mono');
+      fact(keyFacts, 'Public key (base64, raw 32 bytes)', key.publicKey, 'key-public', 'mono hash-wrap');
+      if (computedKeyId && computedKeyId !== key.keyId) fact(keyFacts, 'Key id check', `MISMATCH: the key hashes to ${computedKeyId}`, 'key-id-check', 'bad');
+      compareExpected();
+      if (!checkpoint) {
+        verdict.dataset.state = 'none';
+        verdict.className = 'verdict none';
+        verdict.textContent = 'No checkpoint yet: the server signs one when the ledger has grown for the checkpoint interval.';
+        return;
+      }
+      const result = checkpoint.keyId === key.keyId
+        ? await verifyCheckpoint(checkpoint, key.publicKey)
+        : {state: 'invalid', why: `signed by key ${checkpoint.keyId}, the server presents ${key.keyId}`};
+      if (!mounted) return;
+      verdict.dataset.state = result.state;
+      verdict.className = `verdict ${result.state}`;
+      verdict.textContent = result.state === 'valid'
+        ? 'Signature valid: the latest checkpoint was signed by the key this server presents.'
+        : result.state === 'unsupported'
+          ? `Not verified here: ${result.why}.`
+          : `INVALID: ${result.why}.`;
+      fact(facts, 'Sequence', String(checkpoint.sequence), 'chain-sequence', 'mono');
+      const when = Number.isSafeInteger(checkpoint.time) ? new Date(checkpoint.time * 1000).toISOString().replace('.000Z', 'Z') : '?';
+      fact(facts, 'Signed at', `${when} (unix ${checkpoint.time})`, 'chain-time');
+      fact(facts, 'Key id', checkpoint.keyId, 'chain-keyid', 'mono');
+      fact(facts, 'Entry hash', checkpoint.entryHash, 'chain-entryhash', 'mono hash-wrap');
+      fact(facts, 'Signature', checkpoint.signature, 'chain-signature', 'mono hash-wrap');
+    } catch (error) {
+      if (!mounted) return;
+      verdict.dataset.state = 'error';
+      verdict.className = 'verdict invalid';
+      verdict.textContent = problemLine(error);
+    } finally {
+      refreshButton.disabled = false;
+    }
+  }
+
+  refreshButton.addEventListener('click', check);
+  exportButton.addEventListener('click', async () => {
+    exportButton.disabled = true;
+    const fileName = `coffer-ledger-${stamp()}.ndjson`;
+    status(exportStatus, 'busy', 'Exporting the chained ledger…', 'exporting');
+    try {
+      await api.download('/v1/audit/export', {kind: 'ledger', format: 'ndjson'}, fileName);
+      status(exportStatus, 'ok', `Saved ${fileName}. Check it offline: coffer ledger verify --export ${fileName} --public-key YOUR-PINNED-KEY`, 'done');
+    } catch (error) {
+      status(exportStatus, 'problem', `Export failed: ${problemLine(error)}`, 'error');
+    } finally {
+      exportButton.disabled = false;
+    }
+  });
+
+  replace(container,
+    h('h1', {text: 'Chain status'}),
+    h('section', {class: 'card', 'aria-labelledby': 'checkpoint-title'},
+      h('div', {class: 'card-head'}, h('h2', {id: 'checkpoint-title', text: 'Latest checkpoint'}), refreshButton),
+      verdict, facts,
+      h('p', {class: 'note', data: {test: 'chain-note'}},
+        'What this proves, and what it does not: the signature is checked against the public key this same server presents, '
+        + 'so it shows the checkpoint is intact and signed by that key — not that the key is the one you trust. Someone who controls '
+        + 'the server can present another key. Compare the key id with a copy you saved earlier, and verify the whole chain '
+        + 'against a key you pinned: ',
+        h('code', {text: 'coffer audit verify --server URL --public-key KEY [--checkpoint SAVED]'}),
+        ' (or offline, on an export: ', h('code', {text: 'coffer ledger verify --export FILE --public-key KEY'}), ').')),
+    h('section', {class: 'card', 'aria-labelledby': 'key-title'},
+      h('h2', {id: 'key-title', text: 'Checkpoint signing key'}), keyFacts,
+      h('div', {class: 'form-grid'},
+        h('div', {class: 'field'}, h('label', {htmlFor: 'chain-expected-key', text: 'Key id you expect (optional, not stored)'}), expected)),
+      expectedResult),
+    h('section', {class: 'card', 'aria-labelledby': 'export-title'},
+      h('h2', {id: 'export-title', text: 'Chained export'}),
+      h('p', {text: 'Every ledger event with its hash, and the signed checkpoints: the file coffer ledger verify --export checks.'}),
+      h('div', {class: 'actions'}, exportButton), exportStatus));
+  check();
+  return () => { mounted = false; };
+}
+
+"""##
+
+private let file3 = ##"""
+// Redemptions and refused attempts per hour over the last 24 hours, as SVG bars built with DOM APIs.
+import {problemLine} from './api.js';
+import {h, replace, s, status} from './dom.js';
+
+const HOUR = 3600 * 1000;
+const HOURS = 24;
+const PAGE_LIMIT = 1000;
+const MAX_PAGES = 20;
+
+/** Every row since `from`, following nextCursor up to MAX_PAGES pages. */
+async function collect(api, path, from, isMounted) {
+  const rows = [];
+  let cursor;
+  for (let page = 0; page < MAX_PAGES; page += 1) {
+    const result = await api.get(path, {from, limit: PAGE_LIMIT, cursor});
+    if (!isMounted()) return {rows, partial: false};
+    rows.push(...(result.items ?? []));
+    if (!result.nextCursor) return {rows, partial: false};
+    cursor = result.nextCursor;
+  }
+  return {rows, partial: true};
+}
+
+function bucketize(rows, field, start) {
+  const counts = new Array(HOURS).fill(0);
+  for (const row of rows) {
+    const t = Date.parse(row[field]);
+    if (Number.isNaN(t)) continue;
+    const i = Math.floor((t - start) / HOUR);
+    if (i >= 0 && i < HOURS) counts[i] += 1;
+  }
+  return counts;
+}
+
+function hourLabel(start, i) {
+  return `${String(new Date(start + i * HOUR).getUTCHours()).padStart(2, '0')}:00`;
+}
+
+/** A rounded-up axis maximum: 1, 2, 5, 10, 20, 50, … */
+function niceMax(n) {
+  if (n <= 1) return 1;
+  const power = 10 ** Math.floor(Math.log10(n));
+  for (const m of [1, 2, 5, 10]) if (m * power >= n) return m * power;
+  return 10 * power;
+}
+
+function drawChart(holder, {counts, start, noun, kind, test}) {
+  const width = Math.max(Math.floor(holder.clientWidth) || 640, 280);
+  const height = width < 500 ? 180 : 220;
+  const m = {top: 12, right: 8, bottom: 26, left: 34};
+  const plotW = width - m.left - m.right;
+  const plotH = height - m.top - m.bottom;
+  const max = niceMax(Math.max(...counts));
+  const slot = plotW / HOURS;
+  const total = counts.reduce((a, b) => a + b, 0);
+  const peak = counts.indexOf(Math.max(...counts));
+  const summary = total === 0
+    ? `No ${noun.plural} in the last 24 hours.`
+    : `${total} ${total === 1 ? noun.one : noun.plural} in the last 24 hours; busiest hour ${hourLabel(start, peak)} UTC with ${counts[peak]}.`;
+
+  const svg = s('svg', {viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': summary,
+    class: `chart ${kind}`, data: {test, total}});
+  for (const fraction of [0, 0.5, 1]) {
+    const y = m.top + plotH - fraction * plotH;
+    svg.append(s('line', {x1: m.left, x2: width - m.right, y1: y, y2: y, class: 'grid'}));
+    if (fraction === 0 || max > 1 || fraction === 1) {
+      const value = fraction * max;
+      if (Number.isInteger(value)) svg.append(s('text', {x: m.left - 6, y: y + 4, class: 'axis y'}, String(value)));
+    }
+  }
+  const every = width < 500 ? 6 : 3;
+  counts.forEach((count, i) => {
+    const barH = (count / max) * plotH;
+    const x = m.left + i * slot + 1;
+    const label = `${hourLabel(start, i)}–${hourLabel(start, i + 1)} UTC: ${count} ${count === 1 ? noun.one : noun.plural}`;
+    svg.append(s('rect', {x, y: m.top + plotH - barH, width: Math.max(slot - 2, 1), height: barH, class: 'bar',
+      data: {test: 'bar', count, hour: new Date(start + i * HOUR).toISOString()}}, s('title', null, label)));
+    if (i % every === 0) svg.append(s('text', {x: m.left + i * slot + slot / 2, y: height - 8, class: 'axis x'}, hourLabel(start, i)));
+  });
+  replace(holder, svg, h('p', {class: 'chart-summary', text: summary}));
+}
+
+export function mountCharts(container, {api}) {
+  let mounted = true;
+  const isMounted = () => mounted;
+  const chartStatus = h('p', {id: 'charts-status', class: 'status', role: 'status', hidden: true, data: {test: 'charts-status'}});
+  const redemptionsHolder = h('div', {class: 'chart-holder', id: 'chart-redemptions', data: {test: 'chart-redemptions-holder'}});
+  const attemptsHolder = h('div', {class: 'chart-holder', id: 'chart-attempts', data: {test: 'chart-attempts-holder'}});
+  const refreshButton = h('button', {type: 'button', class: 'secondary', data: {test: 'charts-refresh'}}, 'Refresh');
+  let data = null;
+
+  function draw() {
+    if (!data || !mounted) return;
+    drawChart(redemptionsHolder, {counts: data.redemptions, start: data.start, noun: {one: 'redemption', plural: 'redemptions'}, kind: 'redemptions', test: 'chart-redemptions'});
+    drawChart(attemptsHolder, {counts: data.attempts, start: data.start, noun: {one: 'refused attempt', plural: 'refused attempts'}, kind: 'attempts', test: 'chart-attempts'});
+  }
+
+  async function load() {
+    refreshButton.disabled = true;
+    status(chartStatus, 'busy', 'Loading the last 24 hours…', 'loading');
+    // 24 whole-hour buckets ending with the current hour.
+    const start = (Math.floor(Date.now() / HOUR) + 1 - HOURS) * HOUR;
+    const from = new Date(start).toISOString().replace('.000Z', 'Z');
+    try {
+      const [redemptions, attempts] = await Promise.all([
+        collect(api, '/v1/audit/redemptions', from, isMounted),
+        collect(api, '/v1/audit/attempts', from, isMounted),
+      ]);
+      if (!mounted) return;
+      data = {start, redemptions: bucketize(redemptions.rows, 'redeemedAt', start), attempts: bucketize(attempts.rows, 'at', start)};
+      draw();
+      const partial = [redemptions.partial && 'redemptions', attempts.partial && 'attempts'].filter(Boolean);
+      if (partial.length) {
+        status(chartStatus, 'problem',
+          `Partial: only the first ${(MAX_PAGES * PAGE_LIMIT).toLocaleString('en')} ${partial.join(' and ')} since ${from} were read.`, 'partial');
+      } else {
+        status(chartStatus, 'info', `Since ${from}, hourly buckets in UTC.`, 'loaded');
+      }
+    } catch (error) {
+      if (mounted) status(chartStatus, 'problem', problemLine(error), 'error');
+    } finally {
+      refreshButton.disabled = false;
+    }
+  }
+
+  refreshButton.addEventListener('click', load);
+  // Redraw when the width changes (not on the height the drawing itself causes).
+  let drawnWidth = 0;
+  const resize = new ResizeObserver(() => {
+    const width = Math.floor(redemptionsHolder.clientWidth);
+    if (width === drawnWidth) return;
+    requestAnimationFrame(() => { drawnWidth = Math.floor(redemptionsHolder.clientWidth); draw(); });
+  });
+
+  replace(container,
+    h('div', {class: 'page-head'}, h('h1', {text: 'Charts'}), refreshButton),
+    chartStatus,
+    h('section', {class: 'card', 'aria-labelledby': 'chart-r-title'},
+      h('h2', {id: 'chart-r-title', text: 'Redemptions per hour'}), redemptionsHolder),
+    h('section', {class: 'card', 'aria-labelledby': 'chart-a-title'},
+      h('h2', {id: 'chart-a-title', text: 'Refused attempts per hour'}), attemptsHolder));
+  resize.observe(redemptionsHolder);
+  load();
+  return () => { mounted = false; resize.disconnect(); };
+}
+
+"""##
+
+private let file4 = ##"""
+/* Coffer console. No web fonts, no external resources (the CSP allows this server only). */
+:root {
+  --bg: #f4f6f8;
+  --surface: #ffffff;
+  --text: #17212b;
+  --muted: #5a6672;
+  --border: #d6dde4;
+  --accent: #1f5f8b;
+  --accent-strong: #174a6c;
+  --accent-text: #ffffff;
+  --ok: #1b7a3d;
+  --ok-bg: #e6f4ea;
+  --bad: #b3261e;
+  --bad-bg: #fce8e6;
+  --warn-bg: #fff4d6;
+  --bar: #2f7fb5;
+  --bar-attempt: #c0563a;
+  --grid: #e3e8ee;
+  --focus: #f4c542;
+  --radius: 8px;
+  --mono: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+  color-scheme: light dark;
+}
+
+@media (prefers-color-scheme: dark) {
+  :root {
+    --bg: #11161c;
+    --surface: #1a2129;
+    --text: #e6edf3;
+    --muted: #9aa7b4;
+    --border: #2e3944;
+    --accent: #4a9bd1;
+    --accent-strong: #6cb3e3;
+    --accent-text: #0b1117;
+    --ok: #6fcf8f;
+    --ok-bg: #16301f;
+    --bad: #ff8a80;
+    --bad-bg: #3a1b19;
+    --warn-bg: #3a3015;
+    --bar: #4a9bd1;
+    --bar-attempt: #e07a5f;
+    --grid: #26313b;
+  }
+}
+
+*, *::before, *::after { box-sizing: border-box; }
+[hidden] { display: none !important; }
+
+html { -webkit-text-size-adjust: 100%; }
+body {
+  margin: 0;
+  font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+  background: var(--bg);
+  color: var(--text);
+  overflow-wrap: anywhere;
+}
+
+h1 { font-size: 1.5rem; margin: 0 0 1rem; }
+h2 { font-size: 1.1rem; margin: 0 0 0.75rem; }
+h3 { font-size: 1rem; margin: 0; }
+code, .mono { font-family: var(--mono); font-size: 0.9em; }
+p { margin: 0.5rem 0; }
+
+a { color: var(--accent); }
+:focus-visible { outline: 3px solid var(--focus); outline-offset: 2px; }
+
+.skip { position: absolute; left: -9999px; top: 0; }
+.skip:focus { left: 0.5rem; top: 0.5rem; z-index: 10; background: var(--surface); padding: 0.5rem 0.75rem; }
+
+/* Header and navigation */
+.top {
+  display: flex; flex-wrap: wrap; align-items: center; justify-content: space-between; gap: 0.5rem 1rem;
+  padding: 0.6rem 1rem; background: var(--surface); border-bottom: 1px solid var(--border);
+}
+.brand { display: flex; align-items: center; gap: 0.5rem; font-weight: 700; font-size: 1.05rem; }
+.brand img { display: block; }
+.session { display: flex; align-items: center; gap: 0.6rem; flex-wrap: wrap; }
+.role {
+  font-size: 0.8rem; font-weight: 700; text-transform: uppercase; letter-spacing: 0.05em;
+  padding: 0.15rem 0.55rem; border-radius: 999px; background: var(--ok-bg); color: var(--ok);
+}
+.role[data-role="admin"] { background: var(--warn-bg); color: var(--text); }
+
+.nav { background: var(--surface); border-bottom: 1px solid var(--border); padding: 0 0.5rem; }
+.nav ul { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 0.25rem; }
+.nav a {
+  display: block; padding: 0.6rem 0.8rem; text-decoration: none; color: var(--muted); font-weight: 600;
+  border-bottom: 3px solid transparent;
+}
+.nav a:hover { color: var(--text); }
+.nav a[aria-current="page"] { color: var(--accent); border-bottom-color: var(--accent); }
+
+.banner { margin: 0; padding: 0.6rem 1rem; background: var(--bad-bg); color: var(--bad); font-weight: 600; }
+
+main { max-width: 1400px; margin: 0 auto; padding: 1rem; }
+main:focus { outline: none; }
+.page-head, .card-head, .panel-head { display: flex; flex-wrap: wrap; align-items: center; justify-content: space-between; gap: 0.5rem; }
+.page-head h1, .card-head h2 { margin-bottom: 0.75rem; }
+
+.card {
+  background: var(--surface); border: 1px solid var(--border); border-radius: var(--radius);
+  padding: 1rem; margin-bottom: 1rem; min-width: 0;
+}
+.grid-2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 26rem), 1fr)); gap: 0 1rem; }
+.signin { max-width: 40rem; margin: 1.5rem auto; }
+
+/* Forms */
+.form-grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 13rem), 1fr)); gap: 0.75rem 1rem; align-items: start; }
+.form-grid .wide { grid-column: 1 / -1; }
+.field { display: flex; flex-direction: column; gap: 0.25rem; min-width: 0; }
+.field.check, .check { flex-direction: row; display: flex; align-items: center; gap: 0.5rem; }
+.field.check { align-self: end; padding-bottom: 0.4rem; }
+label { font-weight: 600; font-size: 0.9rem; }
+.check label { font-weight: 400; }
+.hint, small.hint { color: var(--muted); font-size: 0.82rem; }
+input, select, button { font: inherit; }
+input:not([type="checkbox"]), select {
+  width: 100%; min-width: 0; max-width: 100%; padding: 0.45rem 0.55rem; border: 1px solid var(--border);
+  border-radius: 6px; background: var(--bg); color: var(--text);
+}
+input[type="file"] { padding: 0.35rem; }
+input[type="checkbox"] { width: 1.1rem; height: 1.1rem; margin: 0; flex: none; accent-color: var(--accent); }
+fieldset { border: 1px solid var(--border); border-radius: 6px; margin: 0; padding: 0.5rem 0.75rem; min-width: 0; }
+legend { font-weight: 600; font-size: 0.9rem; padding: 0 0.25rem; }
+.choices { display: grid; gap: 0.35rem; max-height: 14rem; overflow: auto; }
+.actions { display: flex; flex-wrap: wrap; gap: 0.5rem; align-items: center; }
+.filter-form { margin: 0.75rem 0; }
+.filter-form .actions { margin-top: 0.75rem; }
+
+button {
+  cursor: pointer; border: 1px solid var(--accent); background: var(--accent); color: var(--accent-text);
+  padding: 0.45rem 0.9rem; border-radius: 6px; font-weight: 600;
+}
+button:hover:not(:disabled) { background: var(--accent-strong); border-color: var(--accent-strong); }
+button:disabled { opacity: 0.55; cursor: default; }
+button.secondary { background: transparent; color: var(--accent); }
+button.secondary:hover:not(:disabled) { background: var(--bg); color: var(--accent-strong); }
+button.danger { background: transparent; color: var(--bad); border-color: var(--bad); }
+button.danger[data-state="confirm"] { background: var(--bad); color: var(--surface); }
+button.small { padding: 0.2rem 0.55rem; font-size: 0.85rem; }
+
+/* Status lines */
+.status { margin: 0.5rem 0; padding: 0.4rem 0.6rem; border-radius: 6px; font-size: 0.92rem; }
+.status.info { color: var(--muted); padding-left: 0; padding-right: 0; }
+.status.ok { background: var(--ok-bg); color: var(--ok); }
+.status.problem, .problem { background: var(--bad-bg); color: var(--bad); }
+.problem { padding: 0.4rem 0.6rem; border-radius: 6px; }
+.status.busy { background: var(--warn-bg); }
+.upload-progress { display: flex; flex-wrap: wrap; align-items: center; gap: 0.25rem 0.75rem; }
+.upload-progress progress { width: 100%; max-width: 28rem; height: 1rem; accent-color: var(--accent); }
+.small { font-size: 0.85rem; }
+
+/* Tables: scroll sideways inside their container, never the page */
+.table-wrap { overflow-x: auto; max-width: 100%; border: 1px solid var(--border); border-radius: 6px; margin: 0.5rem 0; }
+table { border-collapse: collapse; width: 100%; font-size: 0.88rem; }
+caption { text-align: left; padding: 0.45rem 0.6rem; color: var(--muted); font-size: 0.85rem; caption-side: top; }
+th, td { padding: 0.4rem 0.6rem; border-top: 1px solid var(--border); text-align: left; vertical-align: top; white-space: nowrap; }
+th { background: var(--bg); font-weight: 600; position: sticky; top: 0; }
+td { overflow-wrap: normal; }
+td.hash { max-width: 11rem; overflow: hidden; text-overflow: ellipsis; }
+td.detail { white-space: normal; min-width: 14rem; max-width: 28rem; overflow-wrap: anywhere; }
+td.row-actions { display: flex; gap: 0.35rem; }
+tr.empty td { color: var(--muted); font-style: italic; }
+tbody tr:hover { background: var(--bg); }
+
+.tabs { display: flex; flex-wrap: wrap; gap: 0.35rem; border-bottom: 1px solid var(--border); padding-bottom: 0.5rem; }
+.tabs button { background: transparent; color: var(--muted); border-color: var(--border); }
+.tabs button[aria-selected="true"] { background: var(--accent); color: var(--accent-text); border-color: var(--accent); }
+.pager { display: flex; flex-wrap: wrap; align-items: center; gap: 0.5rem 1rem; margin-top: 0.5rem; }
+.page-label { color: var(--muted); font-size: 0.9rem; }
+.export { border-top: 1px solid var(--border); margin-top: 0.75rem; padding-top: 0.75rem; }
+
+.panel { border: 1px solid var(--border); border-radius: 6px; padding: 0.75rem; margin-top: 0.75rem; background: var(--bg); }
+
+/* Facts (chain status, asset details) */
+.facts { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.3rem 1rem; margin: 0.75rem 0; }
+.facts dt { color: var(--muted); font-weight: 600; }
+.facts dd { margin: 0; min-width: 0; }
+.hash-wrap { overflow-wrap: anywhere; word-break: break-all; }
+.bad { color: var(--bad); font-weight: 700; }
+.verdict { font-weight: 700; padding: 0.6rem 0.8rem; border-radius: 6px; background: var(--bg); margin: 0.25rem 0 0.5rem; }
+.verdict.valid { background: var(--ok-bg); color: var(--ok); }
+.verdict.invalid { background: var(--bad-bg); color: var(--bad); }
+.verdict.none, .verdict.unsupported { background: var(--warn-bg); }
+.note { color: var(--muted); font-size: 0.9rem; border-left: 3px solid var(--border); padding-left: 0.75rem; }
+
+/* Charts */
+.chart-holder { width: 100%; min-height: 180px; }
+svg.chart { display: block; max-width: 100%; height: auto; }
+svg.chart .grid { stroke: var(--grid); stroke-width: 1; }
+svg.chart .bar { fill: var(--bar); }
+svg.chart.attempts .bar { fill: var(--bar-attempt); }
+svg.chart .bar:hover { opacity: 0.8; }
+svg.chart .axis { fill: var(--muted); font-size: 11px; font-family: system-ui, sans-serif; }
+svg.chart .axis.y { text-anchor: end; }
+svg.chart .axis.x { text-anchor: middle; }
+.chart-summary { color: var(--muted); font-size: 0.9rem; }
+
+@media (max-width: 600px) {
+  main { padding: 0.6rem; }
+  .top { padding: 0.5rem 0.6rem; }
+  .nav { padding: 0 0.25rem; }
+  .nav a { padding: 0.5rem 0.55rem; }
+  .card { padding: 0.75rem; }
+  h1 { font-size: 1.3rem; }
+  .facts { grid-template-columns: minmax(0, 1fr); }
+  .facts dd { margin-bottom: 0.35rem; }
+}
+.page-size-field { display: flex; align-items: center; gap: 0.4rem; margin-left: auto; }
+.page-size-field input { width: 5.5rem; }
+
+"""##
+
+private let file5 = ##"""
+// Coffer console: sign-in, role detection, navigation. Pages live in their own modules.
+import {Api, ApiError, problemLine} from './api.js';
+import {h, replace} from './dom.js';
+import {mountCatalogue} from './catalogue.js';
+import {mountLedger, resetLedgerMemory} from './ledger.js';
+import {mountChain} from './chain.js';
+import {mountCharts} from './charts.js';
+
+const STORAGE_KEY = 'coffer.console.key';
+
+const PAGES = [
+  {id: 'catalogue', label: 'Catalogue', admin: true, mount: mountCatalogue},
+  {id: 'ledger', label: 'Ledger', mount: mountLedger},
+  {id: 'chain', label: 'Chain status', mount: mountChain},
+  {id: 'charts', label: 'Charts', mount: mountCharts},
+];
+
+const $ = (id) => document.getElementById(id);
+
+/** The signed-in session: the key lives here (and, if asked, in this tab's session storage). */
+let session = null;
+let unmount = null;
+
+/** GET /v1/whoami: the key's role (admin or auditor); a problem (401 for a wrong key) is shown. */
+async function detectRole(key) {
+  const me = await new Api(key).get('/v1/whoami');
+  if (me?.role !== 'admin' && me?.role !== 'auditor') throw new Error('the server did not say which key this is');
+  return me.role;
+}
+
+function showBanner(text) {
+  const banner = $('banner');
+  banner.hidden = !text;
+  banner.textContent = text ?? '';
+}
+
+function pagesFor(role) {
+  return PAGES.filter((page) => !page.admin || role === 'admin');
+}
+
+function routeId() {
+  const match = /^#\/([a-z]+)$/.exec(location.hash);
+  return match ? match[1] : null;
+}
+
+function renderNav() {
+  const nav = $('nav');
+  replace(nav, h('ul', null, pagesFor(session.role).map((page) => h('li', null,
+    h('a', {
+      href: `#/${page.id}`,
+      id: `nav-${page.id}`,
+      data: {test: `nav-${page.id}`, admin: page.admin ? '' : undefined},
+    }, page.label)))));
+  nav.hidden = false;
+}
+
+function route() {
+  if (!session) return;
+  const pages = pagesFor(session.role);
+  const wanted = routeId();
+  let page = pages.find((p) => p.id === wanted);
+  if (!page) {
+    // Unknown, or an admin page asked for by an auditor: the first page this role has.
+    page = pages[0];
+    if (wanted && PAGES.some((p) => p.id === wanted)) showBanner(`The ${wanted} page needs an admin key.`);
+    history.replaceState(null, '', `#/${page.id}`);
+  }
+  for (const link of $('nav').querySelectorAll('a')) {
+    if (link.id === `nav-${page.id}`) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
+  unmount?.();
+  unmount = null;
+  const app = $('app');
+  const container = h('section', {class: 'page', id: `page-${page.id}`, data: {page: page.id}, 'aria-label': page.label});
+  replace(app, container);
+  document.title = `${page.label} · Coffer console`;
+  unmount = page.mount(container, {api: session.api, role: session.role}) ?? null;
+}
+
+function signedIn(key, role, remember) {
+  const api = new Api(key, {
+    onUnauthenticated: (problem) => showBanner(`The key is no longer accepted (${problem.line}). Sign out and sign in again.`),
+  });
+  session = {api, role};
+  if (remember) sessionStorage.setItem(STORAGE_KEY, key);
+  else sessionStorage.removeItem(STORAGE_KEY);
+  $('role').textContent = role;
+  $('role').dataset.role = role;
+  $('session').hidden = false;
+  $('signin-page').hidden = true;
+  $('app').hidden = false;
+  document.body.dataset.role = role;
+  renderNav();
+  route();
+}
+
+function signOut() {
+  unmount?.();
+  unmount = null;
+  session = null;
+  sessionStorage.removeItem(STORAGE_KEY);
+  resetLedgerMemory();
+  delete document.body.dataset.role;
+  replace($('app'));
+  $('app').hidden = true;
+  replace($('nav'));
+  $('nav').hidden = true;
+  $('session').hidden = true;
+  $('role').textContent = '';
+  showBanner(null);
+  $('signin-error').hidden = true;
+  $('signin-key').value = '';
+  $('signin-page').hidden = false;
+  document.title = 'Coffer console';
+  if (location.hash) history.replaceState(null, '', location.pathname);
+  $('signin-key').focus();
+}
+
+async function onSignIn(event) {
+  event.preventDefault();
+  const key = $('signin-key').value.trim();
+  const error = $('signin-error');
+  const button = $('signin-submit');
+  if (!key) {
+    error.textContent = 'Paste a key first.';
+    error.hidden = false;
+    return;
+  }
+  button.disabled = true;
+  error.hidden = true;
+  try {
+    const role = await detectRole(key);
+    $('signin-key').value = '';
+    signedIn(key, role, $('signin-remember').checked);
+  } catch (problem) {
+    const hint = problem instanceof ApiError && problem.status === 401 ? ' (wrong or revoked key)' : '';
+    error.textContent = `Sign-in failed: ${problemLine(problem)}${hint}`;
+    error.hidden = false;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function start() {
+  $('signin-form').addEventListener('submit', onSignIn);
+  $('signout').addEventListener('click', signOut);
+  window.addEventListener('hashchange', () => {
+    if (routeId()) { showBanner(null); route(); }
+  });
+  const saved = sessionStorage.getItem(STORAGE_KEY);
+  if (saved) {
+    try {
+      signedIn(saved, await detectRole(saved), true);
+      return;
+    } catch (problem) {
+      sessionStorage.removeItem(STORAGE_KEY);
+      $('signin-error').textContent = `The saved key was not accepted: ${problemLine(problem)}`;
+      $('signin-error').hidden = false;
+    }
+  }
+  $('signin-key').focus();
+}
+
+start();
+
+"""##
+
+private let file6 = ##"""
+// DOM building without innerHTML: every piece of server data reaches the page as text.
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+// Properties set as DOM properties (typed), everything else as attributes. `style` is
+// refused outright: the Content-Security-Policy forbids style attributes (use a class, or
+// CSSOM on `el.style`).
+const PROPS = new Set(['id', 'className', 'type', 'name', 'value', 'checked', 'disabled', 'htmlFor', 'title',
+  'placeholder', 'required', 'hidden', 'min', 'max', 'step', 'pattern', 'autocomplete', 'multiple', 'accept',
+  'href', 'download', 'colSpan', 'scope', 'selected', 'tabIndex', 'spellcheck', 'inputMode', 'maxLength']);
+
+function apply(el, props) {
+  for (const [key, value] of Object.entries(props ?? {})) {
+    if (value === undefined || value === null || value === false && !PROPS.has(key)) continue;
+    if (key === 'style') throw new Error('style attributes are refused by the CSP: use a class');
+    if (key === 'class') el.setAttribute('class', Array.isArray(value) ? value.filter(Boolean).join(' ') : value);
+    else if (key === 'text') el.textContent = String(value);
+    else if (key === 'data') for (const [k, v] of Object.entries(value)) { if (v !== undefined && v !== null) el.dataset[k] = String(v); }
+    else if (key === 'on') for (const [event, fn] of Object.entries(value)) el.addEventListener(event, fn);
+    else if (PROPS.has(key) && !(el instanceof SVGElement)) el[key] = value;
+    else el.setAttribute(key, value === true ? '' : String(value));
+  }
+}
+
+function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+/** `h('button', {type: 'button', data: {test: 'x'}, on: {click}}, 'Label')`. Strings become text nodes. */
+export function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  apply(el, props);
+  append(el, children);
+  return el;
+}
+
+/** An SVG element, built the same way. */
+export function s(tag, props, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  apply(el, props);
+  append(el, children);
+  return el;
+}
+
+export function clear(el) {
+  while (el.firstChild) el.firstChild.remove();
+  return el;
+}
+
+export function replace(el, ...children) {
+  clear(el);
+  append(el, children);
+  return el;
+}
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+export function bytes(n) {
+  if (!Number.isFinite(n)) return '—';
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < UNITS.length - 1) { v /= 1024; i += 1; }
+  return i === 0 ? `${v} B` : `${v.toFixed(v < 10 ? 2 : 1)} ${UNITS[i]}`;
+}
+
+/** A label and its input, in a `.field`. `input` is the element; its id must be set. */
+export function field(labelText, input, hint) {
+  const hintEl = hint ? h('small', {class: 'hint', id: `${input.id}-hint`, text: hint}) : null;
+  if (hintEl) input.setAttribute('aria-describedby', hintEl.id);
+  return h('div', {class: 'field'}, h('label', {htmlFor: input.id, text: labelText}), input, hintEl);
+}
+
+/**
+ * A table in a horizontally scrolling container. `columns`: [{key, label, format?, className?}],
+ * `rows`: objects. Every cell is text; long values keep their full text in `title`.
+ */
+export function table({caption, columns, rows, test, rowData, actions, empty = 'Nothing here yet.'}) {
+  const head = h('thead', null, h('tr', null,
+    columns.map((c) => h('th', {scope: 'col', text: c.label})),
+    actions ? h('th', {scope: 'col', text: 'Actions'}) : null));
+  const body = h('tbody');
+  for (const row of rows) {
+    const tr = h('tr', {data: {test: 'row', ...(rowData ? rowData(row) : {})}});
+    for (const c of columns) {
+      const raw = row[c.key];
+      const text = c.format ? c.format(raw, row) : display(raw);
+      const td = h('td', {class: c.className, data: {col: c.key}, text});
+      if (text.length > 24) td.title = text;
+      tr.append(td);
+    }
+    if (actions) tr.append(h('td', {class: 'row-actions'}, actions(row)));
+    body.append(tr);
+  }
+  if (rows.length === 0) {
+    body.append(h('tr', {class: 'empty'}, h('td', {colSpan: columns.length + (actions ? 1 : 0), text: empty})));
+  }
+  return h('div', {class: 'table-wrap', tabIndex: 0, role: 'region', 'aria-label': caption},
+    h('table', {data: {test: test}}, h('caption', {text: caption}), head, body));
+}
+
+/** A value as table text: absent → "—", arrays joined, booleans as yes/no. */
+export function display(value) {
+  if (value === undefined || value === null || value === '') return '—';
+  if (Array.isArray(value)) return value.length ? value.join(', ') : '—';
+  if (typeof value === 'boolean') return value ? 'yes' : 'no';
+  return String(value);
+}
+
+/** A status line: `kind` is one of info, ok, problem, busy. */
+export function status(el, kind, text, state) {
+  el.hidden = !text;
+  el.className = `status ${kind}`;
+  el.textContent = text ?? '';
+  if (state) el.dataset.state = state;
+  return el;
+}
+
+"""##
+
+private let file7 = ##"""
+<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32" width="32" height="32">
+  <rect x="2" y="7" width="28" height="21" rx="4" fill="#1f5f8b"/>
+  <path d="M2 12h28" stroke="#0f3d5c" stroke-width="2"/>
+  <rect x="5" y="3" width="22" height="6" rx="2" fill="#2f7fb5"/>
+  <circle cx="16" cy="19" r="4.5" fill="#f4c542"/>
+  <rect x="15" y="19" width="2" height="5" rx="1" fill="#0f3d5c"/>
+</svg>
+
+"""##
+
+private let file8 = ##"""
 <!doctype html>
 <html lang="en">
-<head><meta charset="utf-8"><title>Coffer console</title></head>
-<body><p>Coffer console (placeholder)</p></body>
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+<meta name="color-scheme" content="light dark">
+<title>Coffer console</title>
+<link rel="icon" href="/console/icon.svg" type="image/svg+xml">
+<link rel="stylesheet" href="/console/console.css">
+<script type="module" src="/console/console.js"></script>
+</head>
+<body>
+<a class="skip" href="#main">Skip to content</a>
+<header class="top">
+  <div class="brand"><img src="/console/icon.svg" alt="" width="28" height="28"><span>Coffer console</span></div>
+  <div id="session" class="session" hidden>
+    <span class="role" id="role" data-test="role"></span>
+    <button type="button" id="signout" class="secondary" data-test="signout">Sign out</button>
+  </div>
+</header>
+<nav id="nav" class="nav" aria-label="Console sections" hidden></nav>
+<div id="banner" class="banner" role="alert" data-test="banner" hidden></div>
+<main id="main" tabindex="-1">
+  <section id="signin-page" class="page signin" data-page="signin" aria-labelledby="signin-title">
+    <h1 id="signin-title">Sign in</h1>
+    <p>Paste an <strong>admin</strong> or <strong>auditor</strong> key (<code>coffer keys create</code>, or the one
+      <code>coffer serve --demo</code> prints). The key is sent only as an <code>Authorization: Bearer</code> header to
+      this server; it never appears in a URL and no cookie is set.</p>
+    <form id="signin-form" class="card form-grid" data-test="signin-form" autocomplete="off" novalidate>
+      <div class="field wide">
+        <label for="signin-key">API key</label>
+        <input id="signin-key" name="key" type="password" autocomplete="off" spellcheck="false" required data-test="signin-key">
+      </div>
+      <div class="field wide check">
+        <input id="signin-remember" name="remember" type="checkbox" checked data-test="signin-remember">
+        <label for="signin-remember">Keep me signed in in this tab (session storage; cleared when the tab closes)</label>
+      </div>
+      <div class="actions wide">
+        <button type="submit" id="signin-submit" data-test="signin-submit">Sign in</button>
+        <p id="signin-error" class="problem" role="alert" data-test="signin-error" hidden></p>
+      </div>
+    </form>
+  </section>
+  <div id="app" hidden></div>
+</main>
+<noscript><p class="banner">The Coffer console needs JavaScript (from this server only).</p></noscript>
+</body>
 </html>
+
+"""##
+
+private let file9 = ##"""
+// Ledger browser (auditors and admins): redemptions, refused attempts, revocations, purchase
+// events and deliveries, with the API's filters, cursor paging and exports.
+import {problemLine} from './api.js';
+import {bytes, field, h, replace, status, table} from './dom.js';
+
+const mono = 'mono';
+const hash = 'mono hash';
+
+const FILTERS = {
+  transactionId: 'Transaction id',
+  originalTransactionId: 'Original transaction id',
+  productId: 'Product id',
+  bundleId: 'Bundle id',
+  playerId: 'Player id',
+  code: 'Problem code',
+  redemptionId: 'Redemption id',
+  from: 'From (local time)',
+  to: 'To (local time, exclusive)',
+};
+
+const CODES = ['alreadyRedeemed', 'revoked', 'signatureInvalid', 'chainUntrusted', 'bundleMismatch', 'environmentNotAllowed',
+  'unknownProduct', 'transactionNotInReceipt', 'transactionRequired', 'malformed', 'unsupportedFormat', 'expired',
+  'productTypeMismatch', 'appAccountTokenMismatch', 'accountMismatch', 'upgradedTransaction', 'familySharingNotAllowed'];
+
+/** Each tab: its API path, the filters the API takes, the export kind (if any) and columns. */
+const KINDS = {
+  redemptions: {
+    label: 'Redemptions', path: '/v1/audit/redemptions', export: 'redemptions',
+    filters: ['transactionId', 'originalTransactionId', 'productId', 'bundleId', 'playerId', 'from', 'to'],
+    columns: [
+      {key: 'sequence', label: 'Seq'}, {key: 'redeemedAt', label: 'Redeemed (UTC)'},
+      {key: 'transactionId', label: 'Transaction', className: mono}, {key: 'originalTransactionId', label: 'Original', className: mono},
+      {key: 'productId', label: 'Product', className: mono}, {key: 'bundleId', label: 'Bundle', className: mono},
+      {key: 'environment', label: 'Environment'}, {key: 'sourceFormat', label: 'Format'}, {key: 'quantity', label: 'Qty'},
+      {key: 'playerId', label: 'Player', className: mono}, {key: 'expiresAt', label: 'Expires (UTC)'},
+      {key: 'clientAddress', label: 'Client', className: mono}, {key: 'redemptionId', label: 'Redemption id', className: hash},
+      {key: 'receiptSHA256', label: 'Receipt SHA-256', className: hash},
+    ],
+  },
+  attempts: {
+    label: 'Refused attempts', path: '/v1/audit/attempts', export: 'attempts',
+    filters: ['transactionId', 'productId', 'code', 'from', 'to'],
+    columns: [
+      {key: 'sequence', label: 'Seq'}, {key: 'at', label: 'At (UTC)'}, {key: 'code', label: 'Code', className: mono},
+      {key: 'detail', label: 'Detail', className: 'detail'}, {key: 'transactionId', label: 'Transaction', className: mono},
+      {key: 'productId', label: 'Product', className: mono},
+      {key: 'claimed', label: 'Ids', format: (v) => (v === true ? 'claimed (unverified)' : v === false ? 'verified' : '—')},
+      {key: 'clientAddress', label: 'Client', className: mono}, {key: 'receiptSHA256', label: 'Receipt SHA-256', className: hash},
+    ],
+  },
+  revocations: {
+    label: 'Revocations', path: '/v1/audit/revocations', filters: [],
+    columns: [
+      {key: 'sequence', label: 'Seq'}, {key: 'revokedAt', label: 'Revoked (UTC)'},
+      {key: 'transactionId', label: 'Transaction', className: mono}, {key: 'reason', label: 'Reason', className: 'detail'},
+      {key: 'source', label: 'Source'}, {key: 'reference', label: 'Reference', className: mono},
+      {key: 'environment', label: 'Environment'}, {key: 'redemptionId', label: 'Redemption id', className: hash,
+        format: (v) => (v ? v : '— (not redeemed)')},
+      {key: 'recordedAt', label: 'Recorded (UTC)'},
+    ],
+  },
+  events: {
+    label: 'Purchase events', path: '/v1/audit/events', filters: [],
+    columns: [
+      {key: 'sequence', label: 'Seq'}, {key: 'at', label: 'At (UTC)'}, {key: 'kind', label: 'Kind'},
+      {key: 'transactionId', label: 'Transaction', className: mono}, {key: 'environment', label: 'Environment'},
+      {key: 'replayKey', label: 'Replay key', className: mono}, {key: 'playerId', label: 'Player', className: mono},
+      {key: 'expiresAt', label: 'Expires (UTC)'}, {key: 'graceUntil', label: 'Grace until (UTC)'},
+      {key: 'detail', label: 'Detail', className: 'detail'}, {key: 'source', label: 'Source'},
+      {key: 'reference', label: 'Reference', className: mono}, {key: 'redemptionId', label: 'Redemption id', className: hash},
+    ],
+  },
+  deliveries: {
+    label: 'Deliveries', path: '/v1/audit/deliveries', export: 'deliveries', filters: ['redemptionId'],
+    columns: [
+      {key: 'sequence', label: 'Seq'}, {key: 'redemptionId', label: 'Redemption id', className: hash},
+      {key: 'assetId', label: 'Asset', className: mono}, {key: 'firstAt', label: 'First (UTC)'}, {key: 'lastAt', label: 'Last (UTC)'},
+      {key: 'downloads', label: 'Downloads'}, {key: 'completed', label: 'Completed'},
+      {key: 'bytesServed', label: 'Bytes served', format: (v) => bytes(v)}, {key: 'complete', label: 'Whole object'},
+      {key: 'sha256', label: 'SHA-256', className: hash},
+    ],
+  },
+};
+
+// The tab and filters, kept while moving between pages; sign-out forgets them.
+const memory = {kind: 'redemptions', filters: {}, pageSize: 100};
+
+/** A datetime-local value (the browser's local time) as ISO 8601 UTC; '' stays ''. */
+function toISO(local) {
+  if (!local) return '';
+  const date = new Date(local);
+  return Number.isNaN(date.getTime()) ? local : date.toISOString().replace(/\.000Z$/, 'Z');
+}
+
+function describe(filters) {
+  const parts = Object.entries(filters).map(([name, value]) => `${name} = ${value}`);
+  return parts.length ? ` · ${parts.join(', ')}` : '';
+}
+
+function stamp() {
+  return new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+}
+
+export function mountLedger(container, {api}) {
+  let kind = memory.kind;
+  // cursors[i] is the cursor that loads page i (undefined: the first page).
+  let cursors = [undefined];
+  let page = 0;
+  let nextCursor = null;
+  let loading = null;
+
+  const tabs = h('div', {class: 'tabs', role: 'tablist', 'aria-label': 'Ledger tables'});
+  const filterGrid = h('div', {class: 'form-grid filters'});
+  const applyButton = h('button', {type: 'submit', id: 'ledger-apply', data: {test: 'ledger-apply'}}, 'Apply filters');
+  const resetButton = h('button', {type: 'button', class: 'secondary', id: 'ledger-reset', data: {test: 'ledger-reset'}}, 'Clear filters');
+  const filterForm = h('form', {id: 'ledger-filters', class: 'filter-form', novalidate: true, data: {test: 'ledger-filters'}},
+    filterGrid, h('div', {class: 'actions'}, applyButton, resetButton));
+  const ledgerStatus = h('p', {id: 'ledger-status', class: 'status', role: 'status', hidden: true, data: {test: 'ledger-status'}});
+  const holder = h('div', {id: 'ledger-table', role: 'tabpanel', data: {test: 'ledger-table-holder'}});
+  const prevButton = h('button', {type: 'button', class: 'secondary', id: 'ledger-prev', data: {test: 'ledger-prev'}}, '← Previous page');
+  const nextButton = h('button', {type: 'button', class: 'secondary', id: 'ledger-next', data: {test: 'ledger-next'}}, 'Next page →');
+  const pageSize = h('input', {id: 'ledger-page-size', name: 'limit', type: 'number', min: 1, max: 1000, step: 1, inputMode: 'numeric',
+    value: memory.pageSize, class: 'page-size', data: {test: 'ledger-page-size'}});
+  const pageLabel = h('span', {class: 'page-label', data: {test: 'ledger-page'}});
+  const csvButton = h('button', {type: 'button', class: 'secondary', id: 'export-csv', data: {test: 'export-csv'}}, 'Export CSV');
+  const ndjsonButton = h('button', {type: 'button', class: 'secondary', id: 'export-ndjson', data: {test: 'export-ndjson'}}, 'Export NDJSON');
+  const exportStatus = h('p', {id: 'export-status', class: 'status', role: 'status', hidden: true, data: {test: 'export-status'}});
+  const exportNote = h('p', {class: 'hint'});
+
+  /** The filter inputs as typed (dates in local time). */
+  function rawFilters() {
+    const out = {};
+    for (const name of KINDS[kind].filters) out[name] = filterGrid.querySelector(`[name="${name}"]`)?.value.trim() ?? '';
+    return out;
+  }
+
+  /** The applied filters of this tab as the API takes them (dates in ISO 8601 UTC), empty ones left out. */
+  function appliedFilters() {
+    const out = {};
+    for (const name of KINDS[kind].filters) {
+      const value = memory.filters[name];
+      if (value) out[name] = name === 'from' || name === 'to' ? toISO(value) : value;
+    }
+    return out;
+  }
+
+  function renderTabs() {
+    holder.setAttribute('aria-labelledby', `ledger-tab-${kind}`);
+    replace(tabs, Object.entries(KINDS).map(([id, k]) => h('button', {
+      type: 'button', role: 'tab', id: `ledger-tab-${id}`, 'aria-selected': String(id === kind),
+      'aria-controls': 'ledger-table', tabIndex: id === kind ? 0 : -1,
+      data: {test: `ledger-tab-${id}`}, on: {click: () => selectKind(id)},
+    }, k.label)));
+  }
+
+  function renderFilters() {
+    const k = KINDS[kind];
+    replace(filterGrid, k.filters.map((name) => {
+      const input = h('input', {id: `filter-${name}`, name, autocomplete: 'off', spellcheck: false, data: {test: `filter-${name}`},
+        value: memory.filters[name] ?? ''});
+      if (name === 'from' || name === 'to') { input.type = 'datetime-local'; input.step = 1; }
+      if (name === 'code') input.setAttribute('list', 'filter-codes');
+      return field(FILTERS[name], input);
+    }), k.filters.includes('code') ? h('datalist', {id: 'filter-codes'}, CODES.map((c) => h('option', {value: c}))) : null);
+    filterForm.hidden = k.filters.length === 0;
+    const exportable = Boolean(k.export);
+    csvButton.hidden = !exportable;
+    ndjsonButton.hidden = !exportable;
+    exportNote.textContent = exportable
+      ? 'Exports cover every matching row (all pages), fetched with your key and saved by the browser.'
+      : 'This table has no export of its own; the chained export on the Chain status page has every event.';
+  }
+
+  function selectKind(id) {
+    if (id === kind) return;
+    kind = id;
+    memory.kind = id;
+    cursors = [undefined];
+    page = 0;
+    renderTabs();
+    renderFilters();
+    status(exportStatus, 'info', '');
+    load();
+    document.getElementById(`ledger-tab-${id}`)?.focus();
+  }
+
+  tabs.addEventListener('keydown', (event) => {
+    const ids = Object.keys(KINDS);
+    const at = ids.indexOf(kind);
+    if (event.key === 'ArrowRight') selectKind(ids[(at + 1) % ids.length]);
+    else if (event.key === 'ArrowLeft') selectKind(ids[(at - 1 + ids.length) % ids.length]);
+  });
+
+  async function load() {
+    const k = KINDS[kind];
+    const filters = appliedFilters();
+    const query = {...filters, limit: memory.pageSize, cursor: cursors[page]};
+    const token = {};
+    loading = token;
+    prevButton.disabled = true;
+    nextButton.disabled = true;
+    status(ledgerStatus, 'busy', 'Loading…', 'loading');
+    try {
+      const result = await api.get(k.path, query);
+      if (loading !== token) return;
+      const items = result.items ?? [];
+      nextCursor = result.nextCursor ?? null;
+      replace(holder, table({
+        caption: `${k.label}, page ${page + 1} (oldest first)${describe(filters)}`,
+        test: 'ledger-table',
+        rows: items,
+        rowData: (row) => ({sequence: row.sequence, transactionId: row.transactionId}),
+        columns: k.columns,
+        empty: 'No rows match.',
+      }));
+      holder.firstChild.querySelector('table').dataset.kind = kind;
+      prevButton.disabled = page === 0;
+      nextButton.disabled = !nextCursor;
+      pageLabel.textContent = `Page ${page + 1} · ${items.length} row${items.length === 1 ? '' : 's'}${nextCursor ? ' · more' : ''}`;
+      status(ledgerStatus, 'info', '', 'loaded');
+    } catch (error) {
+      if (loading !== token) return;
+      replace(holder);
+      pageLabel.textContent = '';
+      prevButton.disabled = page === 0;
+      status(ledgerStatus, 'problem', problemLine(error), 'error');
+    }
+  }
+
+  pageSize.addEventListener('change', () => {
+    if (pageSize.value === '') return;
+    const n = Number(pageSize.value);
+    if (!Number.isInteger(n) || n < 1 || n > 1000) {
+      status(ledgerStatus, 'problem', 'Rows per page: 1 to 1000.', 'error');
+      return;
+    }
+    if (n === memory.pageSize) return;
+    memory.pageSize = n;
+    cursors = [undefined];
+    page = 0;
+    load();
+  });
+  filterForm.addEventListener('submit', (event) => {
+    event.preventDefault();
+    memory.filters = {...memory.filters, ...rawFilters()};
+    cursors = [undefined];
+    page = 0;
+    load();
+  });
+  resetButton.addEventListener('click', () => {
+    memory.filters = {};
+    renderFilters();
+    cursors = [undefined];
+    page = 0;
+    load();
+  });
+  nextButton.addEventListener('click', () => {
+    if (!nextCursor) return;
+    cursors[page + 1] = nextCursor;
+    page += 1;
+    load();
+  });
+  prevButton.addEventListener('click', () => {
+    if (page === 0) return;
+    page -= 1;
+    load();
+  });
+
+  async function exportAs(format) {
+    const k = KINDS[kind];
+    if (!k.export) return;
+    const buttons = [csvButton, ndjsonButton];
+    for (const b of buttons) b.disabled = true;
+    const fileName = `coffer-${k.export}-${stamp()}.${format === 'csv' ? 'csv' : 'ndjson'}`;
+    status(exportStatus, 'busy', `Exporting ${k.label.toLowerCase()} as ${format.toUpperCase()}…`, 'exporting');
+    try {
+      const size = await api.download('/v1/audit/export', {format, kind: k.export, ...appliedFilters()}, fileName);
+      status(exportStatus, 'ok', `Saved ${fileName} (${bytes(size)}).`, 'done');
+    } catch (error) {
+      status(exportStatus, 'problem', `Export failed: ${problemLine(error)}`, 'error');
+    } finally {
+      for (const b of buttons) b.disabled = false;
+    }
+  }
+  csvButton.addEventListener('click', () => exportAs('csv'));
+  ndjsonButton.addEventListener('click', () => exportAs('ndjson'));
+
+  replace(container,
+    h('h1', {text: 'Ledger'}),
+    h('section', {class: 'card', 'aria-label': 'Ledger browser'},
+      tabs, filterForm,
+      h('div', {class: 'pager'}, prevButton, pageLabel, nextButton,
+        h('div', {class: 'page-size-field'}, h('label', {htmlFor: 'ledger-page-size', text: 'Rows per page'}), pageSize)),
+      ledgerStatus, holder,
+      h('div', {class: 'export'}, h('div', {class: 'actions'}, csvButton, ndjsonButton), exportNote, exportStatus)));
+  renderTabs();
+  renderFilters();
+  load();
+  return () => { loading = null; };
+}
+
+/** Forget the filters (on sign-out). */
+export function resetLedgerMemory() {
+  memory.kind = 'redemptions';
+  memory.filters = {};
+  memory.pageSize = 100;
+}
 
 """##

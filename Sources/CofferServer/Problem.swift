@@ -68,6 +68,21 @@ public struct Problem: HTTPResponseError, Sendable {
         var type: String
     }
 
+    /// The problem type's short summary (RFC 9457 `title`: the same for every occurrence of a
+    /// code): the code in words, `alreadyRedeemed` → "Already redeemed", `playerTokenInvalid`
+    /// → "Player token invalid", `nonCanonicalPath` → "Non canonical path".
+    static func title(_ code: ProblemCode) -> String {
+        var words = ""
+        for character in code.rawValue {
+            if character.isUppercase, !words.isEmpty {
+                words += " " + character.lowercased()
+            } else {
+                words.append(character)
+            }
+        }
+        return words.prefix(1).uppercased() + words.dropFirst()
+    }
+
     /// `instance` for a request path: redacted (``PathPolicy/redacted(_:)``), and nil — omitted —
     /// when the path is not canonical.
     static func instance(_ path: String) -> String? {
@@ -77,7 +92,7 @@ public struct Problem: HTTPResponseError, Sendable {
     public func response(from request: Request, context: some RequestContext) throws -> Response {
         let body = Body(
             code: code.rawValue, detail: detail, instance: Self.instance(request.uri.path), status: status.code,
-            title: status.reasonPhrase, type: "https://coffer.invalid/problems/\(code.rawValue)")
+            title: Self.title(code), type: "https://coffer.invalid/problems/\(code.rawValue)")
         let data = (try? JSON.encoder.encode(body)) ?? Data()
         var headers = self.headers
         headers[.contentType] = "application/problem+json"

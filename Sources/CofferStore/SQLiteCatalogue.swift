@@ -49,6 +49,12 @@ public struct SQLiteCatalogue: CatalogueRepository {
         }
     }
 
+    public func versions(of assetId: String) async throws -> [Asset] {
+        try await db.pool.read { db in
+            try AssetRecord.filter(AssetRecord.Columns.assetId == assetId).order(AssetRecord.Columns.version.desc).fetchAll(db).map(\.asset)
+        }
+    }
+
     /// The latest version of every asset, sorted by asset id.
     public func assets() async throws -> [Asset] {
         try await db.pool.read { db in try AssetRecord.fetchLatestVersions(db).map(\.asset) }

@@ -28,6 +28,8 @@ public actor InMemoryCatalogue: CatalogueRepository {
     public func asset(_ assetId: String) -> Asset? { assetVersions[Array(assetId.utf8)]?.last }
     public func referencedDigests() -> Set<String> { Set(assetVersions.values.flatMap { $0.map(\.sha256) }) }
 
+    public func versions(of assetId: String) -> [Asset] { (assetVersions[Array(assetId.utf8)] ?? []).reversed() }
+
     public func assets() -> [Asset] {
         assetVersions.sorted { $0.key.lexicographicallyPrecedes($1.key) }.compactMap(\.value.last)
     }

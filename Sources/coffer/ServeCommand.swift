@@ -187,8 +187,9 @@ extension ServeCommand {
         print(String(decoding: try encoder.encode(Self.effective(resolved, demo: demo)), as: UTF8.self))
     }
 
-    /// What the server will actually use where a setting is left to its default: every key
-    /// present (null when off), the trust roots and environments spelled out, paths absolute.
+    /// The settings as resolved (every key present, null when off), plus `effective`: what the
+    /// server will actually use where a setting is left to its default — the trust roots and
+    /// environments spelled out, storage and paths absolute.
     static func effective(_ r: Resolved, demo: Bool) -> [String: JSONValue] {
         var out: [String: JSONValue] = [:]
         if let data = try? JSONEncoder().encode(r), case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: data) {
@@ -200,18 +201,22 @@ extension ServeCommand {
         }
         let data = URL(fileURLWithPath: r.dataDirectory).standardizedFileURL.path
         let directory = DataDirectory(data)
-        out["dataDirectory"] = .string(data)
-        if r.bundleIds.isEmpty { out["bundleIds"] = demo ? .array([.string(Demo.bundleId)]) : .array([]) }
-        if r.roots.isEmpty {
-            out["roots"] = .array(
-                demo
-                    ? [.string("\(directory.sandbox.path)/root.pem (the demo's sandbox CA, LocalTesting only)")]
-                    : [.string("built in: Apple Root CA, Apple Root CA - G3 (Production)")])
-        }
-        if r.environments.isEmpty { out["environments"] = .array([.string(demo ? "LocalTesting" : "Production")]) }
-        if r.database == nil { out["database"] = .string("SQLite: \(directory.database)") }
-        if r.contentStore == nil { out["contentStore"] = .string("local: \(directory.content)") }
-        if r.ledgerKey == nil { out["ledgerKey"] = .string(directory.ledgerKey) }
+        var effective: [String: JSONValue] = ["dataDirectory": .string(data)]
+        effective["bundleIds"] = .array((r.bundleIds.isEmpty && demo ? [Demo.bundleId] : r.bundleIds).map(JSONValue.string))
+        effective["roots"] =
+            r.roots.isEmpty
+            ? .array([
+                .string(
+                    demo
+                        ? "\(directory.sandbox.path)/root.pem (the demo's sandbox CA, LocalTesting only)"
+                        : "built in: Apple Root CA, Apple Root CA - G3 (Production)")
+            ]) : .array(r.roots.map(JSONValue.string))
+        effective["environments"] = .array(
+            (r.environments.isEmpty ? [demo ? "LocalTesting" : "Production"] : r.environments).map(JSONValue.string))
+        effective["database"] = .string(r.database ?? "SQLite: \(directory.database)")
+        effective["contentStore"] = .string(r.contentStore ?? "local: \(directory.content)")
+        effective["ledgerKey"] = .string(r.ledgerKey ?? directory.ledgerKey)
+        out["effective"] = .object(effective)
         return out
     }
 }

@@ -88,6 +88,10 @@ struct CatalogueContractTests {
             #expect(all.map(\.assetId) == ["avatars", "fonts", "wallpapers"])
             #expect(all.map(\.version) == [1, 1, 2])
             #expect(all == [stored[3], stored[1], stored[2]])
+            // Every version of one asset, newest first; none of an unknown one.
+            #expect(try await catalogue.versions(of: "wallpapers") == [stored[2], stored[0]])
+            #expect(try await catalogue.versions(of: "fonts") == [stored[1]])
+            #expect(try await catalogue.versions(of: "missing").isEmpty)
             // Every version's digest is referenced, the replaced one too.
             #expect(try await catalogue.referencedDigests() == Set(Self.uploads.map { fakeHash($0.name) }))
         }

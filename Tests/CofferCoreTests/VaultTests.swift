@@ -232,6 +232,7 @@ import Testing
             }
             func asset(_ assetId: String) async throws -> Asset? { throw Down() }
             func assets() async throws -> [Asset] { throw Down() }
+            func versions(of assetId: String) async throws -> [Asset] { throw Down() }
             func referencedDigests() async throws -> Set<String> { throw Down() }
         }
         let ledger = InMemoryLedger()

@@ -6,6 +6,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import Synchronization
 import Testing
 
 /// `coffer admin` and `coffer audit` against the real `coffer serve --demo` process: what an
@@ -305,6 +306,27 @@ import Testing
         #expect(seen.count == 3, "two busy answers, then the upload")
         #expect(Set(seen.map(\.digest)) == ["sha-256=:\(Data(digest).base64EncodedString()):"])
         #expect(seen.allSatisfy { $0.bytes == 5 }, "the whole file is sent again each time")
+    }
+
+    /// On a terminal: a bar redrawn in place (bytes, percent, rate, ETA); otherwise plain lines.
+    @Test func progressIsABarOnATerminalAndPlainLinesOtherwise() {
+        let written = Mutex<[String]>([])
+        let bar = Progress(label: "level.json", total: 4096, terminal: true, write: { text in written.withLock { $0.append(text) } })
+        bar.update(1024)
+        bar.update(4096)
+        bar.finish()
+        let drawn = written.withLock { $0 }
+        #expect(drawn.count == 2, "the last chunk is drawn once, by finish: \(drawn)")
+        #expect(drawn[0].hasPrefix("\r\u{1B}[K[######                  ] level.json 1.0 KiB / 4.0 KiB 25%  ETA "), "\(drawn[0])")
+        #expect(drawn[1].contains("4.0 KiB / 4.0 KiB 100%") && drawn[1].contains("done in") && drawn[1].hasSuffix("\n"))
+
+        let lines = Mutex<[String]>([])
+        let plain = Progress(label: "export", total: nil, terminal: false, write: { text in lines.withLock { $0.append(text) } })
+        plain.update(10)
+        plain.finish()
+        let printed = lines.withLock { $0 }
+        #expect(printed.count == 2)
+        #expect(printed.allSatisfy { $0.hasPrefix("export 10 B") && $0.hasSuffix("\n") && !$0.contains("\r") }, "\(printed)")
     }
 
     actor AttemptCounter {

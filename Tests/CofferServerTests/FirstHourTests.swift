@@ -71,6 +71,11 @@ import Testing
             #expect(second["version"] as? Int == 2)
             #expect(second["name"] as? String == "level9.json")
             #expect(second["contentType"] as? String == "application/json")
+            // Every version, newest first (the console's versions panel).
+            let versions = try await client.execute(uri: "/v1/admin/assets/level-9/versions", method: .get, headers: admin)
+            let listed = try #require(try JSONSerialization.jsonObject(with: Data(buffer: versions.body)) as? [[String: Any]])
+            #expect(listed.map { $0["version"] as? Int } == [2, 1])
+            #expect(try await client.execute(uri: "/v1/admin/assets/nope/versions", method: .get, headers: admin).status == .notFound)
             // A type sent is kept.
             var typed = admin
             typed[.contentType] = "image/png"
@@ -102,6 +107,17 @@ import Testing
         try await h.app.test(.router) { client in
             let refused = try await client.execute(uri: "/v1/admin/assets", method: .get, headers: h.bearer(h.auditorKey))
             #expect(try Harness.json(refused)["detail"] as? String == "an auditor key may not do this")
+            #expect(try Harness.json(refused)["title"] as? String == "Forbidden", "every problem has its type's title")
+            // Which key is this, without probing for a 403.
+            let me = try await client.execute(uri: "/v1/whoami", method: .get, headers: h.bearer(h.auditorKey))
+            #expect(me.status == .ok)
+            let who = try Harness.json(me)
+            #expect(who["role"] as? String == "auditor" && who["name"] as? String == "test auditor")
+            #expect(who["secretHash"] == nil)
+            #expect(
+                try Harness.json(try await client.execute(uri: "/v1/whoami", method: .get, headers: h.bearer(h.adminKey)))["role"] as? String
+                    == "admin")
+            #expect(try await client.execute(uri: "/v1/whoami", method: .get).status == .unauthorized)
         }
     }
 
@@ -134,15 +150,18 @@ import Testing
     @Test func printConfigShowsEffectiveDefaults() throws {
         let run = try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "com.example.game"], environment: [:])
         #expect(run.status == 0, "\(run.stderr)")
-        let config = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        let printed = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        #expect(printed.keys.contains("playerIssuer") && printed["playerIssuer"] is NSNull, "every setting shown, null when off")
+        #expect(printed["dataDirectory"] as? String == "coffer-data", "the setting as resolved")
+        let config = try #require(printed["effective"] as? [String: Any])
         #expect((config["roots"] as? [String])?.first?.contains("Apple Root CA") == true)
         #expect(config["environments"] as? [String] == ["Production"])
         #expect((config["dataDirectory"] as? String)?.hasPrefix("/") == true)
         #expect((config["database"] as? String)?.hasPrefix("SQLite: /") == true)
         #expect((config["contentStore"] as? String)?.hasPrefix("local: /") == true)
-        #expect(config.keys.contains("playerIssuer") && config["playerIssuer"] is NSNull)
         let demo = try CofferExecutable.run(["serve", "--print-config", "--demo"], environment: [:])
-        let demoConfig = try #require(try JSONSerialization.jsonObject(with: Data(demo.stdout.utf8)) as? [String: Any])
+        let demoConfig = try #require(
+            (try JSONSerialization.jsonObject(with: Data(demo.stdout.utf8)) as? [String: Any])?["effective"] as? [String: Any])
         #expect(demoConfig["environments"] as? [String] == ["LocalTesting"])
         #expect(demoConfig["bundleIds"] as? [String] == ["com.coffer.demo"])
     }

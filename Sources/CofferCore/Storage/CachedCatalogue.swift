@@ -84,5 +84,6 @@ public final class CachedCatalogue: CatalogueRepository {
     }
 
     public func assets() async throws -> [Asset] { try await store.assets() }
+    public func versions(of assetId: String) async throws -> [Asset] { try await store.versions(of: assetId) }
     public func referencedDigests() async throws -> Set<String> { try await store.referencedDigests() }
 }

@@ -14,6 +14,8 @@ public protocol CatalogueRepository: Sendable {
     func asset(_ assetId: String) async throws -> Asset?
     /// Latest versions of all assets.
     func assets() async throws -> [Asset]
+    /// Every version of one asset, newest first (empty for an unknown asset).
+    func versions(of assetId: String) async throws -> [Asset]
     /// The SHA-256 of every version of every asset: the objects the content store must keep
     /// (an older version stays downloadable while tokens for it live; `coffer content gc`).
     func referencedDigests() async throws -> Set<String>
