@@ -105,7 +105,9 @@ export function mountChain(container, {api}) {
       ]);
       if (!mounted) return;
       const computedKeyId = await keyIdOf(key.publicKey);
-      serverKeyId = key.keyId;
+      // What the key hashes to, never what the server claims it is (null when this browser
+      // cannot compute it: then nothing is compared).
+      serverKeyId = computedKeyId;
       fact(keyFacts, 'Algorithm', key.algorithm, 'key-algorithm');
       fact(keyFacts, 'Key id', key.keyId, 'key-id', 'mono');
       fact(keyFacts, 'Public key (base64, raw 32 bytes)', key.publicKey, 'key-public', 'mono hash-wrap');
@@ -117,9 +119,11 @@ export function mountChain(container, {api}) {
         verdict.textContent = 'No checkpoint yet: the server signs one when the ledger has grown for the checkpoint interval.';
         return;
       }
-      const result = checkpoint.keyId === key.keyId
-        ? await verifyCheckpoint(checkpoint, key.publicKey)
-        : {state: 'invalid', why: `signed by key ${checkpoint.keyId}, the server presents ${key.keyId}`};
+      const result = computedKeyId && computedKeyId !== key.keyId
+        ? {state: 'invalid', why: `the server calls its key ${key.keyId}, but the key hashes to ${computedKeyId}`}
+        : checkpoint.keyId === key.keyId
+          ? await verifyCheckpoint(checkpoint, key.publicKey)
+          : {state: 'invalid', why: `signed by key ${checkpoint.keyId}, the server presents ${key.keyId}`};
       if (!mounted) return;
       verdict.dataset.state = result.state;
       verdict.className = `verdict ${result.state}`;

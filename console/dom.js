@@ -9,12 +9,21 @@ const PROPS = new Set(['id', 'className', 'type', 'name', 'value', 'checked', 'd
   'placeholder', 'required', 'hidden', 'min', 'max', 'step', 'pattern', 'autocomplete', 'multiple', 'accept',
   'href', 'download', 'colSpan', 'scope', 'selected', 'tabIndex', 'spellcheck', 'inputMode', 'maxLength']);
 
+/**
+ * Text as it may be shown: bidirectional overrides and isolates, zero-width and other invisible
+ * format characters (a refused attempt's transaction id is anyone's input) become U+FFFD, so
+ * "1000\u202e0002" cannot display as another id.
+ */
+export function visible(value) {
+  return String(value).replace(/[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/g, '\ufffd');
+}
+
 function apply(el, props) {
   for (const [key, value] of Object.entries(props ?? {})) {
     if (value === undefined || value === null || value === false && !PROPS.has(key)) continue;
     if (key === 'style') throw new Error('style attributes are refused by the CSP: use a class');
     if (key === 'class') el.setAttribute('class', Array.isArray(value) ? value.filter(Boolean).join(' ') : value);
-    else if (key === 'text') el.textContent = String(value);
+    else if (key === 'text') el.textContent = visible(value);
     else if (key === 'data') for (const [k, v] of Object.entries(value)) { if (v !== undefined && v !== null) el.dataset[k] = String(v); }
     else if (key === 'on') for (const [event, fn] of Object.entries(value)) el.addEventListener(event, fn);
     else if (PROPS.has(key) && !(el instanceof SVGElement)) el[key] = value;
@@ -25,7 +34,7 @@ function apply(el, props) {
 function append(el, children) {
   for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    el.append(child instanceof Node ? child : document.createTextNode(visible(child)));
   }
 }
 

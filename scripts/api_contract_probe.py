@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -92,6 +93,25 @@ def validator(schema):
     return jsonschema_rs.validator_for(schema, validate_formats=True)
 
 
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def player_token(signing_key, sub, issuer, audience, ttl=600, alg="EdDSA"):
+    """A player token (JWT) signed with the Ed25519 key `signing_key` (PEM), by openssl."""
+    header = b64url(json.dumps({"alg": alg, "typ": "JWT"}).encode())
+    now = int(time.time())
+    payload = b64url(json.dumps({"sub": sub, "iss": issuer, "aud": audience, "exp": now + ttl, "iat": now}).encode())
+    signing_input = f"{header}.{payload}".encode()
+    # Ed25519 signs the message itself (no digest), so openssl needs it as a file, not a pipe.
+    with tempfile.NamedTemporaryFile() as message:
+        message.write(signing_input)
+        message.flush()
+        signature = subprocess.run(["openssl", "pkeyutl", "-sign", "-inkey", signing_key, "-rawin", "-in", message.name],
+                                   capture_output=True, check=True).stdout
+    return f"{header}.{payload}.{b64url(signature)}"
+
+
 class Probe:
     def __init__(self, args):
         self.args = args
@@ -139,7 +159,7 @@ class Probe:
                 if not matching:
                     ok = False
                     self.fail(label, f"{method} {template} {status}: Content-Type {received} not in {list(content)}")
-                elif is_json(received):
+                elif is_json(received) and content[matching[0]].get("schema") is not None:
                     schema = content[matching[0]].get("schema")
                     try:
                         body = response.json()
@@ -183,9 +203,10 @@ class Probe:
 
     def request(self, method, path, key=None, **kwargs):
         headers = dict(kwargs.pop("headers", {}) or {})
+        base = kwargs.pop("base", self.base)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        return self.http.request(method, self.base + path, headers=headers, timeout=30, allow_redirects=False, **kwargs)
+        return self.http.request(method, base + path, headers=headers, timeout=30, allow_redirects=False, **kwargs)
 
     def call(self, label, method, path, expect=None, key=None, **kwargs):
         return self.check(label, method, path, self.request(method, path, key=key, **kwargs), expect)
@@ -219,6 +240,14 @@ class Probe:
         self.call("admin route with an auditor key", "GET", "/v1/admin/products", 403, key=auditor)
         self.call("audit route with an auditor key", "GET", "/v1/audit/public-key", 200, key=auditor)
         self.call("audit route with an admin key", "GET", "/v1/audit/public-key", 200, key=admin)
+        me = self.call("who am I, admin", "GET", "/v1/whoami", 200, key=admin)
+        if me.status_code == 200 and me.json().get("role") != "admin":
+            self.fail("who am I, admin", f"role {me.json().get('role')}")
+        me = self.call("who am I, auditor", "GET", "/v1/whoami", 200, key=auditor)
+        if me.status_code == 200 and me.json().get("role") != "auditor":
+            self.fail("who am I, auditor", f"role {me.json().get('role')}")
+        self.call("who am I, nobody", "GET", "/v1/whoami", 401)
+        self.call("who am I, a wrong key", "GET", "/v1/whoami", 401, key="cof_admin_not-a-key")
 
         print("api-contract probe: redemption, grant, downloads")
         receipt = self.receipt("com.coffer.demo.levelpack2", "2000")
@@ -306,6 +335,10 @@ class Probe:
         self.call("upload an empty asset", "PUT", "/v1/admin/assets/probe-empty", 201, key=admin, data=b"")
         self.call("get an asset", "GET", "/v1/admin/assets/probe-asset", 200, key=admin)
         self.call("get an unknown asset", "GET", "/v1/admin/assets/no-such-asset", 404, key=admin)
+        versions = self.call("an asset's versions", "GET", "/v1/admin/assets/probe-asset/versions", 200, key=admin)
+        if versions.status_code == 200 and [v["version"] for v in versions.json()] != [2, 1]:
+            self.fail("an asset's versions", f"expected versions 2 and 1, newest first: {versions.text[:300]}")
+        self.call("an unknown asset's versions", "GET", "/v1/admin/assets/no-such-asset/versions", 404, key=admin)
         self.call("list assets", "GET", "/v1/admin/assets", 200, key=admin)
         product = {"bundleId": BUNDLE, "type": "nonRenewing", "durationSeconds": 3600, "assetIds": ["probe-asset", "probe-empty"],
                    "title": "Probe pass", "familyShareable": True}
@@ -325,12 +358,13 @@ class Probe:
                 self.call(f"download {asset['assetId']}", "GET", asset["url"], 200)
         self.call("delete a product", "DELETE", "/v1/admin/products/com.coffer.demo.probe", 204, key=admin)
         self.call("delete it again", "DELETE", "/v1/admin/products/com.coffer.demo.probe", 404, key=admin)
-        self.call("revoke a redemption", "POST", "/v1/admin/revocations", 201, key=admin, json={"transactionId": "1000", "reason": "api contract"})
-        self.call("revoke it again", "POST", "/v1/admin/revocations", 409, key=admin, json={"transactionId": "1000", "reason": "again"})
+        self.call("redeem a purchase to revoke", "POST", "/v1/redemptions", 201, json={"receipt": self.receipt("com.coffer.demo.levelpack1", "2100")})
+        self.call("revoke a redemption", "POST", "/v1/admin/revocations", 201, key=admin, json={"transactionId": "2100", "reason": "api contract"})
+        self.call("revoke it again", "POST", "/v1/admin/revocations", 409, key=admin, json={"transactionId": "2100", "reason": "again"})
         self.call("revoke what was never redeemed", "POST", "/v1/admin/revocations", 404, key=admin,
                   json={"transactionId": "no-such-transaction", "reason": "x", "environment": "LocalTesting"})
         self.call("revoke with a bad environment", "POST", "/v1/admin/revocations", 400, key=admin,
-                  json={"transactionId": "1000", "reason": "x", "environment": "Moon"})
+                  json={"transactionId": "2100", "reason": "x", "environment": "Moon"})
         self.call("the admin log", "GET", "/v1/admin/audit-log", 200, key=admin)
         self.call("a page of the admin log", "GET", "/v1/admin/audit-log?limit=1&cursor=1", 200, key=admin)
         self.call("the admin log with a bad limit", "GET", "/v1/admin/audit-log?limit=0", 400, key=admin)
@@ -364,12 +398,67 @@ class Probe:
         self.call("export the ledger as CSV", "GET", "/v1/audit/export?kind=ledger&format=csv", 400, key=auditor)
         self.call("export an unknown kind", "GET", "/v1/audit/export?kind=keys", 400, key=auditor)
 
+        if self.args.players_url:
+            self.players()
+
         total = self.passed + len(self.failures)
         if self.failures:
             print(f"api-contract probe: FAILED, {len(self.failures)} of {total} checks")
             return 1
         print(f"api-contract probe: OK, {total} checks")
         return 0
+
+
+    def players(self):
+        """Player identity on: tokens, binding, restore, renewal, entitlements."""
+        print("api-contract probe: players")
+        a = self.args
+        base, sandbox = a.players_url.rstrip("/"), a.players_sandbox
+        alice, bob = str(uuid.uuid4()), str(uuid.uuid4())
+        token = lambda sub, **kw: player_token(a.player_signing_key, sub, kw.pop("iss", a.player_issuer), kw.pop("aud", a.player_audience), **kw)
+        ta, tb = token(alice), token(bob)
+
+        def call(label, method, path, expect, bearer=None, **kwargs):
+            headers = dict(kwargs.pop("headers", {}) or {})
+            if bearer is not None:
+                headers["Authorization"] = f"Bearer {bearer}"
+            return self.check(label, method, path, self.request(method, path, base=base, headers=headers, **kwargs), expect)
+
+        def receipt(product, transaction):
+            return self.coffer("sandbox", "receipt", "--dir", sandbox, "--bundle-id", BUNDLE, "--purchase", f"{product}:{transaction}", "--base64")
+
+        def season(transaction, original=None, account=None, expires="3600"):
+            extra = ["--original-transaction-id", original] if original else []
+            extra += ["--app-account-token", account] if account else []
+            return self.coffer("sandbox", "transaction", "--dir", sandbox, "--bundle-id", BUNDLE, "--product", "com.coffer.demo.season1",
+                               "--product-type", "autoRenewable", "--transaction-id", transaction, f"--expires-in={expires}", *extra)
+
+        call("entitlements without a token", "GET", "/v1/entitlements", 401)
+        call("entitlements with garbage", "GET", "/v1/entitlements", 401, bearer="not.a.jwt")
+        call("entitlements with alg none", "GET", "/v1/entitlements", 401,
+             bearer=b64url(b'{"alg":"none"}') + "." + b64url(json.dumps({"sub": alice}).encode()) + ".")
+        call("entitlements for another audience", "GET", "/v1/entitlements", 403, bearer=token(alice, aud="another-game"))
+        call("entitlements for another issuer", "GET", "/v1/entitlements", 403, bearer=token(alice, iss="https://evil.invalid"))
+        call("entitlements, none yet", "GET", "/v1/entitlements", 200, bearer=ta)
+        call("entitlements with a bad cursor", "GET", "/v1/entitlements?cursor=x", 400, bearer=ta)
+        r = receipt("com.coffer.demo.levelpack1", "3000")
+        call("redeem without a token", "POST", "/v1/redemptions", 401, json={"receipt": r})
+        call("redeem with an expired token", "POST", "/v1/redemptions", 401, bearer=token(alice, ttl=-3600), json={"receipt": r})
+        call("redeem as alice", "POST", "/v1/redemptions", 201, bearer=ta, json={"receipt": r})
+        call("alice restores it", "POST", "/v1/redemptions", 200, bearer=ta, json={"receipt": r})
+        call("bob presents alice's purchase", "POST", "/v1/redemptions", 409, bearer=tb, json={"receipt": r})
+        call("a season pass bound to alice", "POST", "/v1/redemptions", 201, bearer=ta, json={"signedTransaction": season("3100", account=alice)})
+        call("its renewal", "POST", "/v1/redemptions", 200, bearer=ta, json={"signedTransaction": season("3101", original="3100", account=alice, expires="7200")})
+        call("a season pass for bob's account, by alice", "POST", "/v1/redemptions", 422, bearer=ta,
+             json={"signedTransaction": season("3200", account=bob)})
+        short = season("3300", account=bob, expires="4")
+        call("a season pass about to lapse", "POST", "/v1/redemptions", 201, bearer=tb, json={"signedTransaction": short})
+        time.sleep(5)
+        call("restoring the lapsed pass", "POST", "/v1/redemptions", 403, bearer=tb, json={"signedTransaction": short})
+        listed = call("alice's entitlements", "GET", "/v1/entitlements", 200, bearer=ta)
+        if listed.status_code == 200 and len(listed.json().get("items", [])) != 2:
+            self.fail("alice's entitlements", f"expected the level pack and the season pass, got {listed.text[:300]}")
+        call("bob's entitlements (one lapsed)", "GET", "/v1/entitlements?cursor=0", 200, bearer=tb)
 
 
 def main():
@@ -381,7 +470,17 @@ def main():
     parser.add_argument("--coffer", required=True)
     parser.add_argument("--sandbox", required=True)
     parser.add_argument("--spec", default=os.path.join(root, "docs", "openapi.yaml"))
-    return Probe(parser.parse_args()).run()
+    parser.add_argument("--players-url", help="a second demo server with player identity on (--player-key, issuer, audience below)")
+    parser.add_argument("--players-sandbox", help="that server's sandbox CA directory")
+    parser.add_argument("--player-signing-key", help="the Ed25519 private key (PEM) whose public key that server was given")
+    parser.add_argument("--player-issuer", default="https://login.coffer.invalid")
+    parser.add_argument("--player-audience", default="coffer-api-contract")
+    parser.add_argument("--print-player-token", action="store_true", help="print a player token valid for an hour and exit")
+    args = parser.parse_args()
+    if args.print_player_token:
+        print(player_token(args.player_signing_key, str(uuid.uuid4()), args.player_issuer, args.player_audience, ttl=3600))
+        return 0
+    return Probe(args).run()
 
 
 if __name__ == "__main__":

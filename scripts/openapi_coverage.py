@@ -4,11 +4,13 @@
 path and method of the spec (and every documented operation is a route), every code a response
 names is a ProblemCode, and every error response is `application/problem+json`.
 
-Routes are read from the source: `<x>.get("/path")` (also put, post, delete, head, patch) in each
-controller's `func add…(to:)`, prefixed with the group that Application+build.swift passes to
-that function (`router.group("/v1/admin")`, a `let audit = router.group(…)`, `router`). A
-registration whose prefix cannot be worked out is an error, so a new way of adding routes
-makes this check fail instead of passing silently.
+Routes are read from the source: `<x>.get("/path")` (also put, post, delete, head, patch; or
+`.get {` for the group's own path) in each controller's `func add…(to:)`, prefixed with the
+group that Application+build.swift passes to that function (`router.group("/v1/admin")`, a
+`let audit = router.group(…)`, `router`), and the routes Application+build.swift registers
+itself (`router.group("/v1/whoami")….get {`). A controller registration whose prefix cannot be
+worked out is an error, so a new way of adding routes makes this check fail instead of passing
+silently.
 
 Usage: scripts/openapi_coverage.py [--root DIR] [--spec FILE]   (needs PyYAML; the
 .build-venv that .ci/api-contract sets up has it). Exit 0 when covered, 1 otherwise.
@@ -87,10 +89,54 @@ def controller_routes(path):
         owner = [t.group(1) for t in types if t.start() < f.start()]
         body_end = funcs[n + 1].start() if n + 1 < len(funcs) else len(text)
         body = text[f.end():body_end]
-        routes = [(m.group(1), m.group(2)) for m in re.finditer(r'\.(%s)\(\s*"(/[^"]*)"' % "|".join(METHODS), body)]
+        pattern = r'\.(%s)\s*(?:\(\s*"(/[^"]*)"|\(\s*\)|(?=\{))' % "|".join(METHODS)
+        routes = [(m.group(1), m.group(2) or "") for m in re.finditer(pattern, body)]
         if routes:
             out[(owner[-1] if owner else "?", f.group(1))] = routes
     return out
+
+
+def chain_root(text, end):
+    """The receiver chain ending just before `end` (`router.group("/p").add(…)`): its root
+    identifier and the text of the chain, read backwards over balanced parentheses."""
+    i = end
+    while True:
+        while i > 0 and text[i - 1].isspace():
+            i -= 1
+        if i > 0 and text[i - 1] == ")":
+            depth = 0
+            while i > 0:
+                i -= 1
+                depth += {")": 1, "(": -1}.get(text[i], 0)
+                if depth == 0:
+                    break
+        j = i
+        while j > 0 and (text[j - 1].isalnum() or text[j - 1] == "_"):
+            j -= 1
+        if j > 0 and text[j - 1] == ".":
+            i = j - 1
+            continue
+        return text[j:i], text[j:end]
+
+
+def direct_routes(build_text):
+    """Routes registered in Application+build.swift itself: `router.get("/p")`,
+    `router.group("/p")….get {` (the group's own path), `audit.get("/p")`."""
+    groups = group_prefixes(build_text)
+    routes, problems = [], []
+    for m in re.finditer(r"\.(%s)\s*(?:\(\s*\)|\(\s*\"(/[^\"]*)\"|(?=\{))" % "|".join(METHODS), build_text):
+        root, chain = chain_root(build_text, m.start())
+        if root not in groups:
+            continue
+        prefix = groups[root]
+        g = re.match(r'router\s*\.\s*group\(\s*(?:"([^"]*)")?\s*\)', chain)
+        if root == "router" and g:
+            prefix = g.group(1) or ""
+        elif root == "router" and ".group(" in chain:
+            problems.append(f"Application+build.swift: cannot read the group of {chain!r}")
+            continue
+        routes.append((m.group(1), prefix + (m.group(2) or "")))
+    return routes, problems
 
 
 def spec_path(prefix, route):
@@ -158,6 +204,10 @@ def main():
                 continue
             for method, route in found:
                 routes.add((method, spec_path(prefixes[key], route)))
+    direct, unreadable = direct_routes(build_text)
+    problems += unreadable
+    for method, route in direct:
+        routes.add((method, spec_path("", route)))
     if not routes:
         problems.append("found no routes in Sources/CofferServer: the route reader needs updating")
 

@@ -17,9 +17,9 @@ public enum ClientError: Error, CustomStringConvertible, Sendable {
 
     public var description: String {
         switch self {
-        case .problem(let status, let code, let detail): "\(status) \(code): \(detail)"
-        case .transport(let detail): detail
-        case .usage(let detail): detail
+        case .problem(let status, let code, let detail): Terminal.safe("\(status) \(code): \(detail)")
+        case .transport(let detail): Terminal.safe(detail)
+        case .usage(let detail): Terminal.safe(detail)
         }
     }
 }
@@ -52,6 +52,10 @@ public struct CofferAPIClient: Sendable {
         var configuration = HTTPClient.Configuration(
             timeout: .init(connect: .seconds(10), read: .seconds(120)), ignoreUncleanSSLShutdown: false, decompression: .disabled)
         configuration.redirectConfiguration = .disallow
+        if scheme == "http", let host = url.host, !["127.0.0.1", "localhost", "::1", "[::1]"].contains(host.lowercased()) {
+            FileHandle.standardError.write(
+                Data("coffer: warning: the API key goes to \(host) unencrypted (http://); use https:// beyond this machine\n".utf8))
+        }
         let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         let client = CofferAPIClient(server: base, key: key, http: http, attempts: max(1, attempts))
         do {
@@ -140,7 +144,7 @@ public struct CofferAPIClient: Sendable {
         progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> Asset {
         let data = try await retrying {
-            var request = self.request(.PUT, "/v1/admin/assets/" + assetId, [("name", name)])
+            var request = self.request(.PUT, "/v1/admin/assets/" + (try Identifier.segment(assetId, "asset")), [("name", name)])
             if let contentType { request.headers.add(name: "Content-Type", value: contentType) }
             request.headers.add(name: "Content-Digest", value: "sha-256=:\(Data(sha256).base64EncodedString()):")
             request.body = .stream(FileChunks(path: path, progress: progress), length: .known(size))
@@ -150,7 +154,12 @@ public struct CofferAPIClient: Sendable {
             try Self.check(response, bytes)
             return Data(buffer: bytes)
         }
-        return try Self.decode(Asset.self, from: data)
+        let asset = try Self.decode(Asset.self, from: data)
+        // The server verified the digest it was sent; an answer naming other bytes is not Coffer's.
+        guard asset.sha256 == Hex.encode(sha256), asset.size == size, asset.assetId == assetId else {
+            throw ClientError.transport("the server stored \(asset.assetId) as \(asset.sha256) (\(asset.size) bytes), not the file sent")
+        }
+        return asset
     }
 
     /// Streams a GET answer into `handle` (exports), reporting bytes written.

@@ -35,9 +35,21 @@ public struct ReleaseManifest: Codable, Sendable {
         do { manifest = try JSONDecoder().decode(ReleaseManifest.self, from: data) } catch {
             throw ClientError.usage("\(path) is not a release manifest: \(error)")
         }
+        func refuse(_ what: String) -> ClientError { .usage("\(path): \(Terminal.safe(what))") }
+        func plainText(_ text: String, max: Int) -> Bool {
+            (1...max).contains(text.utf8.count) && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        }
+        guard Identifier.isValid(manifest.bundleId) else { throw refuse("bundleId \(manifest.bundleId) is not an identifier") }
         var ids = Set<String>()
         for asset in manifest.assets {
-            guard ids.insert(asset.assetId).inserted else { throw ClientError.usage("\(path): asset \(asset.assetId) is listed twice") }
+            guard Identifier.isValid(asset.assetId) else { throw refuse("asset id \(asset.assetId) is not 1–128 characters of A–Z a–z 0–9 . _ -") }
+            guard ids.insert(asset.assetId).inserted else { throw refuse("asset \(asset.assetId) is listed twice") }
+            if let name = asset.name, !plainText(name, max: 200) || name.contains("/") || name.contains("\\") {
+                throw refuse("asset \(asset.assetId): name must be 1–200 bytes without control characters or slashes")
+            }
+            if let type = asset.contentType, !plainText(type, max: 128) {
+                throw refuse("asset \(asset.assetId): contentType must be 1–128 plain characters")
+            }
             let parts = asset.file.split(separator: "/")
             guard !asset.file.hasPrefix("/"), !parts.isEmpty, !parts.contains(where: { $0 == ".." || $0 == "." }) else {
                 throw ClientError.usage("\(path): asset \(asset.assetId): file must be a relative path inside the directory")
@@ -45,6 +57,10 @@ public struct ReleaseManifest: Codable, Sendable {
         }
         var products = Set<String>()
         for product in manifest.products {
+            guard Identifier.isValid(product.productId) else { throw refuse("product id \(product.productId) is not an identifier") }
+            guard plainText(product.title, max: 256) else {
+                throw refuse("product \(product.productId): title must be 1–256 characters without control characters")
+            }
             guard products.insert(product.productId).inserted else {
                 throw ClientError.usage("\(path): product \(product.productId) is listed twice")
             }
@@ -176,7 +192,7 @@ public struct SyncPlan: Sendable {
             "plan: \(uploads.count) upload\(uploads.count == 1 ? "" : "s"), \(productChanges.count) product change\(productChanges.count == 1 ? "" : "s"), "
                 + "\(deletions) deletion\(deletions == 1 ? "" : "s"); unchanged: \(unchangedAssets.count) asset\(unchangedAssets.count == 1 ? "" : "s"), "
                 + "\(unchangedProducts.count) product\(unchangedProducts.count == 1 ? "" : "s")")
-        return lines
+        return lines.map(Terminal.safe)
     }
 
     static func bytes(_ n: Int64) -> String { Progress.bytes(Double(n)) }
@@ -190,8 +206,9 @@ public enum ContentSync {
         var plan = SyncPlan()
         plan.prune = prune
         let current = Dictionary(try await target.assets().map { ($0.assetId, $0) }, uniquingKeysWith: { a, b in a.version >= b.version ? a : b })
+        let root = try realDirectory(directory)
         for entry in manifest.assets {
-            let file = (directory as NSString).appendingPathComponent(entry.file)
+            let file = try regularFile(entry.file, inside: root)
             let (digest, size) = try sha256(file: file)
             let name = entry.name ?? (entry.file as NSString).lastPathComponent
             let existing = current[entry.assetId]
@@ -207,6 +224,12 @@ public enum ContentSync {
         plan.extraAssets = current.keys.filter { !listed.contains($0) }.sorted()
         let products = Dictionary(try await target.products().map { ($0.productId, ProductSpec($0)) }, uniquingKeysWith: { a, _ in a })
         for p in manifest.products {
+            // A product id is the App Store's: one that belongs to another app is a mistake, never a move.
+            if let old = products[p.productId], old.bundleId != manifest.bundleId {
+                throw ClientError.usage(
+                    "product \(p.productId) belongs to \(old.bundleId) on the server, not to this release's \(manifest.bundleId): nothing was changed"
+                )
+            }
             let spec = ProductSpec(
                 productId: p.productId, bundleId: manifest.bundleId, type: p.type, title: p.title, assetIds: p.assetIds,
                 familyShareable: p.familyShareable ?? false, durationSeconds: p.durationSeconds)
@@ -218,7 +241,8 @@ public enum ContentSync {
             }
         }
         let wanted = Set(manifest.products.map(\.productId))
-        plan.extraProducts = products.keys.filter { !wanted.contains($0) }.sorted()
+        // Only this app's products: a server that sells several apps keeps the others' products.
+        plan.extraProducts = products.values.filter { !wanted.contains($0.productId) && $0.bundleId == manifest.bundleId }.map(\.productId).sorted()
         return plan
     }
 
@@ -241,6 +265,34 @@ public enum ContentSync {
                 report("product \(id) deleted")
             }
         }
+    }
+
+    /// `directory` with every link resolved.
+    static func realDirectory(_ directory: String) throws -> String {
+        guard let resolved = realpath(directory, nil) else { throw ClientError.usage("cannot read the directory \(directory)") }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// The release file `relative` as a real path that stays inside `root` (no link leads out)
+    /// and names a regular file (not a device or a pipe, which would never end).
+    static func regularFile(_ relative: String, inside root: String) throws -> String {
+        let joined = (root as NSString).appendingPathComponent(relative)
+        guard let resolved = realpath(joined, nil) else { throw ClientError.usage("cannot read \(joined)") }
+        defer { free(resolved) }
+        let path = String(cString: resolved)
+        guard path.hasPrefix(root.hasSuffix("/") ? root : root + "/") else {
+            throw ClientError.usage("\(Terminal.safe(relative)) leads outside the release directory (a symbolic link?): refused")
+        }
+        try requireRegularFile(path)
+        return path
+    }
+
+    /// Refuses anything but a regular file (a FIFO or a device would hang the hash or the upload).
+    public static func requireRegularFile(_ path: String) throws {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw ClientError.usage("cannot read \(path)") }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw ClientError.usage("\(Terminal.safe(path)) is not a regular file") }
     }
 
     /// The SHA-256 and size of a file, read in 1 MiB chunks.
@@ -285,10 +337,12 @@ public struct APICatalogueTarget: CatalogueTarget {
             var durationSeconds: Int64?
         }
         _ = try await client.call(
-            .PUT, "/v1/admin/products/" + product.productId,
+            .PUT, "/v1/admin/products/" + (try Identifier.segment(product.productId, "product")),
             json: Body(
                 bundleId: product.bundleId, type: product.type, assetIds: product.assetIds, title: product.title,
                 familyShareable: product.familyShareable, durationSeconds: product.durationSeconds))
     }
-    public func deleteProduct(_ productId: String) async throws { _ = try await client.call(.DELETE, "/v1/admin/products/" + productId) }
+    public func deleteProduct(_ productId: String) async throws {
+        _ = try await client.call(.DELETE, "/v1/admin/products/" + (try Identifier.segment(productId, "product")))
+    }
 }

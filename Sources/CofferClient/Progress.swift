@@ -16,7 +16,7 @@ public final class Progress: Sendable {
         label: String, total: Int64?, terminal: Bool = isatty(2) == 1,
         write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }
     ) {
-        self.label = label
+        self.label = Terminal.safe(label)
         self.total = total
         self.terminal = terminal
         self.write = write

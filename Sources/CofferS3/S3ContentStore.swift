@@ -141,15 +141,7 @@ public final class S3ContentStore: ContentStore {
             responseContentDisposition: Self.attachment(fileName), date: now)
     }
 
-    /// `attachment; filename="…"; filename*=UTF-8''…` (RFC 6266): an ASCII fallback with
-    /// quotes, backslashes and controls replaced, and the exact name percent-encoded.
-    static func attachment(_ name: String) -> String {
-        let fallback = String(
-            name.unicodeScalars.map { scalar -> Character in
-                scalar.isASCII && scalar.value >= 0x20 && scalar.value != 0x7F && scalar != "\"" && scalar != "\\" ? Character(scalar) : "_"
-            })
-        return "attachment; filename=\"\(fallback.prefix(200))\"; filename*=UTF-8''\(SigV4Signer.encode(String(name.prefix(200)), keepSlash: false))"
-    }
+    static func attachment(_ name: String) -> String { ContentDisposition.attachment(name) }
 
     /// Lists one key under the prefix: the bucket exists and the credentials may read it.
     public func checkAccess() async throws {

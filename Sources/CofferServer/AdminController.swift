@@ -111,7 +111,7 @@ struct AdminController {
         var name = try Self.assetName(query: request.uri.query) ?? ""
         if name.isEmpty { name = try await catalogue.asset(assetId)?.name ?? assetId }
         let sent = request.headers[.contentType].flatMap { $0.lowercased().hasPrefix("application/x-www-form-urlencoded") ? nil : $0 }
-        let contentType = sent ?? MediaType.of(fileName: name)
+        let contentType = sent ?? MediaType.forUpload(fileName: name)
         guard uploads.enter() else {
             throw Problem(
                 .uploadsBusy, "\(uploads.capacity) uploads are in progress; retry later",
@@ -222,6 +222,10 @@ struct AdminController {
             ProductBody.self, from: request, context: context, limit: 64 * 1024, timeout: bodyTimeout)
         guard Self.validIdentifier(body.bundleId), !body.title.isEmpty, body.title.utf8.count <= 256, body.assetIds.count <= 1000 else {
             throw Problem(.malformedRequest, "bundleId must be an identifier, title 1–256 characters, at most 1000 assets")
+        }
+        // Titles reach admins' terminals and auditors' exports: no escape sequences, no line breaks.
+        guard !body.title.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw Problem(.malformedRequest, "title must not contain control characters")
         }
         guard bundleIds.contains(body.bundleId) else {
             throw Problem(

@@ -61,12 +61,7 @@ struct AuditController {
             guard let n = Int(limit), (1...1000).contains(n) else { throw Problem(.malformedRequest, "limit must be 1–1000") }
             f.limit = n
         }
-        if let cursor = q.get("cursor") {
-            guard let n = Int64(cursor), n >= 0 else {
-                throw Problem(.malformedRequest, "cursor must be a cursor from a previous page")
-            }
-            f.after = n
-        }
+        if let cursor = q.get("cursor") { f.after = try Paging.cursor(cursor) }
         return f
     }
 

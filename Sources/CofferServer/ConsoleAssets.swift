@@ -640,7 +640,9 @@ export function mountChain(container, {api}) {
       ]);
       if (!mounted) return;
       const computedKeyId = await keyIdOf(key.publicKey);
-      serverKeyId = key.keyId;
+      // What the key hashes to, never what the server claims it is (null when this browser
+      // cannot compute it: then nothing is compared).
+      serverKeyId = computedKeyId;
       fact(keyFacts, 'Algorithm', key.algorithm, 'key-algorithm');
       fact(keyFacts, 'Key id', key.keyId, 'key-id', 'mono');
       fact(keyFacts, 'Public key (base64, raw 32 bytes)', key.publicKey, 'key-public', 'mono hash-wrap');
@@ -652,9 +654,11 @@ export function mountChain(container, {api}) {
         verdict.textContent = 'No checkpoint yet: the server signs one when the ledger has grown for the checkpoint interval.';
         return;
       }
-      const result = checkpoint.keyId === key.keyId
-        ? await verifyCheckpoint(checkpoint, key.publicKey)
-        : {state: 'invalid', why: `signed by key ${checkpoint.keyId}, the server presents ${key.keyId}`};
+      const result = computedKeyId && computedKeyId !== key.keyId
+        ? {state: 'invalid', why: `the server calls its key ${key.keyId}, but the key hashes to ${computedKeyId}`}
+        : checkpoint.keyId === key.keyId
+          ? await verifyCheckpoint(checkpoint, key.publicKey)
+          : {state: 'invalid', why: `signed by key ${checkpoint.keyId}, the server presents ${key.keyId}`};
       if (!mounted) return;
       verdict.dataset.state = result.state;
       verdict.className = `verdict ${result.state}`;
@@ -1265,12 +1269,21 @@ const PROPS = new Set(['id', 'className', 'type', 'name', 'value', 'checked', 'd
   'placeholder', 'required', 'hidden', 'min', 'max', 'step', 'pattern', 'autocomplete', 'multiple', 'accept',
   'href', 'download', 'colSpan', 'scope', 'selected', 'tabIndex', 'spellcheck', 'inputMode', 'maxLength']);
 
+/**
+ * Text as it may be shown: bidirectional overrides and isolates, zero-width and other invisible
+ * format characters (a refused attempt's transaction id is anyone's input) become U+FFFD, so
+ * "1000\u202e0002" cannot display as another id.
+ */
+export function visible(value) {
+  return String(value).replace(/[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/g, '\ufffd');
+}
+
 function apply(el, props) {
   for (const [key, value] of Object.entries(props ?? {})) {
     if (value === undefined || value === null || value === false && !PROPS.has(key)) continue;
     if (key === 'style') throw new Error('style attributes are refused by the CSP: use a class');
     if (key === 'class') el.setAttribute('class', Array.isArray(value) ? value.filter(Boolean).join(' ') : value);
-    else if (key === 'text') el.textContent = String(value);
+    else if (key === 'text') el.textContent = visible(value);
     else if (key === 'data') for (const [k, v] of Object.entries(value)) { if (v !== undefined && v !== null) el.dataset[k] = String(v); }
     else if (key === 'on') for (const [event, fn] of Object.entries(value)) el.addEventListener(event, fn);
     else if (PROPS.has(key) && !(el instanceof SVGElement)) el[key] = value;
@@ -1281,7 +1294,7 @@ function apply(el, props) {
 function append(el, children) {
   for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    el.append(child instanceof Node ? child : document.createTextNode(visible(child)));
   }
 }
 
@@ -1423,7 +1436,7 @@ private let file8 = ##"""
         <input id="signin-key" name="key" type="password" autocomplete="off" spellcheck="false" required data-test="signin-key">
       </div>
       <div class="field wide check">
-        <input id="signin-remember" name="remember" type="checkbox" checked data-test="signin-remember">
+        <input id="signin-remember" name="remember" type="checkbox" data-test="signin-remember">
         <label for="signin-remember">Keep me signed in in this tab (session storage; cleared when the tab closes)</label>
       </div>
       <div class="actions wide">

@@ -53,6 +53,8 @@ struct ConsoleController {
     func add(to router: Router<CofferRequestContext>) {
         router.get("/console") { request, _ in try serve("index.html", request) }
         router.get("/console/:file") { request, context in try serve(context.parameters.get("file") ?? "", request) }
+        router.head("/console") { request, _ in try serve("index.html", request).withoutBody() }
+        router.head("/console/:file") { request, context in try serve(context.parameters.get("file") ?? "", request).withoutBody() }
     }
 
     func serve(_ name: String, _ request: Request) throws -> Response {
@@ -80,6 +82,11 @@ struct ConsoleController {
         else { return nil }
         return Self.file(name: name, bytes: Array(data))
     }
+}
+
+extension Response {
+    /// The same head (length included), no body: a HEAD's answer.
+    func withoutBody() -> Response { Response(status: status, headers: headers, body: .init()) }
 }
 
 extension HTTPField.Name {

@@ -34,13 +34,18 @@ struct DownloadController {
         }
         let asset = try? await catalogue.asset(claims.assetId)
         let contentType = asset?.sha256 == claims.sha256 ? asset?.contentType ?? "application/octet-stream" : "application/octet-stream"
+        let fileName = asset?.sha256 == claims.sha256 ? asset?.name ?? claims.assetId : claims.assetId
+        // Bytes, never a page: an attachment, not sniffed, and sandboxed should a browser render
+        // it anyway — an uploaded SVG or HTML asset must not run script on the console's origin.
         var headers: HTTPFields = [
             .contentType: contentType,
             .eTag: "\"\(claims.sha256)\"",
             .acceptRanges: "bytes",
             .cacheControl: "private, no-store",
+            .contentDisposition: ContentDisposition.attachment(fileName),
+            .xContentTypeOptions: "nosniff",
+            .contentSecurityPolicy: "default-src 'none'; sandbox",
         ]
-        let fileName = asset?.sha256 == claims.sha256 ? asset?.name ?? claims.assetId : claims.assetId
         let file = content.localFile(sha256: claims.sha256)
         // Handing the bytes off (redirect, accel) only for a GET, or for a local file: a
         // presigned URL is signed for GET, so a HEAD for a bucket's object is answered here.

@@ -9,6 +9,18 @@ public enum MediaType {
         "gz": "application/gzip", "pdf": "application/pdf", "wasm": "application/wasm",
     ]
 
+    /// Types that a browser would run (HTML, script, SVG, XML): never guessed for an upload —
+    /// an admin who means one sends it as `Content-Type`.
+    static let active: Set<String> = ["html", "htm", "js", "mjs", "svg", "xml", "xhtml"]
+
+    /// The type an upload without `Content-Type` gets from its name: never an active one.
+    public static func forUpload(fileName: String) -> String {
+        guard let dot = fileName.lastIndex(of: "."), active.contains(fileName[fileName.index(after: dot)...].lowercased()) else {
+            return of(fileName: fileName)
+        }
+        return "application/octet-stream"
+    }
+
     public static func of(fileName: String) -> String {
         guard let dot = fileName.lastIndex(of: "."), dot != fileName.startIndex else { return "application/octet-stream" }
         return byExtension[fileName[fileName.index(after: dot)...].lowercased()] ?? "application/octet-stream"

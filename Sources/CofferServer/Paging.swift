@@ -10,10 +10,15 @@ enum Paging {
             limit = n
         }
         var after: Int64 = 0
-        if let text = q.get("cursor") {
-            guard let n = Int64(text), n >= 0 else { throw Problem(.malformedRequest, "cursor must be a cursor from a previous page") }
-            after = n
-        }
+        if let text = q.get("cursor") { after = try cursor(text) }
         return (after, limit)
+    }
+
+    /// A cursor from a previous page: decimal digits only (no sign, no spaces), at most 19.
+    static func cursor(_ text: String) throws -> Int64 {
+        guard (1...19).contains(text.utf8.count), text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let n = Int64(text) else {
+            throw Problem(.malformedRequest, "cursor must be a cursor from a previous page")
+        }
+        return n
     }
 }

@@ -45,11 +45,7 @@ struct RedemptionController {
         router.get("/v1/entitlements") { request, context in
             guard let players else { throw Problem(.notFound, "player identity is not configured: restore with the grant") }
             let player = try await players.player(authorization: request.headers[.authorization], now: Date())
-            var after: Int64 = 0
-            if let cursor = request.uri.queryParameters.get("cursor") {
-                guard let n = Int64(cursor), n >= 0 else { throw Problem(.malformedRequest, "cursor must be a cursor from a previous page") }
-                after = n
-            }
+            let after = try request.uri.queryParameters.get("cursor").map(Paging.cursor) ?? 0
             let owned = try await vault.entitlements(of: player, after: after, now: Date())
             context.logger.debug("entitlements", metadata: ["player": "\(player.id)", "count": "\(owned.items.count)"])
             return try JSON.response(Page(items: owned.items.map(EntitlementResponse.init), nextCursor: owned.next.map(String.init)))

@@ -41,6 +41,7 @@ struct AdminCommand: AsyncParsableCommand {
             func run() async throws {
                 var uploaded: [Asset] = []
                 for file in files {
+                    try ContentSync.requireRegularFile(file)
                     let (digest, size) = try ContentSync.sha256(file: file)
                     let name = (file as NSString).lastPathComponent
                     let assetId = id ?? Self.assetId(fileName: name)
@@ -56,7 +57,7 @@ struct AdminCommand: AsyncParsableCommand {
                 if output.asJSON {
                     print(String(decoding: try CofferAPIClient.encode(uploaded), as: UTF8.self))
                 } else {
-                    for a in uploaded { print("\(a.assetId) version \(a.version): \(a.name), \(a.size) bytes, sha256 \(a.sha256)") }
+                    for a in uploaded { print(Terminal.safe("\(a.assetId) version \(a.version): \(a.name), \(a.size) bytes, sha256 \(a.sha256)")) }
                 }
             }
 
@@ -137,7 +138,7 @@ struct AdminCommand: AsyncParsableCommand {
             @Argument(help: "The product id.") var productId: String
 
             func run() async throws {
-                _ = try await client.run { try await $0.call(.DELETE, "/v1/admin/products/" + productId) }
+                _ = try await client.run { try await $0.call(.DELETE, "/v1/admin/products/" + (try Identifier.segment(productId, "product"))) }
                 print("product \(productId) deleted")
             }
         }

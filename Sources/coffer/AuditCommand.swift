@@ -54,8 +54,9 @@ struct AuditCommand: AsyncParsableCommand {
             while true {
                 let page = try Table.page(try await api.call(.GET, path, query: base + (cursor.map { [("cursor", $0)] } ?? [])))
                 items += page.items
-                cursor = page.next
-                guard paging.all, cursor != nil else { return (items, cursor) }
+                guard paging.all, let next = page.next else { return (items, page.next) }
+                try Self.advance(from: cursor, to: next)
+                cursor = next
             }
         }
         if output.asJSON {
@@ -68,6 +69,20 @@ struct AuditCommand: AsyncParsableCommand {
             print(Table.render(items, columns: columns))
             if let next { print("more: --cursor \(next) (or --all)") }
         }
+    }
+
+    /// Cursors only move forward: a server that repeats one (or goes back) would page forever.
+    static func advance(from previous: String?, to next: String) throws {
+        guard let n = UInt64(next), previous.flatMap(UInt64.init).map({ n > $0 }) ?? true else {
+            throw ClientError.transport("the server's nextCursor \(next) does not move forward: stopped")
+        }
+    }
+
+    /// A new file for this process only (0600, never an existing file or link).
+    static func createExclusive(_ path: String) throws -> FileHandle {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw UsageError("cannot create \(path): \(String(cString: strerror(errno)))") }
+        return FileHandle(fileDescriptor: fd, closeOnDealloc: true)
     }
 
     /// Prints a JSON answer (a list) as JSON or a table.
@@ -140,10 +155,8 @@ struct AuditCommand: AsyncParsableCommand {
         @OptionGroup var filters: Filters
 
         func run() async throws {
-            let temporary = out + ".partial-\(ProcessInfo.processInfo.processIdentifier)"
-            guard FileManager.default.createFile(atPath: temporary, contents: nil), let handle = FileHandle(forWritingAtPath: temporary) else {
-                throw UsageError("cannot write \(temporary)")
-            }
+            let temporary = out + ".partial-\(UUID().uuidString)"
+            let handle = try AuditCommand.createExclusive(temporary)
             let progress = Progress(label: "export", total: nil)
             do {
                 let bytes = try await client.run { api in
@@ -201,13 +214,12 @@ struct AuditCommand: AsyncParsableCommand {
                         guard let saved = LedgerCheckpoint.saved(data) else { throw ClientError.transport("the checkpoints page is not checkpoints") }
                         published += saved
                     }
+                    if let next = page.next { try AuditCommand.advance(from: cursor, to: next) }
                     cursor = page.next
                 } while cursor != nil
                 let progress = Progress(label: "ledger export", total: nil)
                 let file = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-ledger-\(UUID().uuidString).ndjson").path
-                guard FileManager.default.createFile(atPath: file, contents: nil), let handle = FileHandle(forWritingAtPath: file) else {
-                    throw ClientError.usage("cannot write \(file)")
-                }
+                let handle = try AuditCommand.createExclusive(file)
                 defer { unlink(file) }
                 _ = try await api.download("/v1/audit/export", query: [("kind", "ledger")], to: handle, progress: { progress.update($0) })
                 try handle.close()
@@ -215,11 +227,17 @@ struct AuditCommand: AsyncParsableCommand {
                 return (published, Data(try IO.read(file)))
             }
             let report = LedgerExport.verify(export, publicKey: key, pinned: pinned + published)
-            print(
-                json
-                    ? try LedgerCommand.Verify.json(report)
-                    : LedgerCommand.Verify.text(report) + "\nchecked against the pinned key \(LedgerSigner.keyId(key))")
-            if !report.intact { throw ExitCode(1) }
+            // Consistent is not verified: a ledger that no checkpoint signed by the pinned key
+            // covers (a server that publishes none, or strips them) proves nothing.
+            let unsigned = report.intact && report.entries > 0 && report.checkpointsVerified + report.pinnedVerified == 0
+            if json {
+                print(try LedgerCommand.Verify.json(report))
+            } else {
+                print(
+                    (unsigned ? "NOT VERIFIED: no checkpoint signed by the pinned key covers these \(report.entries) entries\n" : "")
+                        + LedgerCommand.Verify.text(report) + "\nchecked against the pinned key \(LedgerSigner.keyId(key))")
+            }
+            if !report.intact || unsigned { throw ExitCode(1) }
         }
     }
 }

@@ -13,6 +13,7 @@ struct ClientOptions: ParsableArguments {
 
     func key() throws -> String {
         if let keyFile {
+            try ContentSync.requireRegularFile(keyFile)
             let text = String(decoding: try IO.read(keyFile), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             guard !text.isEmpty else { throw UsageError("--key-file \(keyFile) is empty") }
             return text
@@ -106,9 +107,9 @@ enum Table {
         return ([line(columns.map(\.header))] + rows.map(line)).joined(separator: "\n")
     }
 
-    /// One line per row, nothing that moves the cursor (control characters shown as `?`), at most `width` characters.
+    /// One line per row, nothing that moves the cursor or reorders text (``Terminal/safe(_:)``), at most `width` characters.
     static func cell(_ text: String, width: Int) -> String {
-        let clean = String(String.UnicodeScalarView(text.unicodeScalars.map { $0.properties.generalCategory == .control ? "?" : $0 }))
+        let clean = Terminal.safe(text)
         return clean.count > width ? String(clean.prefix(width - 1)) + "…" : clean
     }
 

@@ -105,7 +105,7 @@ enum Demo {
                     $0.finish()
                 }, maxBytes: services.configuration.uploadLimit, expectedSHA256: Hex.encode(sha256))
             _ = try await services.catalogue.addAssetVersion(
-                assetId: asset.assetId, name: name, contentType: asset.contentType ?? MediaType.of(fileName: name), size: stored.size,
+                assetId: asset.assetId, name: name, contentType: asset.contentType ?? MediaType.forUpload(fileName: name), size: stored.size,
                 sha256: stored.sha256, at: Date())
         }
         func put(_ p: ProductSpec) async throws {

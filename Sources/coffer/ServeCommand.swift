@@ -215,7 +215,9 @@ extension ServeCommand {
             (r.environments.isEmpty ? [demo ? "LocalTesting" : "Production"] : r.environments).map(JSONValue.string))
         effective["database"] = .string(r.database ?? "SQLite: \(directory.database)")
         effective["contentStore"] = .string(r.contentStore ?? "local: \(directory.content)")
-        effective["ledgerKey"] = .string(r.ledgerKey ?? directory.ledgerKey)
+        let credentials = ProcessInfo.processInfo.environment["CREDENTIALS_DIRECTORY"].map(DataDirectory.ledgerKey(inCredentials:))
+        effective["ledgerKey"] = .string(
+            r.ledgerKey ?? credentials.flatMap { FileManager.default.fileExists(atPath: $0) ? $0 : nil } ?? directory.ledgerKey)
         out["effective"] = .object(effective)
         return out
     }

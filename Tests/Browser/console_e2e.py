@@ -378,7 +378,11 @@ def admin_walkthrough(b: Browser, downloads: pathlib.Path, stamp: str) -> None:
     b.until("the sign-in error to name 401 unauthenticated", lambda: "401 unauthenticated" in error.text)
     b.one(b.test("signin-key")).clear()
 
-    step("sign in as admin")
+    step("sign in as admin (kept in this tab: opt in)")
+    remember = b.one(b.test("signin-remember"))
+    if remember.is_selected():
+        raise Failure("keeping the key in session storage must be opt-in")
+    remember.click()
     b.sign_in(ADMIN_KEY, "admin")
     if "#/catalogue" not in b.driver.current_url:
         raise Failure(f"an admin lands on the catalogue, not {b.driver.current_url}")

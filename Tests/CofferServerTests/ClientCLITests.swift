@@ -20,16 +20,16 @@ import Testing
         let auditorKey: String
         var url: String { "http://127.0.0.1:\(server.port)" }
 
-        static func start() async throws -> Demo {
+        static func start(_ arguments: [String] = []) async throws -> Demo {
             let root = try makeTemporaryDirectory(prefix: "coffer-client")
             let data = root.appendingPathComponent("data")
-            let server = try await CrashSafetyTests.Server(dataDirectory: data)
+            let server = try await CrashSafetyTests.Server(dataDirectory: data, arguments: arguments)
             return Demo(root: root, data: data, server: server, auditorKey: try HardeningCLITests.printedAuditorKey(server))
         }
 
         /// Runs `body` with a started demo, stopped afterwards whatever happens.
-        static func with(_ body: (Demo) async throws -> Void) async throws {
-            let demo = try await start()
+        static func with(_ arguments: [String] = [], _ body: (Demo) async throws -> Void) async throws {
+            let demo = try await start(arguments)
             do { try await body(demo) } catch {
                 try? await demo.stop()
                 throw error
@@ -230,7 +230,7 @@ import Testing
     }
 
     @Test func auditorListsExportsAndVerifiesAgainstAPinnedKey() async throws {
-        try await Demo.with { demo in
+        try await Demo.with(["--checkpoint-interval", "1"]) { demo in
             try await demo.redeem("5550001")
             try await demo.redeem("5550002")
             let key = demo.auditorKey
@@ -255,6 +255,8 @@ import Testing
             #expect(text.contains("\"5550001\"") && text.contains("\"5550002\""))
             #expect(try FileManager.default.contentsOfDirectory(atPath: demo.root.path).allSatisfy { !$0.contains(".partial-") })
 
+            // Verify once a checkpoint covers both redemptions (signed every second here).
+            try await Self.waitForCheckpoint(demo, atLeast: 2)
             // Verify: the key pinned from /v1/audit/public-key (saved by the auditor) → intact.
             let data = try demo.run(["ledger", "public-key", "--data-dir", demo.data.path], key: nil)
             let pinned = demo.root.appendingPathComponent("ledger.pub")
@@ -272,6 +274,115 @@ import Testing
         }
     }
 
+    /// Polls /v1/audit/checkpoints/latest until it covers `sequence` (at most 30 s).
+    static func waitForCheckpoint(_ demo: Demo, atLeast sequence: Int) async throws {
+        for _ in 0..<300 {
+            let client = TestClient(host: "127.0.0.1", port: demo.server.port, configuration: .init(timeout: .seconds(10)))
+            client.connect()
+            let response = try await client.execute(
+                .init("/v1/audit/checkpoints/latest", method: .get, headers: [.authorization: "Bearer \(demo.auditorKey)"]))
+            try await client.shutdown()
+            if response.status == .ok,
+                let body = try? JSONSerialization.jsonObject(with: Data(buffer: response.body ?? ByteBuffer())) as? [String: Any],
+                (body["sequence"] as? Int ?? 0) >= sequence
+            {
+                return
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        Issue.record("no checkpoint covered sequence \(sequence) within 30 s")
+    }
+
+    /// A ledger no checkpoint covers is consistent but unverified: `audit verify` says so and
+    /// exits 1. The server here is a fake that serves the real ledger's export with its
+    /// checkpoints stripped and publishes none (a server hiding a rewrite would).
+    @Test func verifyRefusesALedgerNoCheckpointCovers() async throws {
+        try await Demo.with { demo in
+            try await demo.redeem("7770001")
+            let pinned = demo.root.appendingPathComponent("ledger.pub")
+            try Data(try demo.run(["ledger", "public-key", "--data-dir", demo.data.path], key: nil).stdout.utf8).write(to: pinned)
+            let exported = demo.root.appendingPathComponent("ledger.ndjson")
+            #expect(try demo.run(["audit", "export", "--kind", "ledger", "--out", exported.path], key: demo.auditorKey).status == 0)
+            let stripped =
+                try String(contentsOf: exported, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix(#"{"checkpoint""#) }
+                .joined(separator: "\n") + "\n"
+            #expect(!stripped.contains(#""checkpoint""#))
+            let router = Router()
+            router.get("/v1/audit/checkpoints") { _, _ in
+                Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"items":[]}"#)))
+            }
+            router.get("/v1/audit/export") { _, _ in
+                Response(status: .ok, headers: [.contentType: "application/x-ndjson"], body: .init(byteBuffer: ByteBuffer(string: stripped)))
+            }
+            try await Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0))).test(.live) { client in
+                let port = try #require(client.port)
+                var environment = ProcessInfo.processInfo.environment
+                environment["COFFER_KEY"] = "k"
+                let verify = try CofferExecutable.run(
+                    ["audit", "verify", "--server", "http://127.0.0.1:\(port)", "--public-key", pinned.path], environment: environment)
+                #expect(verify.status == 1, "\(verify.stdout)\(verify.stderr)")
+                #expect(verify.stdout.hasPrefix("NOT VERIFIED: no checkpoint signed by the pinned key covers"), "\(verify.stdout)")
+            }
+        }
+    }
+
+    /// What a release may not do: publish a file outside its directory (a link), hang on a
+    /// pipe, smuggle a path or query in an id, take over or prune another app's products.
+    @Test func syncRefusesHostileReleases() async throws {
+        try await Demo.with(["--bundle-id", "com.coffer.demo", "--bundle-id", "com.other"]) { demo in
+            let key = demo.server.adminKey
+            let release = demo.root.appendingPathComponent("release")
+            try FileManager.default.createDirectory(at: release, withIntermediateDirectories: true)
+            let secret = demo.root.appendingPathComponent("secret.txt")
+            try Data("not for sale".utf8).write(to: secret)
+            func manifest(_ assets: [[String: String]], _ products: [[String: Any]] = [], bundle: String = "com.coffer.demo") throws {
+                let object: [String: Any] = ["bundleId": bundle, "assets": assets, "products": products]
+                try JSONSerialization.data(withJSONObject: object).write(to: release.appendingPathComponent("manifest.json"))
+            }
+            try FileManager.default.createSymbolicLink(at: release.appendingPathComponent("levels.json"), withDestinationURL: secret)
+            try manifest([["assetId": "leak", "file": "levels.json"]])
+            let link = try demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
+            #expect(link.status == 2)
+            #expect(link.stderr.contains("leads outside the release directory"), "\(link.stderr)")
+            #expect(mkfifo(release.appendingPathComponent("pipe").path, 0o600) == 0)
+            try manifest([["assetId": "pipe", "file": "pipe"]])
+            let pipe = try demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
+            #expect(pipe.status == 2)
+            #expect(pipe.stderr.contains("is not a regular file"), "\(pipe.stderr)")
+            try Data("{}".utf8).write(to: release.appendingPathComponent("real.json"))
+            try manifest([["assetId": "a-new?name=index.html&", "file": "real.json"]])
+            #expect(try demo.run(["admin", "sync", release.path, "--dry-run"], key: key).stderr.contains("is not 1–128 characters"))
+            try manifest([], [["productId": "com.other.gold?", "type": "consumable", "title": "X", "assetIds": []]])
+            #expect(try demo.run(["admin", "sync", release.path, "--dry-run"], key: key).status == 2)
+
+            // Another app's product: never taken over, never pruned.
+            #expect(
+                try demo.run(
+                    ["admin", "products", "put", "com.other.gold", "--bundle-id", "com.other", "--type", "consumable", "--title", "Gold"], key: key
+                ).status == 0)
+            try manifest([], [["productId": "com.other.gold", "type": "consumable", "title": "Mine now", "assetIds": []]])
+            let takeover = try demo.run(["admin", "sync", release.path], key: key)
+            #expect(takeover.status == 2)
+            #expect(takeover.stderr.contains("belongs to com.other on the server"), "\(takeover.stderr)")
+            try manifest([], [])
+            let prune = try demo.run(["admin", "sync", release.path, "--prune"], key: key)
+            #expect(prune.status == 0, "\(prune.stderr)")
+            #expect(!prune.stdout.contains("com.other.gold"), "\(prune.stdout)")
+            let products = try Self.items(try demo.run(["admin", "products", "list", "--json"], key: key).stdout)
+            #expect(products.contains { $0["productId"] as? String == "com.other.gold" && $0["title"] as? String == "Gold" })
+            #expect(!products.contains { $0["bundleId"] as? String == "com.coffer.demo" }, "this app's products pruned")
+        }
+    }
+
+    /// Whatever a server answers, nothing reaches the terminal that moves the cursor, clears
+    /// the screen or reorders text.
+    @Test func serverTextIsMadeSafeForTheTerminal() {
+        let hostile = ClientError.problem(status: 400, code: "x\u{1B}[2J", detail: "\u{1B}]0;owned\u{07} 1000\u{202E}0002")
+        #expect(hostile.description == "400 x?[2J: ?]0;owned? 1000?0002")
+        #expect(Terminal.safe("Pack \u{1B}[31mred\u{200B}\u{9B}") == "Pack ?[31mred??")
+        #expect(Terminal.safe("Level Pack 1: The Caverns — ünïcode ✓") == "Level Pack 1: The Caverns — ünïcode ✓")
+    }
+
     /// The client library retries an upload the server answered 503 `uploadsBusy`, after its
     /// `Retry-After`, and sends the file's SHA-256 as `Content-Digest` each time.
     @Test func uploadsAreRetriedWhileTheServerIsBusy() async throws {
@@ -287,7 +398,7 @@ import Testing
                     body: .init(byteBuffer: ByteBuffer(string: #"{"code":"uploadsBusy","detail":"busy","status":503}"#)))
             }
             let asset =
-                #"{"assetId":"a","version":1,"name":"f","contentType":"application/octet-stream","size":5,"sha256":"x","createdAt":"2026-01-01T00:00:00Z"}"#
+                #"{"assetId":"a","version":1,"name":"f","contentType":"application/octet-stream","size":5,"sha256":"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824","createdAt":"2026-01-01T00:00:00Z"}"#
             return Response(status: .created, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: asset)))
         }
         let root = try makeTemporaryDirectory(prefix: "coffer-client")

@@ -53,6 +53,9 @@ import Testing
                 let again = try await client.execute(uri: "/console/\(name)", method: .get, headers: [.ifNoneMatch: etag])
                 #expect(again.status == .notModified, "\(name): a revalidation with the ETag is 304")
             }
+            let head = try await client.execute(uri: "/console", method: .head)
+            #expect(head.status == .ok && head.body.readableBytes == 0)
+            #expect(head.headers[.contentSecurityPolicy] == csp)
             let missing = try await client.execute(uri: "/console/nope.js", method: .get)
             #expect(missing.status == .notFound)
             #expect(Harness.code(missing) == "notFound")

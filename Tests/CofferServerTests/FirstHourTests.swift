@@ -76,6 +76,12 @@ import Testing
             let listed = try #require(try JSONSerialization.jsonObject(with: Data(buffer: versions.body)) as? [[String: Any]])
             #expect(listed.map { $0["version"] as? Int } == [2, 1])
             #expect(try await client.execute(uri: "/v1/admin/assets/nope/versions", method: .get, headers: admin).status == .notFound)
+            // Active types are never guessed: an SVG or HTML name is stored as plain bytes.
+            for name in ["skin.svg", "page.html", "app.js"] {
+                let active = try await client.execute(
+                    uri: "/v1/admin/assets/a-\(name.prefix(4))?name=\(name)", method: .put, headers: admin, body: ByteBuffer(string: "<svg/>"))
+                #expect(try Harness.json(active)["contentType"] as? String == "application/octet-stream", "\(name)")
+            }
             // A type sent is kept.
             var typed = admin
             typed[.contentType] = "image/png"
@@ -96,6 +102,11 @@ import Testing
                 uri: "/v1/admin/products/com.someone.else.pack", method: .put, headers: headers, body: ByteBuffer(string: body))
             #expect(refused.status == .unprocessableContent)
             #expect(Harness.code(refused) == "bundleMismatch")
+            // A title with an escape sequence or a line break: refused.
+            let escape = #"{"bundleId":"com.coffer.demo","type":"consumable","assetIds":[],"title":"Pack \u001b[2J"}"#
+            let titled = try await client.execute(
+                uri: "/v1/admin/products/com.coffer.demo.x", method: .put, headers: headers, body: ByteBuffer(string: escape))
+            #expect(titled.status == .badRequest)
             let listed = try await client.execute(uri: "/v1/admin/products", method: .get, headers: h.bearer(h.adminKey))
             #expect(!String(buffer: listed.body).contains("com.someone.else"), "nothing stored")
         }
@@ -118,6 +129,12 @@ import Testing
                 try Harness.json(try await client.execute(uri: "/v1/whoami", method: .get, headers: h.bearer(h.adminKey)))["role"] as? String
                     == "admin")
             #expect(try await client.execute(uri: "/v1/whoami", method: .get).status == .unauthorized)
+            // Cursors are the digits a page gave, nothing an integer parser would also take.
+            for cursor in ["%2B1", "-1", "1%20", "00000000000000000001", ""] {
+                let page = try await client.execute(uri: "/v1/audit/redemptions?cursor=\(cursor)", method: .get, headers: h.bearer(h.auditorKey))
+                #expect(page.status == .badRequest, "cursor \(cursor)")
+            }
+            #expect(try await client.execute(uri: "/v1/audit/revocations?cursor=0", method: .get, headers: h.bearer(h.auditorKey)).status == .ok)
         }
     }
 

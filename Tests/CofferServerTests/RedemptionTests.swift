@@ -39,6 +39,10 @@ import Testing
             #expect(download.headers[.contentLength] == String(h.levelBytes.count))
             #expect(download.headers[.acceptRanges] == "bytes")
             #expect(download.headers[.contentType] == "application/json")
+            // Bytes, never a page on Coffer's origin (the console lives there).
+            #expect(download.headers[.contentDisposition] == "attachment; filename=\"level-1\"; filename*=UTF-8''level-1")
+            #expect(download.headers[.xContentTypeOptions] == "nosniff")
+            #expect(download.headers[.contentSecurityPolicy] == "default-src 'none'; sandbox")
 
             let head = try await client.execute(uri: url, method: .head)
             #expect(head.status == .ok)

@@ -1,0 +1,38 @@
+import Foundation
+
+/// Text from a server or a manifest, made safe to print on a terminal: control characters
+/// (C0, DEL, C1 — escape sequences that clear the screen or retitle the window) and invisible
+/// format characters (bidirectional overrides, zero-width spaces: "1000‮0002" shown as another
+/// id) become `?`.
+public enum Terminal {
+    public static func safe(_ text: String) -> String {
+        String(
+            String.UnicodeScalarView(
+                text.unicodeScalars.map { scalar in
+                    switch scalar.properties.generalCategory {
+                    case .control, .format: "?"
+                    default: scalar
+                    }
+                }))
+    }
+}
+
+/// The identifiers the server takes in a path (asset, product and bundle ids): 1–128 of
+/// `A–Z a–z 0–9 . _ -`, not `.` or `..`. Checked before a request is built, so an id can
+/// never change the path or add a query.
+public enum Identifier {
+    public static func isValid(_ id: String) -> Bool {
+        (1...128).contains(id.utf8.count) && id != "." && id != ".."
+            && id.utf8.allSatisfy { c in
+                (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2E || c == 0x5F || c == 0x2D
+            }
+    }
+
+    /// `id` as a path segment, or a usage error naming `what`.
+    public static func segment(_ id: String, _ what: String) throws -> String {
+        guard isValid(id) else {
+            throw ClientError.usage("\(what) \(Terminal.safe(id)): ids are 1–128 characters of A–Z a–z 0–9 . _ - (not . or ..)")
+        }
+        return id
+    }
+}
