@@ -134,6 +134,11 @@ import Testing
             let revoke = try demo.run(["admin", "revocations", "create", "--transaction-id", "424242", "--reason", "chargeback"], key: key)
             #expect(revoke.status == 0, "\(revoke.stderr)")
             #expect(try (Self.json(revoke.stdout) as? [String: Any])?["transactionId"] as? String == "424242")
+            // The auditor sees it.
+            let revocations = try demo.run(["audit", "revocations", "--json"], key: demo.auditorKey)
+            #expect(try Self.items(revocations.stdout).map { $0["transactionId"] as? String } == ["424242"])
+            let revocationTable = try demo.run(["audit", "revocations", "--table"], key: demo.auditorKey)
+            #expect(revocationTable.stdout.hasPrefix("SEQ") && revocationTable.stdout.contains("chargeback"))
         }
     }
 
@@ -250,6 +255,7 @@ import Testing
             let csv = demo.root.appendingPathComponent("redemptions.csv")
             let export = try demo.run(["audit", "export", "--out", csv.path, "--format", "csv"], key: key)
             #expect(export.status == 0, "\(export.stderr)")
+            #expect(export.stderr.contains("export ") && export.stderr.contains("done in"), "progress on stderr: \(export.stderr)")
             let text = try String(contentsOf: csv, encoding: .utf8)
             #expect(text.hasPrefix("sequence,redemptionId,transactionId,"))
             #expect(text.contains("\"5550001\"") && text.contains("\"5550002\""))
