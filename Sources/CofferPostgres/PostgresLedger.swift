@@ -139,6 +139,22 @@ public struct PostgresLedger: LedgerRepository {
         return try await backend.read { c in try await c.rows(built, logger: backend.logger, Redemption.init(row:)) }
     }
 
+    public func hourlyCounts(from: Date, to: Date) async throws -> [HourlyCount] {
+        let lo = from.timeIntervalSince1970
+        let hi = to.timeIntervalSince1970
+        return try await backend.read { c in
+            let redemptions = try await c.rows(
+                "SELECT floor(redeemed_at / 3600)::bigint AS h, count(*) AS n FROM redemptions WHERE redeemed_at >= \(lo) AND redeemed_at < \(hi) GROUP BY h",
+                logger: backend.logger
+            ) { (try $0.value("h", Int64.self), Int(try $0.value("n", Int64.self))) }
+            let refused = try await c.rows(
+                "SELECT floor(at / 3600)::bigint AS h, count(*) AS n FROM attempts WHERE at >= \(lo) AND at < \(hi) GROUP BY h",
+                logger: backend.logger
+            ) { (try $0.value("h", Int64.self), Int(try $0.value("n", Int64.self))) }
+            return HourlyCount.merge(redemptions: redemptions, refused: refused)
+        }
+    }
+
     public func attempts(_ f: AuditFilter) async throws -> [RejectedAttempt] {
         var query = AuditQuery(table: "attempts", columns: RejectedAttempt.columns, time: "at", filter: f)
         query.equal("transaction_id", f.transactionId)

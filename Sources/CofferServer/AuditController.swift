@@ -24,6 +24,7 @@ struct AuditController {
             return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
         }
         group.get("/export") { request, _ in try export(request) }
+        group.get("/stats/hourly") { request, _ in try await hourly(request) }
         group.get("/revocations") { request, _ in
             let (after, limit) = try Paging.parse(request)
             let items = try await ledger.revocations(after: after, limit: limit)
@@ -40,6 +41,32 @@ struct AuditController {
             let items = try await deliveries?.deliveries(redemptionId: redemptionId, after: after, limit: limit) ?? []
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }
+    }
+
+    /// The longest span `/stats/hourly` answers: 31 days of hours.
+    static let maxStatsSpan: TimeInterval = 31 * 86400
+
+    struct HourlyStats: Encodable {
+        var from: Date
+        var to: Date
+        var hours: [HourlyCount]
+    }
+
+    /// `GET /v1/audit/stats/hourly[?from&to]`: redemptions and refused attempts per UTC hour
+    /// (default: the last 24 hours; at most 31 days), counted by the database.
+    func hourly(_ request: Request) async throws -> Response {
+        let q = request.uri.queryParameters
+        func date(_ key: String) throws -> Date? {
+            guard let text = q.get(key) else { return nil }
+            guard let date = RFC3339.parse(text) else { throw Problem(.malformedRequest, "\(key) must be an ISO 8601 date") }
+            return date
+        }
+        let to = try date("to") ?? Date()
+        let from = try date("from") ?? to.addingTimeInterval(-86400)
+        guard from < to, to.timeIntervalSince(from) <= Self.maxStatsSpan else {
+            throw Problem(.malformedRequest, "from must be before to, at most 31 days apart")
+        }
+        return try JSON.response(HourlyStats(from: from, to: to, hours: try await ledger.hourlyCounts(from: from, to: to)))
     }
 
     static func filter(_ request: Request) throws -> AuditFilter {

@@ -116,4 +116,20 @@ public struct SQLiteLedger: LedgerRepository {
     public func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt] {
         try await db.pool.read { db in try AttemptRecord.audit(filter).fetchAll(db).map(\.attempt) }
     }
+
+    public func hourlyCounts(from: Date, to: Date) async throws -> [HourlyCount] {
+        let range: StatementArguments = [from.timeIntervalSince1970, to.timeIntervalSince1970]
+        return try await db.pool.read { db in
+            // Times are positive unix seconds: CAST truncates to the hour (no math functions needed).
+            func counts(_ table: String, _ column: String) throws -> [(Int64, Int)] {
+                try Row.fetchAll(
+                    db,
+                    sql:
+                        "SELECT CAST(\(column) / 3600 AS INTEGER) AS h, COUNT(*) AS n FROM \(table) WHERE \(column) >= ? AND \(column) < ? GROUP BY h",
+                    arguments: range
+                ).map { ($0["h"], $0["n"]) }
+            }
+            return HourlyCount.merge(redemptions: try counts("redemptions", "redeemed_at"), refused: try counts("attempts", "at"))
+        }
+    }
 }

@@ -114,6 +114,12 @@ public actor InMemoryLedger: LedgerRepository {
             .prefix(max(0, f.limit)))
     }
 
+    public func hourlyCounts(from: Date, to: Date) -> [HourlyCount] {
+        HourlyCount.merge(
+            redemptions: redemptionRows.filter { $0.redeemedAt >= from && $0.redeemedAt < to }.map { (HourlyCount.hourNumber($0.redeemedAt), 1) },
+            refused: attemptRows.filter { $0.at >= from && $0.at < to }.map { (HourlyCount.hourNumber($0.at), 1) })
+    }
+
     public func attempts(_ f: AuditFilter) -> [RejectedAttempt] {
         Array(
             attemptRows.lazy.filter { a in

@@ -117,6 +117,30 @@ struct LedgerQueryContractTests {
         }
     }
 
+    /// instant(0) is 1_700_000_000 s: 2,400 s after the hour 472,222 began; 3,000 s is in the next hour.
+    @Test("hourly counts: redemptions and refused attempts per UTC hour, in the range only", arguments: Backend.allCases)
+    func hourlyCounts(backend: Backend) async throws {
+        try await backend.withStorage { storage async throws in
+            let ledger = storage.ledger
+            for (i, at) in [0.0, 60, 1100, 3000, 9000].enumerated() {
+                _ = try await ledger.insert(makeRedemption("h\(i)", original: nil, product: "gems", bundle: "app.a", at: at))
+            }
+            for at in [30.0, 3100, 3200] { try await ledger.record(makeAttempt(code: "alreadyRedeemed", transactionId: "h0", at: at)) }
+            let hour = { (n: Int64) in Date(timeIntervalSince1970: Double(n) * 3600) }
+            #expect(
+                try await ledger.hourlyCounts(from: instant(-86400), to: instant(86400)) == [
+                    HourlyCount(hour: hour(472_222), redemptions: 3, refused: 1), HourlyCount(hour: hour(472_223), redemptions: 1, refused: 2),
+                    HourlyCount(hour: hour(472_224), redemptions: 1, refused: 0),
+                ])
+            // from inclusive, to exclusive.
+            #expect(
+                try await ledger.hourlyCounts(from: instant(60), to: instant(3100)) == [
+                    HourlyCount(hour: hour(472_222), redemptions: 2, refused: 0), HourlyCount(hour: hour(472_223), redemptions: 1, refused: 0),
+                ])
+            #expect(try await ledger.hourlyCounts(from: instant(100_000), to: instant(200_000)).isEmpty)
+        }
+    }
+
     @Test("attempts are stored whole, in order, apart from redemptions", arguments: Backend.allCases)
     func attemptsRoundTrip(backend: Backend) async throws {
         try await backend.withStorage { storage async throws in

@@ -135,6 +135,13 @@ import Testing
                 #expect(page.status == .badRequest, "cursor \(cursor)")
             }
             #expect(try await client.execute(uri: "/v1/audit/revocations?cursor=0", method: .get, headers: h.bearer(h.auditorKey)).status == .ok)
+            // The console's charts: counted by the database, the last 24 hours by default, at most 31 days.
+            let stats = try await client.execute(uri: "/v1/audit/stats/hourly", method: .get, headers: h.bearer(h.auditorKey))
+            #expect(stats.status == .ok)
+            #expect(try Harness.json(stats)["hours"] as? [Any] != nil)
+            let span = try await client.execute(
+                uri: "/v1/audit/stats/hourly?from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z", method: .get, headers: h.bearer(h.auditorKey))
+            #expect(span.status == .badRequest)
         }
     }
 

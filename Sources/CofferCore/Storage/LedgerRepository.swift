@@ -13,6 +13,9 @@ public protocol LedgerRepository: Sendable {
     func redemption(grantHash: String) async throws -> Redemption?
     func redemptions(_ filter: AuditFilter) async throws -> [Redemption]
     func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt]
+    /// Redemptions and refused attempts per UTC hour, `from` inclusive to `to` exclusive: only
+    /// hours with activity, oldest first (an indexed range on each table's time column).
+    func hourlyCounts(from: Date, to: Date) async throws -> [HourlyCount]
     /// Appends a revocation of the purchase `revocation.environment` / `revocation.replayKey`
     /// (both required). When it was redeemed, `redemptionId` is filled in from the ledger;
     /// when not, it is kept (`recordedUnredeemed`) if `keepUnredeemed`, else `notRedeemed`.
