@@ -162,9 +162,9 @@ public struct CofferAPIClient: Sendable {
         return asset
     }
 
-    /// Streams a GET answer into `handle` (exports), reporting bytes written.
+    /// Streams a GET answer (an export) chunk by chunk into `sink`, reporting bytes received.
     public func download(
-        _ path: String, query: [(String, String)], to handle: FileHandle, progress: @escaping @Sendable (Int64) -> Void
+        _ path: String, query: [(String, String)], progress: @escaping @Sendable (Int64) -> Void, into sink: (ByteBuffer) throws -> Void
     ) async throws -> Int64 {
         let response = try await execute(request(.GET, path, query), timeout: .hours(24))
         guard response.status == .ok else {
@@ -174,7 +174,7 @@ public struct CofferAPIClient: Sendable {
         }
         var written: Int64 = 0
         for try await chunk in response.body {
-            try handle.write(contentsOf: Data(buffer: chunk))
+            try sink(chunk)
             written += Int64(chunk.readableBytes)
             progress(written)
         }

@@ -9,22 +9,6 @@ public enum ContentDisposition {
             name.unicodeScalars.map { scalar -> Character in
                 scalar.isASCII && scalar.value >= 0x20 && scalar.value != 0x7F && scalar != "\"" && scalar != "\\" ? Character(scalar) : "_"
             })
-        return "attachment; filename=\"\(fallback.prefix(200))\"; filename*=UTF-8''\(percentEncoded(String(name.prefix(200))))"
-    }
-
-    /// Every byte but RFC 3986's unreserved characters as `%XX`.
-    static func percentEncoded(_ text: String) -> String {
-        let hexDigits = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
-                out.append(byte)
-            default:
-                out += [UInt8(ascii: "%"), hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0x0F)]]
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
+        return "attachment; filename=\"\(fallback.prefix(200))\"; filename*=UTF-8''\(PercentEncoding.encode(String(name.prefix(200))))"
     }
 }

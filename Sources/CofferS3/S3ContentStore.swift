@@ -138,10 +138,8 @@ public final class S3ContentStore: ContentStore {
         guard Self.isContentAddress(sha256) else { return nil }
         return client.presignedGET(
             key(sha256: sha256), expires: expires, responseContentType: contentType,
-            responseContentDisposition: Self.attachment(fileName), date: now)
+            responseContentDisposition: ContentDisposition.attachment(fileName), date: now)
     }
-
-    static func attachment(_ name: String) -> String { ContentDisposition.attachment(name) }
 
     /// Lists one key under the prefix: the bucket exists and the credentials may read it.
     public func checkAccess() async throws {

@@ -161,27 +161,8 @@ public struct SigV4Signer: Sendable {
         return HMAC<SHA256>.authenticationCode(for: Data(stringToSign(canonicalRequest, stamp: stamp).utf8), using: key).hexString
     }
 
-    /// RFC 3986 percent-encoding of the UTF-8 bytes: unreserved characters (`A–Z a–z 0–9 - _ . ~`)
-    /// kept, every other byte `%XX` (upper-case hex); `/` kept in a path.
-    static func encode(_ text: String, keepSlash: Bool) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(text.utf8.count)
-        let hexDigits = Array("0123456789ABCDEF".utf8)
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
-                out.append(byte)
-            case UInt8(ascii: "/") where keepSlash:
-                out.append(byte)
-            default:
-                out.append(UInt8(ascii: "%"))
-                out.append(hexDigits[Int(byte >> 4)])
-                out.append(hexDigits[Int(byte & 0x0F)])
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    /// RFC 3986 percent-encoding (``PercentEncoding``); `/` kept in a path.
+    static func encode(_ text: String, keepSlash: Bool) -> String { PercentEncoding.encode(text, keepSlash: keepSlash) }
 }
 
 /// One signer's derived key, for the day it was derived for.

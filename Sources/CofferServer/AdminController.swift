@@ -108,8 +108,8 @@ struct AdminController {
         }
         // A re-upload without `?name=` keeps the asset's name; the type is the one sent, or the
         // name's (curl's `--data-binary` form type is no asset's type).
-        var name = try Self.assetName(query: request.uri.query) ?? ""
-        if name.isEmpty { name = try await catalogue.asset(assetId)?.name ?? assetId }
+        let given = try Self.assetName(query: request.uri.query)
+        let name = if let given { given } else { try await catalogue.asset(assetId)?.name ?? assetId }
         let sent = request.headers[.contentType].flatMap { $0.lowercased().hasPrefix("application/x-www-form-urlencoded") ? nil : $0 }
         let contentType = sent ?? MediaType.forUpload(fileName: name)
         guard uploads.enter() else {

@@ -55,18 +55,19 @@ struct AuditController {
     /// `GET /v1/audit/stats/hourly[?from&to]`: redemptions and refused attempts per UTC hour
     /// (default: the last 24 hours; at most 31 days), counted by the database.
     func hourly(_ request: Request) async throws -> Response {
-        let q = request.uri.queryParameters
-        func date(_ key: String) throws -> Date? {
-            guard let text = q.get(key) else { return nil }
-            guard let date = RFC3339.parse(text) else { throw Problem(.malformedRequest, "\(key) must be an ISO 8601 date") }
-            return date
-        }
-        let to = try date("to") ?? Date()
-        let from = try date("from") ?? to.addingTimeInterval(-86400)
+        let to = try Self.date(request, "to") ?? Date()
+        let from = try Self.date(request, "from") ?? to.addingTimeInterval(-86400)
         guard from < to, to.timeIntervalSince(from) <= Self.maxStatsSpan else {
             throw Problem(.malformedRequest, "from must be before to, at most 31 days apart")
         }
         return try JSON.response(HourlyStats(from: from, to: to, hours: try await ledger.hourlyCounts(from: from, to: to)))
+    }
+
+    /// An optional ISO 8601 query parameter; 400 when present but not a date.
+    static func date(_ request: Request, _ key: String) throws -> Date? {
+        guard let text = request.uri.queryParameters.get(key) else { return nil }
+        guard let date = RFC3339.parse(text) else { throw Problem(.malformedRequest, "\(key) must be an ISO 8601 date") }
+        return date
     }
 
     static func filter(_ request: Request) throws -> AuditFilter {
@@ -78,12 +79,8 @@ struct AuditController {
         f.bundleId = q.get("bundleId")
         f.playerId = q.get("playerId")
         f.code = q.get("code")
-        for (key, keyPath) in [("from", \AuditFilter.from), ("to", \AuditFilter.to)] {
-            if let text = q.get(key) {
-                guard let date = RFC3339.parse(text) else { throw Problem(.malformedRequest, "\(key) must be an ISO 8601 date") }
-                f[keyPath: keyPath] = date
-            }
-        }
+        f.from = try date(request, "from")
+        f.to = try date(request, "to")
         if let limit = q.get("limit") {
             guard let n = Int(limit), (1...1000).contains(n) else { throw Problem(.malformedRequest, "limit must be 1–1000") }
             f.limit = n

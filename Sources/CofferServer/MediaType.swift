@@ -15,14 +15,14 @@ public enum MediaType {
 
     /// The type an upload without `Content-Type` gets from its name: never an active one.
     public static func forUpload(fileName: String) -> String {
-        guard let dot = fileName.lastIndex(of: "."), active.contains(fileName[fileName.index(after: dot)...].lowercased()) else {
-            return of(fileName: fileName)
-        }
-        return "application/octet-stream"
+        active.contains(fileExtension(fileName)) ? "application/octet-stream" : of(fileName: fileName)
     }
 
-    public static func of(fileName: String) -> String {
-        guard let dot = fileName.lastIndex(of: "."), dot != fileName.startIndex else { return "application/octet-stream" }
-        return byExtension[fileName[fileName.index(after: dot)...].lowercased()] ?? "application/octet-stream"
+    public static func of(fileName: String) -> String { byExtension[fileExtension(fileName)] ?? "application/octet-stream" }
+
+    /// The lower-cased text after the last `.` (none for `.hidden` or a name without one).
+    static func fileExtension(_ fileName: String) -> String {
+        guard let dot = fileName.lastIndex(of: "."), dot != fileName.startIndex else { return "" }
+        return fileName[fileName.index(after: dot)...].lowercased()
     }
 }

@@ -78,7 +78,7 @@ struct AuditCommand: AsyncParsableCommand {
         }
     }
 
-    /// A new file for this process only (0600, never an existing file or link).
+    /// A new file for this process only (0600, never an existing file or link): an export's partial file.
     static func createExclusive(_ path: String) throws -> FileHandle {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw UsageError("cannot create \(path): \(String(cString: strerror(errno)))") }
@@ -161,8 +161,8 @@ struct AuditCommand: AsyncParsableCommand {
             do {
                 let bytes = try await client.run { api in
                     try await api.download(
-                        "/v1/audit/export", query: [("format", format), ("kind", kind)] + filters.query, to: handle, progress: { progress.update($0) }
-                    )
+                        "/v1/audit/export", query: [("format", format), ("kind", kind)] + filters.query, progress: { progress.update($0) }
+                    ) { try handle.write(contentsOf: Data(buffer: $0)) }
                 }
                 try handle.synchronize()
                 try handle.close()
@@ -217,14 +217,14 @@ struct AuditCommand: AsyncParsableCommand {
                     if let next = page.next { try AuditCommand.advance(from: cursor, to: next) }
                     cursor = page.next
                 } while cursor != nil
+                // Verified in memory, as `ledger verify --export` does: no copy of the ledger on disk.
                 let progress = Progress(label: "ledger export", total: nil)
-                let file = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-ledger-\(UUID().uuidString).ndjson").path
-                let handle = try AuditCommand.createExclusive(file)
-                defer { unlink(file) }
-                _ = try await api.download("/v1/audit/export", query: [("kind", "ledger")], to: handle, progress: { progress.update($0) })
-                try handle.close()
+                var export = Data()
+                _ = try await api.download("/v1/audit/export", query: [("kind", "ledger")], progress: { progress.update($0) }) {
+                    export.append(contentsOf: $0.readableBytesView)
+                }
                 progress.finish()
-                return (published, Data(try IO.read(file)))
+                return (published, export)
             }
             let report = LedgerExport.verify(export, publicKey: key, pinned: pinned + published)
             // Consistent is not verified: a ledger that no checkpoint signed by the pinned key
