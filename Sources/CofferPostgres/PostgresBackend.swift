@@ -128,6 +128,31 @@ public final class PostgresBackend: Sendable {
         }
     }
 
+    /// Runs `body` — ``PostgresChain/take(_:purchases:logger:)``, reads, then one write that
+    /// commits by itself and lets the chain's session lock go — outside a transaction block, on
+    /// a connection within ``deadline``. When `body` throws, the session lock is let go
+    /// (`coffer_abandon_chain`); when that fails as well, the connection is closed, so the
+    /// server lets it go with the session: a connection never returns to the pool holding it.
+    func chainTurn<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await withConnection { [logger] connection in
+                do {
+                    return try await body(connection)
+                } catch {
+                    do {
+                        _ = try await connection.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)
+                    } catch {
+                        logger.warning("closing a connection that could not let the chain's lock go", metadata: ["error": "\(error)"])
+                        try? await connection.close()
+                    }
+                    throw error
+                }
+            }
+        } catch {
+            throw PostgresStoreError.wrapping(error)
+        }
+    }
+
     /// ``transaction(isolation:_:)`` without the deadline, for tools that copy or read a whole ledger.
     func unboundedTransaction<T: Sendable>(isolation: String = "READ COMMITTED", _ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {

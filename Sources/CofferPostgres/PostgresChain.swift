@@ -54,11 +54,25 @@ enum PostgresChain {
     /// round trip (`coffer_lock_chain`, migration 0002: its reads see every commit made before
     /// the lock was granted).
     static func lock(_ c: PostgresConnection, purchases: [PurchaseKey] = [], logger: Logger) async throws -> Locked {
-        let rows = try await c.rows(
-            """
-            SELECT * FROM coffer_lock_chain(\(lockKey), \(purchases.map(\.environment))::text[], \(purchases.map(\.key))::text[])
-            """, logger: logger
-        ) { row -> Locked in
+        try await state(
+            c, query: "SELECT * FROM coffer_lock_chain(\(lockKey), \(purchases.map(\.environment))::text[], \(purchases.map(\.key))::text[])",
+            logger: logger)
+    }
+
+    /// Takes the chain's lock for this session (waits for the instance holding it), outside a
+    /// transaction block, then reads what ``lock(_:purchases:logger:)`` reads (`coffer_take_chain`,
+    /// migration 0004). The lock outlasts this statement: the caller's append —
+    /// ``PostgresRows/write(_:redemptions:attempts:linked:release:logger:)`` with ``lockKey`` —
+    /// commits and then lets it go. Two round trips per batch instead of four. A caller that
+    /// fails in between must let the lock go (``PostgresBackend/chainTurn(_:)`` does).
+    static func take(_ c: PostgresConnection, purchases: [PurchaseKey] = [], logger: Logger) async throws -> Locked {
+        try await state(
+            c, query: "SELECT * FROM coffer_take_chain(\(lockKey), \(purchases.map(\.environment))::text[], \(purchases.map(\.key))::text[])",
+            logger: logger)
+    }
+
+    private static func state(_ c: PostgresConnection, query: PostgresQuery, logger: Logger) async throws -> Locked {
+        let rows = try await c.rows(query, logger: logger) { row -> Locked in
             let head = try Head(row: row, sequence: "head_sequence", hash: "head_hash")
             var seal: LedgerCheckpoint?
             if let sequence = try row.value("seal_sequence", Int64?.self) {
@@ -76,7 +90,7 @@ enum PostgresChain {
                 head: head, seal: seal, redeemed: redeemed, revoked: try row.value("revoked", [Int64].self),
                 nextRedemption: try row.value("next_redemption"), nextAttempt: try row.value("next_attempt"))
         }
-        guard let first = rows.first else { throw PostgresStoreError.invalidValue(column: "coffer_lock_chain", value: "no row") }
+        guard let first = rows.first else { throw PostgresStoreError.invalidValue(column: "coffer_chain_state", value: "no row") }
         return first
     }
 

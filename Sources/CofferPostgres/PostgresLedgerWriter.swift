@@ -8,10 +8,12 @@ import PostgresNIO
 /// batch (array parameters), and one commit flushed on the server (`synchronous_commit`) for
 /// many rows. Callers are answered only after that COMMIT returned.
 ///
-/// The transaction takes the chain's advisory lock first, so batches of every instance are
-/// serialised in the database; the replay rule's reads run after the lock, in the same
-/// transaction as the inserts: no other instance can insert the same purchase between them,
-/// and the unique index `redemptions_replay` stays as the backstop.
+/// A batch takes the chain's advisory lock first (for its session: ``PostgresChain/take(_:purchases:logger:)``),
+/// so batches of every instance are serialised in the database; the replay rule's reads run
+/// after the lock and after the previous append's transaction ended, and the one write
+/// statement lets the lock go only once it holds the turn row until its own COMMIT: no other
+/// instance can insert the same purchase in between, and the unique index `redemptions_replay`
+/// stays as the backstop.
 final class PostgresLedgerWriter: Sendable {
     static let maxBatch = 512
 
@@ -40,15 +42,19 @@ final class PostgresLedgerWriter: Sendable {
     private static func write(_ batch: [LedgerWriteJob], backend: PostgresBackend, checkpoints: CheckpointPolicy?) async {
         let results: [LedgerWriteJob.Result]
         do {
-            results = try await backend.transaction { c in
-                try await PostgresChain.sealed(c, policy: checkpoints, purchases: BatchPlan.purchases(batch), logger: backend.logger) { locked in
-                    var plan = try await BatchPlan(batch, locked, c, logger: backend.logger)
-                    try await plan.write(c, policy: checkpoints, locked: locked, logger: backend.logger)
-                    return plan.results
+            // Two round trips: the chain's session lock and the reads, then the write, which
+            // commits by itself and lets the lock go (PostgresChain.take, migration 0004).
+            results = try await backend.chainTurn { c in
+                let locked = try await PostgresChain.take(c, purchases: BatchPlan.purchases(batch), logger: backend.logger)
+                if let checkpoints {
+                    try await PostgresChain.checkSeal(c, policy: checkpoints, head: locked.head, seal: locked.seal, logger: backend.logger)
                 }
+                var plan = try await BatchPlan(batch, locked, c, logger: backend.logger)
+                try await plan.write(c, policy: checkpoints, locked: locked, logger: backend.logger)
+                return plan.results
             }
         } catch {
-            // The transaction did not commit: nobody's row is durable.
+            // The write statement did not commit: nobody's row is durable.
             for job in batch { job.fail(error) }
             return
         }
@@ -151,8 +157,12 @@ private struct BatchPlan {
             }
         }
         let linked = try PostgresChain.link(policy: policy, head: locked.head, now: Date(), entries: entries)
-        guard !linked.sequences.isEmpty else { return }
-        try await PostgresRows.write(c, redemptions: redemptions, attempts: attempts, linked: linked, logger: logger)
+        guard !linked.sequences.isEmpty else {
+            // Nothing to write (every job refused as unstorable): let the lock go.
+            _ = try await c.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)
+            return
+        }
+        try await PostgresRows.write(c, redemptions: redemptions, attempts: attempts, linked: linked, release: PostgresChain.lockKey, logger: logger)
     }
 }
 

@@ -118,13 +118,19 @@ extension LedgerCheckpoint {
     }
 }
 
-/// A batch's rows, their chain events, the checkpoints due and the seal, in one statement:
-/// columns as array parameters, `unnest`ed (PostgreSQL arrays hold no NULL from this driver, so
-/// each nullable column comes with a flag array). Redemptions and attempts carry the numbers
-/// given under the chain's lock (``PostgresChain/Locked``).
+/// A batch's rows, their chain events, the checkpoints due and the seal, in one statement
+/// (`coffer_append_rows`, migration 0004): columns as array parameters (PostgreSQL arrays hold
+/// no NULL from this driver, so each nullable column comes with a flag array). Redemptions and
+/// attempts carry the numbers given under the chain's lock (``PostgresChain/Locked``).
 enum PostgresRows {
+    /// In the caller's transaction (which holds the transaction-scoped lock), or — `release`
+    /// given — as the ledger writer's append: `CALL coffer_append_commit`, which writes,
+    /// commits (flushed on the server before the CALL answers, so a caller answered after this
+    /// returns is answered after the flush) and lets the session lock `release` go
+    /// (``PostgresChain/take(_:purchases:logger:)``); called outside a transaction block.
     static func write(
-        _ c: PostgresConnection, redemptions rows: [Redemption], attempts: [RejectedAttempt], linked: PostgresChain.Linked, logger: Logger
+        _ c: PostgresConnection, redemptions rows: [Redemption], attempts: [RejectedAttempt], linked: PostgresChain.Linked, release: Int64? = nil,
+        logger: Logger
     ) async throws {
         let original = Nullable(rows.map(\.originalTransactionId))
         let purchase = Nullable(rows.map { $0.purchaseDate?.timeIntervalSince1970 }, placeholder: 0)
@@ -137,49 +143,64 @@ enum PostgresRows {
         let claimed = Nullable(attempts.map(\.claimed), placeholder: false)
         let checkpoints = linked.checkpoints
         let seal = linked.seal.map { [$0] } ?? []
-        // Data-modifying WITH clauses run once each, whether or not the outer statement reads them.
-        try await c.query(
-            """
-            WITH redemption_rows AS (
-              INSERT INTO redemptions (sequence, redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment,
-                purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key,
-                player_id, expires_at)
-              SELECT r.seq, r.id, r.tx, CASE WHEN r.otx_null THEN NULL ELSE r.otx END, r.product, r.bundle, r.env,
-                CASE WHEN r.pd_null THEN NULL ELSE r.pd END, r.qty, r.sha, r.fmt, r.at, r.client, CASE WHEN r.token_null THEN NULL ELSE r.token END,
-                r.status, r.grant_hash, CASE WHEN r.rk_null THEN NULL ELSE r.rk END, CASE WHEN r.player_null THEN NULL ELSE r.player END,
-                CASE WHEN r.exp_null THEN NULL ELSE r.exp END
-              FROM unnest(\(rows.map(\.sequence))::bigint[], \(rows.map(\.redemptionId))::text[], \(rows.map(\.transactionId))::text[],
-                \(original.values)::text[], \(original.isNull)::bool[], \(rows.map(\.productId))::text[], \(rows.map(\.bundleId))::text[],
-                \(rows.map(\.environment))::text[], \(purchase.values)::float8[], \(purchase.isNull)::bool[],
-                \(rows.map { Int32(clamping: $0.quantity) })::int4[], \(rows.map(\.receiptSHA256))::text[], \(rows.map(\.sourceFormat.rawValue))::text[],
-                \(rows.map { $0.redeemedAt.timeIntervalSince1970 })::float8[], \(rows.map(\.clientAddress))::text[], \(token.values)::text[],
-                \(token.isNull)::bool[], \(rows.map(\.status))::text[], \(rows.map(\.grantHash))::text[], \(replay.values)::text[], \(replay.isNull)::bool[],
-                \(player.values)::text[], \(player.isNull)::bool[], \(expires.values)::float8[], \(expires.isNull)::bool[])
-                AS r(seq, id, tx, otx, otx_null, product, bundle, env, pd, pd_null, qty, sha, fmt, at, client, token, token_null, status, grant_hash, rk,
-                  rk_null, player, player_null, exp, exp_null)
-            ), attempt_rows AS (
-              INSERT INTO attempts (sequence, at, code, detail, transaction_id, product_id, receipt_sha256, client_address, claimed)
-              SELECT a.seq, a.at, a.code, a.detail, CASE WHEN a.tx_null THEN NULL ELSE a.tx END, CASE WHEN a.product_null THEN NULL ELSE a.product END,
-                a.sha, a.client, CASE WHEN a.claimed_null THEN NULL ELSE a.claimed END
-              FROM unnest(\(attempts.map(\.sequence))::bigint[], \(attempts.map { $0.at.timeIntervalSince1970 })::float8[], \(attempts.map(\.code))::text[],
-                \(attempts.map(\.detail))::text[], \(transaction.values)::text[], \(transaction.isNull)::bool[], \(product.values)::text[],
-                \(product.isNull)::bool[], \(attempts.map(\.receiptSHA256))::text[], \(attempts.map(\.clientAddress))::text[], \(claimed.values)::bool[],
-                \(claimed.isNull)::bool[])
-                AS a(seq, at, code, detail, tx, tx_null, product, product_null, sha, client, claimed, claimed_null)
-            ), events AS (
-              INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash)
-              SELECT * FROM unnest(\(linked.sequences)::bigint[], \(linked.kinds)::text[], \(linked.rows)::bigint[], \(linked.hashes)::text[])
-            ), checkpoints AS (
-              INSERT INTO ledger_checkpoints (sequence, entry_hash, time, key_id, signature)
-              SELECT * FROM unnest(\(checkpoints.map(\.sequence))::bigint[], \(checkpoints.map(\.entryHash))::text[], \(checkpoints.map(\.time))::bigint[],
-                \(checkpoints.map(\.keyId))::text[], \(checkpoints.map(\.signature))::text[])
-            )
-            INSERT INTO ledger_head (id, sequence, entry_hash, time, key_id, signature)
-            SELECT 1, * FROM unnest(\(seal.map(\.sequence))::bigint[], \(seal.map(\.entryHash))::text[], \(seal.map(\.time))::bigint[],
-              \(seal.map(\.keyId))::text[], \(seal.map(\.signature))::text[])
-            ON CONFLICT (id) DO UPDATE SET sequence = excluded.sequence, entry_hash = excluded.entry_hash, time = excluded.time,
-              key_id = excluded.key_id, signature = excluded.signature
-            """, logger: logger)
+        // In the order of coffer_append_rows' parameters; the function is chosen by their types.
+        var binds = PostgresBindings(capacity: 52)
+        if let release { binds.append(release) }
+        // Redemptions.
+        binds.append(rows.map(\.sequence))
+        binds.append(rows.map(\.redemptionId))
+        binds.append(rows.map(\.transactionId))
+        binds.append(original.values)
+        binds.append(original.isNull)
+        binds.append(rows.map(\.productId))
+        binds.append(rows.map(\.bundleId))
+        binds.append(rows.map(\.environment))
+        binds.append(purchase.values)
+        binds.append(purchase.isNull)
+        binds.append(rows.map { Int32(clamping: $0.quantity) })
+        binds.append(rows.map(\.receiptSHA256))
+        binds.append(rows.map(\.sourceFormat.rawValue))
+        binds.append(rows.map { $0.redeemedAt.timeIntervalSince1970 })
+        binds.append(rows.map(\.clientAddress))
+        binds.append(token.values)
+        binds.append(token.isNull)
+        binds.append(rows.map(\.status))
+        binds.append(rows.map(\.grantHash))
+        binds.append(replay.values)
+        binds.append(replay.isNull)
+        binds.append(player.values)
+        binds.append(player.isNull)
+        binds.append(expires.values)
+        binds.append(expires.isNull)
+        // Attempts.
+        binds.append(attempts.map(\.sequence))
+        binds.append(attempts.map { $0.at.timeIntervalSince1970 })
+        binds.append(attempts.map(\.code))
+        binds.append(attempts.map(\.detail))
+        binds.append(transaction.values)
+        binds.append(transaction.isNull)
+        binds.append(product.values)
+        binds.append(product.isNull)
+        binds.append(attempts.map(\.receiptSHA256))
+        binds.append(attempts.map(\.clientAddress))
+        binds.append(claimed.values)
+        binds.append(claimed.isNull)
+        // Events, checkpoints, seal.
+        binds.append(linked.sequences)
+        binds.append(linked.kinds)
+        binds.append(linked.rows)
+        binds.append(linked.hashes)
+        for rows in [checkpoints, seal] {
+            binds.append(rows.map(\.sequence))
+            binds.append(rows.map(\.entryHash))
+            binds.append(rows.map(\.time))
+            binds.append(rows.map(\.keyId))
+            binds.append(rows.map(\.signature))
+        }
+        // Only placeholders are spliced into the text: every value is a bind.
+        let placeholders = (1...binds.count).map { "$\($0)" }.joined(separator: ", ")
+        let sql = release == nil ? "SELECT coffer_append_rows(\(placeholders))" : "CALL coffer_append_commit(\(placeholders))"
+        for try await _ in try await c.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {}
     }
 
     /// A nullable column as two arrays: the values (a placeholder where nil) and the nil flags.

@@ -8,8 +8,9 @@ import Testing
 
 /// The PostgreSQL backend's own edges, beyond the shared contract: the connection deadline
 /// never answers "timed out" for a transaction that runs (it would commit a redemption whose
-/// buyer got a 503), numbers the database hands out are checked, and a revocation copied from
-/// an old SQLite ledger still counts.
+/// buyer got a 503), numbers the database hands out are checked, a revocation copied from
+/// an old SQLite ledger still counts, and the writer's session lock (migration 0004) is never
+/// left held and never skipped.
 @Suite("PostgreSQL backend edges")
 struct PostgresWriterTests {
     /// A fresh, migrated database and a backend on it; closed afterwards.
@@ -90,6 +91,122 @@ struct PostgresWriterTests {
             #expect(try await ledger.revoke(refund, keepUnredeemed: false) == .alreadyRevoked)
             #expect(try await ledger.revocation(of: redemption)?.reference == "old")
             await ledger.finishWrites()
+        }
+    }
+
+    /// Advisory locks held on the chain's key, by any session of this database.
+    static func chainLocks(_ cluster: PostgresCluster, _ name: String) throws -> String {
+        try cluster.psql(
+            """
+            SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+            WHERE l.locktype = 'advisory' AND l.granted AND d.datname = '\(name)'
+              AND ((l.classid::bigint << 32) | l.objid::bigint) = \(PostgresChain.lockKey)
+            """, database: name)
+    }
+
+    @Test("the writer's session lock: a batch that fails after taking it lets it go; an append without it is refused and writes nothing")
+    func sessionLockIsLetGoAndRequired() async throws {
+        try await Self.withBackend(poolSize: 1) { backend, cluster, name in
+            struct Failed: Error {}
+            await #expect(throws: PostgresStoreError.self) {
+                try await backend.chainTurn { c in
+                    _ = try await PostgresChain.take(c, logger: backend.logger)
+                    #expect(try Self.chainLocks(cluster, name) == "1", "held for the session, outside any transaction")
+                    throw Failed()
+                }
+            }
+            // The pool's one connection is still open (or was closed): nobody holds the lock.
+            #expect(try Self.chainLocks(cluster, name) == "0")
+
+            // A session that never took the lock cannot append through the writer's procedure.
+            let linked = try PostgresChain.link(
+                policy: nil, head: .init(sequence: 0, hash: LedgerChain.genesis), now: instant(0),
+                entries: [{ .attempt(makeAttempt(code: "stray", transactionId: "1"), sequence: $0) }])
+            var stray = makeAttempt(code: "stray", transactionId: "1")
+            stray.sequence = 1
+            let refused = stray
+            await #expect(throws: (any Error).self) {
+                try await backend.read { c in
+                    try await PostgresRows.write(
+                        c, redemptions: [], attempts: [refused], linked: linked, release: PostgresChain.lockKey, logger: backend.logger)
+                }
+            }
+            #expect(try cluster.psql("SELECT count(*) FROM attempts", database: name) == "0")
+            #expect(try cluster.psql("SELECT count(*) FROM ledger_events", database: name) == "0")
+
+            // The writer still works on the same pool afterwards, and leaves the lock free.
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            try await ledger.record(makeAttempt(code: "after", transactionId: "2"))
+            #expect(try await ledger.insert(makeRedemption("800")).inserted?.sequence == 1)
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            await ledger.finishWrites()
+        }
+    }
+
+    @Test("a session that goes quiet holding the writer's lock is ended by the server, and the other instance goes on")
+    func quietHolderIsEnded() async throws {
+        try await Self.withBackend { backend, cluster, name in
+            // Another instance's writer: takes the lock, then hangs (a frozen process) — 60 s,
+            // far beyond the 10 s lock_timeout a waiter would otherwise fail at.
+            let holder = try await PostgresBackend.open(
+                try PostgresURL(cluster.url(database: name)), poolSize: 1, timeouts: true, logger: Logger(label: "holder"))
+            let hanging = Task {
+                try await holder.read { c in
+                    _ = try await PostgresChain.take(c, logger: holder.logger)
+                    try await Task.sleep(for: .seconds(60))
+                }
+            }
+            var waited = 0
+            while try Self.chainLocks(cluster, name) != "1" {
+                waited += 1
+                try #require(waited < 1000, "the holder never took the lock")
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            // This instance's writer waits, the server ends the quiet session after 5 s, and
+            // the append goes through instead of failing on lock_timeout.
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("900")).inserted?.sequence == 1)
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            hanging.cancel()
+            _ = await hanging.result
+            await holder.close()
+            await ledger.finishWrites()
+        }
+    }
+
+    @Test("two instances' writers, revocations and admin actions at once: each purchase redeemed once, one chain that verifies")
+    func mixedAppendersOnTwoBackends() async throws {
+        let signer = LedgerAuditContractTests.signer
+        let policy = CheckpointPolicy(signer: signer, every: 50)
+        try await Self.withBackend(poolSize: 4) { first, cluster, name in
+            let second = try await PostgresBackend.open(
+                try PostgresURL(cluster.url(database: name)), poolSize: 4, timeouts: true, logger: Logger(label: "second"))
+            let ledgers = [PostgresLedger(first, checkpoints: policy), PostgresLedger(second, checkpoints: policy)]
+            let logs = [PostgresAdminLog(first, checkpoints: policy), PostgresAdminLog(second, checkpoints: policy)]
+            // 60 purchases, each redeemed 4 times (twice through each instance); every 6th also
+            // refunded, every 10th index an admin action.
+            let outcomes = try await concurrently(240) { index -> Bool in
+                let purchase = index % 60
+                let instance = index / 60 % 2
+                if index % 10 == 0 { try await logs[instance].record(AdminLogContractTests.action(index)) }
+                if index < 60, purchase % 6 == 0 {
+                    let refund = Revocation(
+                        redemptionId: "", transactionId: "m\(purchase)", revokedAt: instant(9), reason: "REFUND", source: .notification,
+                        reference: "r\(purchase)", recordedAt: instant(10), environment: "Sandbox", replayKey: "m\(purchase)")
+                    _ = try await ledgers[1 - instance].revoke(refund, keepUnredeemed: true)
+                }
+                return try await ledgers[instance].insert(makeRedemption("m\(purchase)")).inserted != nil
+            }
+            let redeemed = try cluster.psql("SELECT count(DISTINCT transaction_id) || '/' || count(*) FROM redemptions", database: name)
+            #expect(outcomes.filter { $0 }.count == Int(try #require(redeemed.split(separator: "/").last)))
+            #expect(redeemed.split(separator: "/").first == redeemed.split(separator: "/").last, "no purchase twice: \(redeemed)")
+            try await ledgers[0].sealIntact()
+            let export = try await LedgerAuditContractTests.export(ledgers[1], publicKey: signer.publicKey)
+            let report = LedgerExport.verify(export, publicKey: signer.publicKey)
+            #expect(report.intact, "\(String(describing: report.problem))")
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            for ledger in ledgers { await ledger.finishWrites() }
+            await second.close()
         }
     }
 }
