@@ -54,6 +54,7 @@ let package = Package(
                 "CofferCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // S3-compatible object storage: AWS Signature Version 4 on swift-crypto (no S3 SDK is mirrored).

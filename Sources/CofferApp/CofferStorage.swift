@@ -46,7 +46,13 @@ struct LocalFiles {
                 metadata: ["path": "\(ledgerKey.path)"])
         }
         let content = try await ContentStores.open(configuration, shared: shared, logger: logger)
-        return LocalFiles(content: content, tokens: tokens, ledgerSigner: ledgerKey.signer)
+        do {
+            return LocalFiles(
+                content: try ContentStores.cached(content, configuration, logger: logger), tokens: tokens, ledgerSigner: ledgerKey.signer)
+        } catch {
+            await ContentStores.close(content)
+            throw error
+        }
     }
 }
 

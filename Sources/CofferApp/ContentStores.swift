@@ -57,8 +57,22 @@ public enum ContentStores {
         return S3ContentStore(client: client, partSize: configuration.s3PartSize)
     }
 
+    /// `content` behind this instance's read-through cache when ``CofferConfiguration/contentCacheDirectory``
+    /// says so (an object store, stream mode, a budget), else `content` itself. A server's
+    /// store only: tools that copy or collect objects go to the store directly.
+    public static func cached(_ content: any ContentStore, _ configuration: CofferConfiguration, logger: Logger) throws -> any ContentStore {
+        guard let directory = configuration.contentCacheDirectory else { return content }
+        let cache = try CachedContentStore(remote: content, directory: directory, budget: Int64(configuration.contentCacheSize), logger: logger)
+        let held = cache.statistics
+        logger.info(
+            "object store cache",
+            metadata: ["directory": "\(directory)", "budget": "\(cache.budget)", "objects": "\(held.objects)", "bytes": "\(held.bytes)"])
+        return cache
+    }
+
     /// Releases what the store holds (the object store's connections).
     public static func close(_ content: any ContentStore) async {
+        if let cache = content as? CachedContentStore { await close(cache.remote) }
         if let s3 = content as? S3ContentStore { try? await s3.client.shutdown() }
     }
 }

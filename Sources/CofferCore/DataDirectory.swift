@@ -20,6 +20,8 @@ public struct DataDirectory: Sendable, Hashable {
     public var database: String { Self.join(path, "coffer.sqlite") }
     /// The content store's root.
     public var content: String { Self.join(path, "content") }
+    /// The object store's read-through cache (``CofferStore/CachedContentStore``).
+    public var cache: String { Self.join(path, "cache") }
     /// The key files' directory (0700).
     public var keys: String { Self.join(path, "keys") }
     /// The download-token HMAC keys (0600).

@@ -134,12 +134,34 @@ public final class S3ContentStore: ContentStore {
 
     public func localFile(sha256: String) -> LocalContentFile? { nil }
 
+    /// A presigned URL is a function of the object, the lifetime, the type and name, and the
+    /// second it is signed in: every download of one asset within a second gets the same URL,
+    /// so the URLs of the current second are kept (at most ``presignedPerSecond``) instead of
+    /// signed again — signing was most of a redirect's cost.
     public func presignedURL(sha256: String, expires: Int, contentType: String, fileName: String, now: Date) -> String? {
         guard Self.isContentAddress(sha256) else { return nil }
-        return client.presignedGET(
-            key(sha256: sha256), expires: expires, responseContentType: contentType,
-            responseContentDisposition: ContentDisposition.attachment(fileName), date: now)
+        let second = Int64(now.timeIntervalSince1970.rounded(.down))
+        let key = PresignedKey(sha256: sha256, expires: expires, contentType: contentType, fileName: fileName)
+        if let url = presigned.withLock({ $0.second == second ? $0.urls[key] : nil }) { return url }
+        let url = client.presignedGET(
+            self.key(sha256: sha256), expires: expires, responseContentType: contentType,
+            responseContentDisposition: ContentDisposition.attachment(fileName), date: Date(timeIntervalSince1970: Double(second)))
+        presigned.withLock { cache in
+            if cache.second != second { cache = (second, [:]) }
+            if cache.urls.count < Self.presignedPerSecond { cache.urls[key] = url }
+        }
+        return url
     }
+
+    private struct PresignedKey: Hashable {
+        var sha256: String
+        var expires: Int
+        var contentType: String
+        var fileName: String
+    }
+
+    static let presignedPerSecond = 4096
+    private let presigned = Mutex<(second: Int64, urls: [PresignedKey: String])>((0, [:]))
 
     /// Lists one key under the prefix: the bucket exists and the credentials may read it.
     public func checkAccess() async throws {

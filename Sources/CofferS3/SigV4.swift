@@ -127,18 +127,17 @@ public struct SigV4Signer: Sendable {
             let trimmed = value.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ")
             byName[name.lowercased(), default: []].append(trimmed)
         }
-        let names = byName.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        let names = byName.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         let block = names.map { "\($0):\(byName[$0, default: []].joined(separator: ","))\n" }.joined()
         return CanonicalHeaders(block: block, signed: names.joined(separator: ";"))
     }
 
     /// Each name and value encoded (`/` too), sorted by name then value, byte order.
     static func canonicalQuery(_ query: [(String, String)]) -> String {
+        // Byte order, compared in place (an array per comparison cost a presigned URL a third of its time).
         query.map { (encode($0.0, keepSlash: false), encode($0.1, keepSlash: false)) }
-            .sorted { a, b in
-                a.0 == b.0 ? Array(a.1.utf8).lexicographicallyPrecedes(Array(b.1.utf8)) : Array(a.0.utf8).lexicographicallyPrecedes(Array(b.0.utf8))
-            }
-            .map { "\($0.0)=\($0.1)" }.joined(separator: "&")
+            .sorted { a, b in a.0 == b.0 ? a.1.utf8.lexicographicallyPrecedes(b.1.utf8) : a.0.utf8.lexicographicallyPrecedes(b.0.utf8) }
+            .map { $0.0 + "=" + $0.1 }.joined(separator: "&")
     }
 
     static func canonicalRequest(method: String, path: String, query: String, headers: CanonicalHeaders, payloadSHA256: String) -> String {

@@ -48,6 +48,10 @@ extension CofferConfiguration {
             try await reader.integer(.s3PartSize, in: (5 * 1024 * 1024)...(512 * 1024 * 1024)) { _ in
                 "s3-part-size must be 5 MiB – 512 MiB (5242880–536870912 bytes): one part per upload is held in memory"
             } ?? s3PartSize
+        contentCacheSize =
+            try await reader.integer(.contentCacheSize, in: 0...(1 << 50)) { _ in
+                "content-cache-size must be 0 (no cache) to 2^50 bytes"
+            } ?? contentCacheSize
         if contentStore == nil, s3Endpoint != nil {
             throw CofferConfigurationError("s3-endpoint is set but content-store is not s3://…")
         }

@@ -86,6 +86,14 @@ public struct CofferConfiguration: Sendable {
     public var s3Region = "us-east-1"
     /// Multipart part size for uploads to the bucket, bytes (5 MiB – 512 MiB; one part per upload is in memory).
     public var s3PartSize = 16 * 1024 * 1024
+    /// Bytes of the bucket's objects each instance keeps in `DATA/cache` to stream them as
+    /// local files (``CachedContentStore``), in stream mode; 0: none.
+    public var contentCacheSize = 1024 * 1024 * 1024
+    /// The cache directory when ``contentCacheSize`` applies: an object store in stream mode.
+    public var contentCacheDirectory: String? {
+        guard contentStore != nil, downloadMode == .stream, contentCacheSize > 0 else { return nil }
+        return DataDirectory(dataDirectory).cache
+    }
     /// How downloads reach the client.
     public var downloadMode: DownloadMode = .stream
     /// Where the object store's credentials (`AWS_*`) are read from; nil: this process's

@@ -69,6 +69,8 @@ public struct CofferSetting: Sendable, Hashable {
     public static let s3Endpoint = Self("s3Endpoint", .string, flag: "--s3-endpoint", environment: "COFFER_S3_ENDPOINT")
     public static let s3Region = Self("s3Region", .string, flag: "--s3-region", environment: "COFFER_S3_REGION")
     public static let s3PartSize = Self("s3PartSize", .integer, flag: "--s3-part-size", environment: "COFFER_S3_PART_SIZE")
+    public static let contentCacheSize = Self(
+        "contentCacheSize", .integer, flag: "--content-cache-size", environment: "COFFER_CONTENT_CACHE_SIZE")
     public static let downloadMode = Self("downloadMode", .string, flag: "--download-mode", environment: "COFFER_DOWNLOAD_MODE")
     public static let playerKeys = Self("playerKeys", .list, flag: "--player-key", environment: "COFFER_PLAYER_KEYS")
     public static let playerIssuer = Self("playerIssuer", .string, flag: "--player-issuer", environment: "COFFER_PLAYER_ISSUER")
@@ -86,7 +88,8 @@ public struct CofferSetting: Sendable, Hashable {
         host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
         rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
         accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, trustedProxies, contentStore, s3Endpoint,
-        s3Region, s3PartSize, downloadMode, playerKeys, playerIssuer, playerAudience, playerAccountClaim, partialRefunds, tokenKey, config,
+        s3Region, s3PartSize, contentCacheSize, downloadMode, playerKeys, playerIssuer, playerAudience, playerAccountClaim, partialRefunds, tokenKey,
+        config,
     ]
 
     /// The keys a config file may hold.

@@ -25,6 +25,7 @@ extension ServeCommand {
             (.rateNotificationBurst, rateNotificationBurst), (.downloadStallTimeout, downloadStallTimeout),
             (.downloadsPerAddress, downloadsPerAddress), (.bodyBudget, bodyBudget), (.checkpointEvery, checkpointEvery),
             (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize), (.s3PartSize, s3PartSize),
+            (.contentCacheSize, contentCacheSize),
         ]
         let lists: [(CofferSetting, [String])] = [
             (.bundleIds, bundleIds), (.roots, trust.roots), (.environments, trust.environments), (.trustedProxies, trustedProxies),

@@ -76,6 +76,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("s3-region"), help: "The bucket's region (R2: auto). Default: us-east-1.") var s3Region: String?
     @Option(name: .customLong("s3-part-size"), help: "Multipart upload part size in bytes (5 MiB–512 MiB). Default: 16777216.") var s3PartSize: Int?
     @Option(
+        name: .customLong("content-cache-size"),
+        help:
+            "Bytes of the bucket's objects kept in DATA/cache and streamed as local files (stream mode only; 0: no cache). Default: 1073741824."
+    )
+    var contentCacheSize: Int?
+    @Option(
         name: .customLong("download-mode"),
         help:
             "stream (Coffer sends the bytes), redirect (302 to a presigned URL of the bucket, ≤ 60 s) or accel (nginx, with --accel-redirect). Default: stream (accel when --accel-redirect is set)."
@@ -159,6 +165,7 @@ extension ServeCommand {
         var s3Endpoint: String?
         var s3Region: String
         var s3PartSize: Int
+        var contentCacheSize: Int
         var downloadMode: String
         var playerKeys: [String]
         var playerIssuer: String?
@@ -179,7 +186,8 @@ extension ServeCommand {
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },
             databasePoolSize: c.databasePoolSize, contentStore: c.contentStore, s3Endpoint: c.s3Endpoint, s3Region: c.s3Region,
-            s3PartSize: c.s3PartSize, downloadMode: c.downloadMode.rawValue, playerKeys: c.playerKeyFiles, playerIssuer: c.playerIssuer,
+            s3PartSize: c.s3PartSize, contentCacheSize: c.contentCacheSize, downloadMode: c.downloadMode.rawValue, playerKeys: c.playerKeyFiles,
+            playerIssuer: c.playerIssuer,
             playerAudience: c.playerAudience, playerAccountClaim: c.playerAccountClaim,
             partialRefunds: c.refundPolicy == .revokeAny ? "revoke" : "keep", tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
@@ -215,6 +223,12 @@ extension ServeCommand {
             (r.environments.isEmpty ? [demo ? "LocalTesting" : "Production"] : r.environments).map(JSONValue.string))
         effective["database"] = .string(r.database ?? "SQLite: \(directory.database)")
         effective["contentStore"] = .string(r.contentStore ?? "local: \(directory.content)")
+        effective["contentCache"] = .string(
+            r.contentStore == nil
+                ? "none (local content)"
+                : r.downloadMode != "stream"
+                    ? "none (\(r.downloadMode) mode: the store or nginx sends the bytes)"
+                    : r.contentCacheSize == 0 ? "none (content-cache-size 0)" : "\(directory.cache), at most \(r.contentCacheSize) bytes")
         let credentials = ProcessInfo.processInfo.environment["CREDENTIALS_DIRECTORY"].map(DataDirectory.ledgerKey(inCredentials:))
         effective["ledgerKey"] = .string(
             r.ledgerKey ?? credentials.flatMap { FileManager.default.fileExists(atPath: $0) ? $0 : nil } ?? directory.ledgerKey)

@@ -154,6 +154,26 @@ import Testing
             #expect(part.status == .partialContent)
             #expect(Array(try await part.body.collect(upTo: 1_000_000).readableBytesView) == Array(bytes[1000...1999]))
 
+            // Within one second the URL is the one signing gives (kept, not signed again);
+            // another second, lifetime, type or name is signed anew.
+            let second = Date(timeIntervalSince1970: 1_800_000_000.25)
+            let key = store.key(sha256: stored.sha256)
+            let disposition = ContentDisposition.attachment("a.png")
+            let signed = store.client.presignedGET(
+                key, expires: 60, responseContentType: "image/png", responseContentDisposition: disposition, date: second)
+            for offset in [0.0, 0.5, 0.7] {
+                let url = store.presignedURL(sha256: stored.sha256, expires: 60, contentType: "image/png", fileName: "a.png", now: second + offset)
+                #expect(url == signed)
+            }
+            let next = store.presignedURL(sha256: stored.sha256, expires: 60, contentType: "image/png", fileName: "a.png", now: second + 1)
+            #expect(next != signed && next?.contains("X-Amz-Date=20270115T080001Z") == true)
+            for url in [
+                store.presignedURL(sha256: stored.sha256, expires: 59, contentType: "image/png", fileName: "a.png", now: second + 1),
+                store.presignedURL(sha256: stored.sha256, expires: 60, contentType: "image/gif", fileName: "a.png", now: second + 1),
+                store.presignedURL(sha256: stored.sha256, expires: 60, contentType: "image/png", fileName: "b.png", now: second + 1),
+            ] {
+                #expect(url != next)
+            }
         }
     }
 

@@ -66,6 +66,7 @@ struct ConfigurationTableTests {
         "contentStore": ("s3://flag-bucket/flag", "s3://env-bucket", "s3://file-bucket/a/b"),
         "s3Endpoint": ("http://flag.example:9000", "https://env.example", "http://file.example:9001"),
         "s3Region": ("eu-west-1", "auto", "us-west-2"), "s3PartSize": (5_242_880, 6_291_456, 7_340_032),
+        "contentCacheSize": (0, 1_000_000, 2_000_000),
         "downloadMode": ("accel", "accel", "accel"),
         "playerKeys": (["/k/f1.pem", "/k/f2.jwks"], ["/k/e.pem"], ["/k/c.pem"]), "playerIssuer": ("iss-f", "iss-e", "iss-c"),
         "playerAudience": ("aud-f", "aud-e", "aud-c"), "playerAccountClaim": ("acct_f", "acct_e", "acct_c"),

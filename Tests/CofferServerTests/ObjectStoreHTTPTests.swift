@@ -3,6 +3,7 @@ import CofferApp
 import CofferCore
 import CofferS3
 import CofferServer
+import CofferStore
 import CofferTestSupport
 import Crypto
 import Foundation
@@ -23,10 +24,12 @@ import Testing
 @Suite(.timeLimit(.minutes(3))) struct ObjectStoreHTTPTests {
     /// Runs `body` over a harness whose content lives in a fresh bucket (part size 5 MiB), and
     /// closes it (the object store's connections) afterwards, however `body` ended.
+    /// `cacheSize` 0 (the default here): every download goes to the bucket.
     static func withHarness(
-        mode: DownloadMode = .stream, authenticating: Bool = true, tokenTTL: TimeInterval = 600, _ body: (Harness) async throws -> Void
+        mode: DownloadMode = .stream, authenticating: Bool = true, tokenTTL: TimeInterval = 600, cacheSize: Int = 0,
+        _ body: (Harness) async throws -> Void
     ) async throws {
-        let h = try await harness(mode: mode, authenticating: authenticating, tokenTTL: tokenTTL)
+        let h = try await harness(mode: mode, authenticating: authenticating, tokenTTL: tokenTTL, cacheSize: cacheSize)
         defer { h.cleanUp() }
         do {
             try await body(h)
@@ -37,7 +40,7 @@ import Testing
         }
     }
 
-    static func harness(mode: DownloadMode, authenticating: Bool, tokenTTL: TimeInterval) async throws -> Harness {
+    static func harness(mode: DownloadMode, authenticating: Bool, tokenTTL: TimeInterval, cacheSize: Int = 0) async throws -> Harness {
         let moto = try MotoServer.shared(authenticating: authenticating)
         let bucket = try await moto.createBucket()
         // The credentials of the authenticating server (the other one takes any).
@@ -47,6 +50,7 @@ import Testing
             configuration.s3Endpoint = moto.endpoint
             configuration.s3PartSize = 5 * 1024 * 1024
             configuration.downloadMode = mode
+            configuration.contentCacheSize = cacheSize
             configuration.credentialEnvironment = keys.environment
         }
     }
@@ -101,6 +105,35 @@ import Testing
                 #expect(ranged.headers[.contentRange] == "bytes 5242879-5242890/\(big.count)")
                 let head = try await client.execute(uri: url, method: .head)
                 #expect(head.status == .ok && head.headers[.contentLength] == String(big.count))
+            }
+        }
+    }
+
+    @Test func streamedObjectsAreKeptInTheInstancesCacheAndServedFromItWithoutTheBucket() async throws {
+        let bytes = Self.bytes(3 * 1024 * 1024 + 5, seed: 21)
+        try await Self.withHarness(cacheSize: 64 * 1024 * 1024) { h in
+            let cache = try #require(h.services.content as? CachedContentStore)
+            try await h.app.test(.router) { client in
+                var headers = h.bearer(h.adminKey)
+                headers[.contentType] = "application/octet-stream"
+                let uploaded = try await client.execute(
+                    uri: "/v1/admin/assets/level-1?name=level-1.bin", method: .put, headers: headers, body: ByteBuffer(bytes: bytes))
+                #expect(uploaded.status == .created)
+                #expect(cache.statistics.objects == 0, "uploads go to the bucket only")
+                let url = try await Self.levelURL(client, transaction: "5101")
+                let first = try await client.execute(uri: url, method: .get)
+                #expect(first.status == .ok && Array(first.body.readableBytesView).sha256Hex == bytes.sha256Hex)
+                for _ in 0..<1000 where cache.statistics.objects == 0 { try await Task.sleep(for: .milliseconds(10)) }
+                #expect(cache.statistics.objects == 1 && cache.statistics.bytes == Int64(bytes.count), "kept after the first download")
+
+                // Gone from the bucket: this instance still serves its verified copy, whole and in ranges.
+                try await cache.remote.delete(sha256: bytes.sha256Hex)
+                let again = try await client.execute(uri: url, method: .get)
+                #expect(again.status == .ok && again.headers[.contentLength] == String(bytes.count))
+                #expect(Array(again.body.readableBytesView).sha256Hex == bytes.sha256Hex)
+                let ranged = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=1048570-1048585"])
+                #expect(ranged.status == .partialContent && Array(ranged.body.readableBytesView) == Array(bytes[1_048_570...1_048_585]))
+                #expect(cache.statistics.hits >= 2)
             }
         }
     }

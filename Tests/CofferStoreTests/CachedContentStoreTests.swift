@@ -1,0 +1,199 @@
+import CofferCore
+import CofferTestSupport
+import Crypto
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+@testable import CofferStore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The object store's read-through cache: what it keeps is exactly the object its address
+/// names, hits never reach the remote, and its budget is kept without removing what is in use.
+@Suite("CachedContentStore")
+struct CachedContentStoreTests {
+    /// A remote store that counts the reads reaching it and can be told to send other bytes
+    /// than an object's (a store that lies or was tampered with).
+    final class Remote: ContentStore {
+        let base = InMemoryContentStore(chunkSize: 4096)
+        private let counts = Mutex((sizes: 0, opens: 0))
+        let lying = Mutex<Set<String>>([])
+        var sizes: Int { counts.withLock { $0.sizes } }
+        var opens: Int { counts.withLock { $0.opens } }
+
+        func put(_ bytes: [UInt8]) async throws -> String {
+            try await base.write(
+                AsyncStream {
+                    $0.yield(bytes); $0.finish()
+                }, maxBytes: Int64(bytes.count), expectedSHA256: nil
+            ).sha256
+        }
+
+        func makeUpload(maxBytes: Int64, expectedSHA256: String?) async throws -> any ContentUpload {
+            base.makeUpload(maxBytes: maxBytes, expectedSHA256: expectedSHA256)
+        }
+        func size(sha256: String) async throws -> Int64? {
+            counts.withLock { $0.sizes += 1 }
+            return base.size(sha256: sha256)
+        }
+        func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error> {
+            counts.withLock { $0.opens += 1 }
+            let stream = base.read(sha256: sha256, range: range)
+            guard lying.withLock({ $0.contains(sha256) }) else { return stream }
+            return AsyncThrowingStream { continuation in
+                Task {
+                    do {
+                        for try await chunk in stream { continuation.yield(chunk.map { $0 ^ 0x5a }) }
+                        continuation.finish()
+                    } catch {
+                        continuation.finish(throwing: error)
+                    }
+                }
+            }
+        }
+        func localFile(sha256: String) -> LocalContentFile? { nil }
+        func presignedURL(sha256: String, expires: Int, contentType: String, fileName: String, now: Date) -> String? { nil }
+        func objects() async throws -> [StoredObject] { base.objects() }
+        func delete(sha256: String) async throws { base.delete(sha256: sha256) }
+        func delete(sha256: String, ifNotModifiedAfter cutoff: Date) async throws -> Bool {
+            base.delete(sha256: sha256)
+            return true
+        }
+        func removeAbandonedUploads(olderThan: TimeInterval) async throws -> Int { 0 }
+    }
+
+    static func bytes(_ count: Int, seed: UInt64) -> [UInt8] {
+        var rng = SplitMix64(state: seed)
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) }
+    }
+
+    static func drain(_ stream: AsyncThrowingStream<[UInt8], any Error>?) async throws -> [UInt8] {
+        var out: [UInt8] = []
+        for try await chunk in try #require(stream) { out += chunk }
+        return out
+    }
+
+    /// Waits (10 s at most) until `condition` holds: fills run in the background.
+    static func until(_ what: String, _ condition: () -> Bool) async throws {
+        for _ in 0..<1000 {
+            if condition() { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("never: \(what)")
+    }
+
+    static func withCache<T>(budget: Int64 = 1 << 20, _ body: (CachedContentStore, Remote, String) async throws -> T) async throws -> T {
+        try await withTemporaryDirectory { dir in
+            let remote = Remote()
+            let directory = dir.appendingPathComponent("cache").path
+            let cache = try CachedContentStore(remote: remote, directory: directory, budget: budget, logger: Logger(label: "cache"))
+            return try await body(cache, remote, directory)
+        }
+    }
+
+    @Test("a streamed miss fills the cache in the background; then the object is a local file and the remote is not asked")
+    func missFillsThenHitsLocally() async throws {
+        try await Self.withCache { cache, remote, directory in
+            let bytes = Self.bytes(100_000, seed: 1)
+            let digest = try await remote.put(bytes)
+            #expect(try await cache.size(sha256: digest) == 100_000)
+            #expect(cache.localFile(sha256: digest) == nil, "not cached yet")
+            #expect(try await Self.drain(try await cache.open(sha256: digest, range: 10...19)) == Array(bytes[10...19]))
+            try await Self.until("the fill kept the object") { cache.statistics.objects == 1 }
+            let (sizes, opens) = (remote.sizes, remote.opens)
+            let file = try #require(cache.localFile(sha256: digest))
+            #expect(file.path == directory + "/objects/" + digest.prefix(2) + "/" + digest.dropFirst(2))
+            #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: file.path))) == bytes)
+            #expect(try await cache.size(sha256: digest) == 100_000)
+            #expect(remote.sizes == sizes && remote.opens == opens, "a hit never reaches the remote")
+            #expect(cache.statistics.hits == 1 && cache.statistics.misses == 1 && cache.statistics.bytes == 100_000)
+            #expect(filesBelow(URL(fileURLWithPath: directory + "/tmp")).isEmpty)
+
+            // A file removed behind the cache's back is a miss again, not a broken download.
+            try FileManager.default.removeItem(atPath: file.path)
+            #expect(try await cache.size(sha256: digest) == 100_000)
+            #expect(remote.sizes == sizes + 1)
+            #expect(cache.localFile(sha256: digest) == nil)
+        }
+    }
+
+    @Test("bytes that do not hash to their address are never kept; nor is an object over a quarter of the budget")
+    func keepsOnlyVerifiedObjectsWithinBudget() async throws {
+        try await Self.withCache(budget: 400_000) { cache, remote, directory in
+            let digest = try await remote.put(Self.bytes(50_000, seed: 2))
+            remote.lying.withLock { _ = $0.insert(digest) }
+            await cache.fill(digest)
+            #expect(cache.statistics.objects == 0)
+            #expect(cache.localFile(sha256: digest) == nil)
+            #expect(filesBelow(URL(fileURLWithPath: directory)).isEmpty, "nothing kept, nothing left in tmp")
+
+            let big = try await remote.put(Self.bytes(100_001, seed: 3))
+            await cache.fill(big)
+            #expect(cache.statistics.objects == 0 && remote.opens == 1, "not even read")
+
+            remote.lying.withLock { $0.removeAll() }
+            await cache.fill(digest)
+            #expect(cache.statistics.objects == 1)
+        }
+    }
+
+    @Test("over budget, the least recently used go first; none used in the last 30 s; none another instance touched")
+    func evictsLeastRecentlyUsed() async throws {
+        try await Self.withCache(budget: 400) { cache, remote, directory in
+            var digests: [String] = []
+            for seed in 0..<5 {
+                let digest = try await remote.put(Self.bytes(100, seed: 10 + UInt64(seed)))
+                digests.append(digest)
+                await cache.fill(digest)
+                try await Task.sleep(for: .milliseconds(5))  // distinct use times
+            }
+            #expect(cache.statistics.bytes == 500, "all used just now: the budget overshoots rather than evict them")
+            _ = try #require(cache.localFile(sha256: digests[0]))  // the oldest, used again
+            let later = Date().addingTimeInterval(120)
+            cache.evict(now: later)
+            #expect(cache.statistics.bytes == 400)
+            #expect(cache.localFile(sha256: digests[1]) == nil, "the least recently used went")
+            #expect(!FileManager.default.fileExists(atPath: directory + "/objects/" + digests[1].prefix(2) + "/" + digests[1].dropFirst(2)))
+            for kept in [2, 0, 3, 4] { #expect(cache.localFile(sha256: digests[kept]) != nil) }
+
+            // Another instance sharing the directory served digests[2]: its file is newer than
+            // the cut-off, so it stays, and the next least recently used goes.
+            let extra = try await remote.put(Self.bytes(100, seed: 20))
+            await cache.fill(extra)
+            // Uses in this process, oldest first: 2, 0, 3, 4 (just above), extra.
+            let future = timeval(tv_sec: Int(later.timeIntervalSince1970) + 60, tv_usec: 0)
+            var times = [future, future]
+            let path2 = directory + "/objects/" + digests[2].prefix(2) + "/" + digests[2].dropFirst(2)
+            #expect(utimes(path2, &times) == 0)
+            cache.evict(now: later.addingTimeInterval(1))
+            #expect(cache.statistics.bytes == 400)
+            #expect(FileManager.default.fileExists(atPath: path2), "touched by another instance: kept")
+            #expect(cache.localFile(sha256: digests[0]) == nil, "the next least recently used went instead")
+        }
+    }
+
+    @Test("a restart indexes what an earlier run kept and removes its unfinished fills")
+    func restartIndexesTheDirectory() async throws {
+        try await withTemporaryDirectory { dir in
+            let remote = Remote()
+            let directory = dir.appendingPathComponent("cache").path
+            let digest = try await remote.put(Self.bytes(1000, seed: 4))
+            let first = try CachedContentStore(remote: remote, directory: directory, budget: 1 << 20, logger: Logger(label: "cache"))
+            await first.fill(digest)
+            let leftover = directory + "/tmp/fill-left-by-a-crash"
+            #expect(FileManager.default.createFile(atPath: leftover, contents: Data([1, 2, 3])))
+            let old = timeval(tv_sec: Int(Date().timeIntervalSince1970) - 7200, tv_usec: 0)
+            var times = [old, old]
+            #expect(utimes(leftover, &times) == 0)
+
+            let second = try CachedContentStore(remote: remote, directory: directory, budget: 1 << 20, logger: Logger(label: "cache"))
+            #expect(second.statistics.objects == 1 && second.statistics.bytes == 1000)
+            #expect(second.localFile(sha256: digest) != nil)
+            #expect(!FileManager.default.fileExists(atPath: leftover))
+        }
+    }
+}
