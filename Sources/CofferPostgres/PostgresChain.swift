@@ -113,6 +113,11 @@ enum PostgresChain {
         return first
     }
 
+    /// The hash of the event at `sequence`; nil when there is none.
+    static func eventHash(_ c: PostgresConnection, sequence: Int64, logger: Logger) async throws -> String? {
+        try await c.column("SELECT entry_hash FROM ledger_events WHERE sequence = \(sequence)", String.self, logger: logger).first
+    }
+
     static func sealedHead(_ c: PostgresConnection, logger: Logger) async throws -> LedgerCheckpoint? {
         try await c.rows("SELECT \(unescaped: LedgerCheckpoint.columns) FROM ledger_head WHERE id = 1", logger: logger, LedgerCheckpoint.init(row:))
             .first

@@ -10,10 +10,9 @@ import PostgresNIO
 ///
 /// A batch takes the chain's advisory lock first (for its session: ``PostgresChain/take(_:purchases:logger:)``),
 /// so batches of every instance are serialised in the database; the replay rule's reads run
-/// after the lock and after the previous append's transaction ended, and the one write
-/// statement lets the lock go only once it holds the turn row until its own COMMIT: no other
-/// instance can insert the same purchase in between, and the unique index `redemptions_replay`
-/// stays as the backstop.
+/// after the lock, and the write (`coffer_append_commit`) lets the lock go only after its
+/// COMMIT: no other instance can insert the same purchase in between, and the unique index
+/// `redemptions_replay` stays as the backstop.
 final class PostgresLedgerWriter: Sendable {
     static let maxBatch = 512
 
@@ -162,7 +161,18 @@ private struct BatchPlan {
             _ = try await c.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)
             return
         }
-        try await PostgresRows.write(c, redemptions: redemptions, attempts: attempts, linked: linked, release: PostgresChain.lockKey, logger: logger)
+        do {
+            try await PostgresRows.write(
+                c, redemptions: redemptions, attempts: attempts, linked: linked, release: PostgresChain.lockKey, logger: logger)
+        } catch {
+            // A CALL that failed may still have committed (an error after its COMMIT, the
+            // answer lost): the batch's last event says. Committed rows are never answered 503.
+            guard let last = linked.sequences.last, let hash = linked.hashes.last,
+                (try? await PostgresChain.eventHash(c, sequence: last, logger: logger)) == hash
+            else { throw error }
+            logger.warning("the ledger write reported an error after it committed", metadata: ["error": "\(error)"])
+            if (try? await c.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)) == nil { try? await c.close() }
+        }
     }
 }
 

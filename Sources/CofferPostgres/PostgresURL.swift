@@ -89,6 +89,9 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
             timeouts
             ? [
                 ("statement_timeout", "15s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "30s"),
+                // The writer reads outside a transaction block (PostgresChain.take): its reads
+                // must see the commits made before its lock, whatever the role's default.
+                ("default_transaction_isolation", "read committed"),
                 ("application_name", "coffer"),
             ] : [("application_name", "coffer-cli")]
         return configuration

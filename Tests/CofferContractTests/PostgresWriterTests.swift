@@ -143,6 +143,28 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test("a write that fails after its COMMIT is answered as committed, and the lock is let go")
+    func errorAfterCommitIsNotA503() async throws {
+        try await Self.withBackend(poolSize: 1) { backend, cluster, name in
+            // The procedure as shipped, but failing right after its COMMIT (a cancel, a timeout).
+            let definition = try cluster.psql("SELECT pg_get_functiondef('coffer_append_commit'::regproc)", database: name)
+            let failing = definition.replacingOccurrences(of: "    COMMIT;\n", with: "    COMMIT;\n    RAISE EXCEPTION 'after the commit';\n")
+            try #require(failing != definition)
+            try cluster.psql(failing, database: name)
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            let outcome = try await ledger.insert(makeRedemption("950"))
+            #expect(outcome.inserted?.sequence == 1, "committed, so answered as such: \(outcome)")
+            #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "1")
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            // A failure before the COMMIT is still a failure, and nothing was written.
+            try cluster.psql(failing.replacingOccurrences(of: "    COMMIT;\n    RAISE", with: "    RAISE"), database: name)
+            await #expect(throws: (any Error).self) { try await ledger.insert(makeRedemption("951")) }
+            #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "1")
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            await ledger.finishWrites()
+        }
+    }
+
     @Test("a session that goes quiet holding the writer's lock is ended by the server, and the other instance goes on")
     func quietHolderIsEnded() async throws {
         try await Self.withBackend { backend, cluster, name in

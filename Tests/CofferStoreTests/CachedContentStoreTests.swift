@@ -102,8 +102,13 @@ struct CachedContentStoreTests {
             let digest = try await remote.put(bytes)
             #expect(try await cache.size(sha256: digest) == 100_000)
             #expect(cache.localFile(sha256: digest) == nil, "not cached yet")
+            // A range from the middle is streamed, and fills nothing.
             #expect(try await Self.drain(try await cache.open(sha256: digest, range: 10...19)) == Array(bytes[10...19]))
+            #expect(remote.opens == 1)
+            // From the start: streamed, and the whole object fetched once more, for the cache.
+            #expect(try await Self.drain(try await cache.open(sha256: digest, range: 0...99_999)) == bytes)
             try await Self.until("the fill kept the object") { cache.statistics.objects == 1 }
+            #expect(remote.opens == 3)
             let (sizes, opens) = (remote.sizes, remote.opens)
             let file = try #require(cache.localFile(sha256: digest))
             #expect(file.path == directory + "/objects/" + digest.prefix(2) + "/" + digest.dropFirst(2))
@@ -118,6 +123,49 @@ struct CachedContentStoreTests {
             #expect(try await cache.size(sha256: digest) == 100_000)
             #expect(remote.sizes == sizes + 1)
             #expect(cache.localFile(sha256: digest) == nil)
+        }
+    }
+
+    @Test("one object is fetched for the cache at most once per 10 minutes, kept or not")
+    func noRefetchLoop() async throws {
+        try await Self.withCache { cache, remote, _ in
+            let digest = try await remote.put(Self.bytes(20_000, seed: 6))
+            remote.lying.withLock { _ = $0.insert(digest) }
+            for _ in 0..<5 { _ = try await Self.drain(try await cache.open(sha256: digest, range: 0...19_999)) }
+            // Five downloads, one fill (refused: the store lied): six reads in all.
+            try await Self.until("the one fill ran") { remote.opens == 6 }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(remote.opens == 6 && cache.statistics.objects == 0)
+        }
+    }
+
+    @Test("a link or a short file planted in the cache is neither indexed nor served; a fill replaces it")
+    func plantedFilesAreNotServed() async throws {
+        try await withTemporaryDirectory { dir in
+            let remote = Remote()
+            let directory = dir.appendingPathComponent("cache").path
+            let secret = dir.appendingPathComponent("secret").path
+            #expect(FileManager.default.createFile(atPath: secret, contents: Data(repeating: 7, count: 1000)))
+            let linked = try await remote.put(Self.bytes(1000, seed: 7))
+            let short = try await remote.put(Self.bytes(1000, seed: 8))
+            for digest in [linked, short] {
+                try FileManager.default.createDirectory(atPath: directory + "/objects/" + digest.prefix(2), withIntermediateDirectories: true)
+            }
+            let path = { (digest: String) in directory + "/objects/" + digest.prefix(2) + "/" + digest.dropFirst(2) }
+            try FileManager.default.createSymbolicLink(atPath: path(linked), withDestinationPath: secret)
+            #expect(FileManager.default.createFile(atPath: path(short), contents: Data([1, 2, 3])))
+            let cache = try CachedContentStore(remote: remote, directory: directory, budget: 1 << 20, logger: Logger(label: "cache"))
+            #expect(cache.statistics.objects == 1, "the short file is a regular file: indexed, not yet served")
+            #expect(cache.localFile(sha256: short) == nil)
+            #expect(try await cache.size(sha256: short) == 1000, "checked against the store: removed")
+            #expect(cache.statistics.objects == 0 && !FileManager.default.fileExists(atPath: path(short)))
+            for digest in [linked, short] {
+                #expect(cache.localFile(sha256: digest) == nil)
+                await cache.fill(digest)
+                let file = try #require(cache.localFile(sha256: digest))
+                #expect(SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: file.path))).hexString == digest)
+            }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: secret)) == Data(repeating: 7, count: 1000), "the link's target untouched")
         }
     }
 
@@ -192,6 +240,8 @@ struct CachedContentStoreTests {
 
             let second = try CachedContentStore(remote: remote, directory: directory, budget: 1 << 20, logger: Logger(label: "cache"))
             #expect(second.statistics.objects == 1 && second.statistics.bytes == 1000)
+            #expect(second.localFile(sha256: digest) == nil, "not served before its size was checked against the store")
+            #expect(try await second.size(sha256: digest) == 1000)
             #expect(second.localFile(sha256: digest) != nil)
             #expect(!FileManager.default.fileExists(atPath: leftover))
         }
