@@ -398,6 +398,8 @@ private let postgres0004 = #"""
             IF current_setting('server_version_num')::integer >= 140000 THEN
                 PERFORM set_config('idle_session_timeout', '5s', false);
             END IF;
+            -- This session holds the lock (coffer_append_commit checks; cheaper than pg_locks).
+            PERFORM set_config('coffer.chain_lock', lock_key::text, false);
             RETURN QUERY SELECT * FROM coffer_chain_state(environments, replay_keys);
         EXCEPTION WHEN OTHERS THEN
             PERFORM pg_advisory_unlock(lock_key);
@@ -471,11 +473,7 @@ private let postgres0004 = #"""
         s_seq bigint[], s_hash text[], s_time bigint[], s_key_id text[], s_signature text[]
     ) LANGUAGE plpgsql AS $$
     BEGIN
-        IF NOT EXISTS (
-            SELECT 1 FROM pg_locks
-            WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-              AND ((classid::bigint << 32) | objid::bigint) = lock_key AND objsubid = 1
-        ) THEN
+        IF current_setting('coffer.chain_lock', true) IS DISTINCT FROM lock_key::text THEN
             RAISE EXCEPTION 'coffer: an append from a session that does not hold the chain''s lock' USING ERRCODE = 'P0001';
         END IF;
         PERFORM coffer_append_rows(
@@ -489,6 +487,7 @@ private let postgres0004 = #"""
         -- could not.
         BEGIN
             PERFORM pg_advisory_unlock(lock_key);
+            PERFORM set_config('coffer.chain_lock', '', false);
             IF current_setting('server_version_num')::integer >= 140000 THEN
                 RESET idle_session_timeout;
             END IF;
@@ -499,11 +498,12 @@ private let postgres0004 = #"""
     $$;
 
     -- What a writer that failed between coffer_take_chain and its append runs: every session
-    -- lock let go, the idle limit back to the session's default. When this fails too, the server's code closes the
-    -- connection (the server then lets the lock go with the session).
+    -- lock let go, the idle limit back to the session's default. When this fails too, the
+    -- server's code closes the connection (the server then lets the lock go with the session).
     CREATE FUNCTION coffer_abandon_chain() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
     BEGIN
         PERFORM pg_advisory_unlock_all();
+        PERFORM set_config('coffer.chain_lock', '', false);
         IF current_setting('server_version_num')::integer >= 140000 THEN
             RESET idle_session_timeout;
         END IF;
