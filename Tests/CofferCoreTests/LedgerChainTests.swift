@@ -180,4 +180,25 @@ import Testing
         #expect(LedgerKeys.parse("not a key") == nil)
         #expect(LedgerKeys.parse(Data(repeating: 1, count: 31).base64EncodedString()) == nil)
     }
+
+    @Test func aSealIsCheckedWhole_aValidSignatureOnAnotherHeadIsRefused() throws {
+        let key = try Curve25519.Signing.PrivateKey(rawRepresentation: [UInt8](repeating: 3, count: 32))
+        let policy = CheckpointPolicy(signer: LedgerSigner(privateKey: key))
+        let head = String(repeating: "a", count: 64)
+        let sealed = try policy.seal(headSequence: 5, headHash: head, now: Date(timeIntervalSince1970: 100))
+        try policy.verifySeal(sealed, headSequence: 5, headHash: head, covering: nil)
+        // An insider truncates the chain and moves the seal's numbers, keeping the signature this
+        // process just wrote (and so remembers): refused, not waved through by the memo.
+        var moved = sealed
+        moved.sequence = 4
+        moved.entryHash = String(repeating: "b", count: 64)
+        #expect(throws: LedgerIntegrityError.self) { try policy.verifySeal(moved, headSequence: 4, headHash: moved.entryHash, covering: nil) }
+        // Another instance's seal (the same key, another process): accepted.
+        let other = CheckpointPolicy(signer: LedgerSigner(privateKey: key))
+        let theirs = try other.seal(headSequence: 6, headHash: head, now: Date(timeIntervalSince1970: 101))
+        try policy.verifySeal(theirs, headSequence: 6, headHash: head, covering: nil)
+        // A seal by another key: refused.
+        let stranger = try CheckpointPolicy(signer: LedgerSigner(privateKey: .init())).seal(headSequence: 7, headHash: head, now: Date())
+        #expect(throws: LedgerIntegrityError.self) { try policy.verifySeal(stranger, headSequence: 7, headHash: head, covering: nil) }
+    }
 }
