@@ -122,6 +122,91 @@ struct AssetLink: Encodable {
     }
 }
 
+/// The JSON of a redemption's answer, written directly: the bytes ``JSON/encoder`` writes (keys
+/// sorted, `/` not escaped, dates RFC 3339; `DTOWriterTests` compares the two on generated
+/// values), at a fraction of the cost — Foundation's encoder was 6% of a redemption's CPU.
+struct JSONWriter {
+    private(set) var bytes: [UInt8] = []
+    private var first = true
+
+    init(capacity: Int = 1024) { bytes.reserveCapacity(capacity) }
+
+    mutating func open() {
+        comma()
+        bytes.append(UInt8(ascii: "{"))
+        first = true
+    }
+
+    mutating func close() {
+        bytes.append(UInt8(ascii: "}"))
+        first = false
+    }
+
+    mutating func openArray(_ key: String) {
+        self.key(key)
+        bytes.append(UInt8(ascii: "["))
+        first = true
+    }
+
+    mutating func closeArray() {
+        bytes.append(UInt8(ascii: "]"))
+        first = false
+    }
+
+    mutating func field(_ key: String, _ value: String?) {
+        guard let value else { return }
+        self.key(key)
+        string(value)
+    }
+
+    mutating func field(_ key: String, _ value: Int64) {
+        self.key(key)
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    mutating func field(_ key: String, _ value: Bool?) {
+        guard let value else { return }
+        self.key(key)
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    mutating func field(_ key: String, _ value: Date?) { field(key, value.map(RFC3339.format)) }
+
+    private mutating func comma() {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+    }
+
+    private mutating func key(_ key: String) {
+        comma()
+        string(key)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    private mutating func string(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0x0A: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0x08: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
+            case 0x0C: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
+            case 0x00..<0x20:
+                bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                bytes.append(Self.hex[Int(byte >> 4)])
+                bytes.append(Self.hex[Int(byte & 0x0F)])
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+}
+
 struct RedemptionResponse: Encodable {
     var redemptionId: String
     var transactionId: String
@@ -145,6 +230,39 @@ struct RedemptionResponse: Encodable {
         assets = outcome.assets.map(AssetLink.init)
         restored = outcome.restored ? true : nil
         entitlementEndsAt = outcome.entitlementEndsAt
+    }
+
+    /// What `JSON.encoder.encode(self)` gives, keys in the same (sorted) order.
+    var json: [UInt8] {
+        var w = JSONWriter()
+        w.open()
+        w.openArray("assets")
+        for asset in assets {
+            w.open()
+            w.field("assetId", asset.assetId)
+            w.field("contentType", asset.contentType)
+            w.field("expiresAt", asset.expiresAt)
+            w.field("name", asset.name)
+            w.field("sha256", asset.sha256)
+            w.field("size", asset.size)
+            w.field("url", asset.url)
+            w.close()
+        }
+        w.closeArray()
+        w.field("entitlementEndsAt", entitlementEndsAt)
+        w.field("environment", environment)
+        w.field("grant", grant)
+        w.field("originalTransactionId", originalTransactionId)
+        w.field("productId", productId)
+        w.field("redemptionId", redemptionId)
+        w.field("restored", restored)
+        w.field("transactionId", transactionId)
+        w.close()
+        return w.bytes
+    }
+
+    func response(status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json)))
     }
 }
 

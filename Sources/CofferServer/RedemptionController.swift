@@ -40,7 +40,7 @@ struct RedemptionController {
             let body = try await JSON.decode(
                 GrantBody.self, from: request, context: context, limit: 4096, timeout: bodyTimeout)
             let outcome = try await vault.exchange(grant: body.grant, now: Date())
-            return try JSON.response(RedemptionResponse(outcome))
+            return RedemptionResponse(outcome).response()
         }
         router.get("/v1/entitlements") { request, context in
             guard let players else { throw Problem(.notFound, "player identity is not configured: restore with the grant") }
@@ -103,6 +103,6 @@ struct RedemptionController {
         }
         metrics.redemption(result: outcome.restored ? "restored" : "redeemed")
         metrics.verificationSeconds.record(ContinuousClock.now - start)
-        return try JSON.response(RedemptionResponse(outcome), status: outcome.restored ? .ok : .created)
+        return RedemptionResponse(outcome).response(status: outcome.restored ? .ok : .created)
     }
 }
