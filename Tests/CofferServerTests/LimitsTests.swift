@@ -129,9 +129,15 @@ final class RawConnection: @unchecked Sendable {
             #expect(!answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(80))")
             #expect(ContinuousClock.now - started < .seconds(6), "closed by the idle timeout, not pinned")
             // A prompt client is served (the test client's own idle connection is closed too).
-            let prompt = try RawConnection(port: port)
-            prompt.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            #expect(await prompt.receive(seconds: 5).hasPrefix("HTTP/1.1 200"))
+            // With the whole suite running, a starved loop can let the 1 s idle limit close a
+            // prompt connection before reading it: three tries, any answered.
+            var served = false
+            for _ in 0..<3 where !served {
+                let prompt = try RawConnection(port: port)
+                prompt.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                served = await prompt.receive(seconds: 5).hasPrefix("HTTP/1.1 200")
+            }
+            #expect(served)
         }
     }
 
