@@ -41,6 +41,8 @@ public final class CachedContentStore: ContentStore {
     let local: LocalContentStore
     public let budget: Int64
     let logger: Logger
+    /// The time uses and evictions go by (tests set their own).
+    let clock: @Sendable () -> Date
     private let state = Mutex(State())
 
     /// Background fills at once.
@@ -82,8 +84,11 @@ public final class CachedContentStore: ContentStore {
 
     /// Opens the cache at `directory` (created 0700 when missing) in front of `remote`, with
     /// `budget` bytes (> 0): indexes what an earlier run kept and removes its unfinished fills.
-    public init(remote: any ContentStore, directory: String, budget: Int64, logger: Logger) throws {
+    public init(
+        remote: any ContentStore, directory: String, budget: Int64, logger: Logger, clock: @escaping @Sendable () -> Date = { Date() }
+    ) throws {
         precondition(budget > 0, "a cache without a budget is no cache")
+        self.clock = clock
         self.remote = remote
         self.budget = budget
         self.logger = logger
@@ -131,7 +136,7 @@ public final class CachedContentStore: ContentStore {
     /// The cached copy's file, or nil (then the server opens the remote object, which starts
     /// a fill).
     public func localFile(sha256: String) -> LocalContentFile? {
-        let now = Date()
+        let now = clock()
         let touch: Bool? = state.withLock { state in
             guard var entry = state.entries[sha256], entry.confirmed else {
                 state.misses += 1
@@ -203,7 +208,8 @@ public final class CachedContentStore: ContentStore {
 
     // MARK: Filling and evicting
 
-    private func remember(_ digest: String, size: Int64, now: Date = Date()) {
+    private func remember(_ digest: String, size: Int64) {
+        let now = clock()
         state.withLock { state in
             if let old = state.entries[digest] { state.total -= old.size }
             state.total += size
@@ -219,8 +225,9 @@ public final class CachedContentStore: ContentStore {
 
     /// Starts a background fill of `digest` unless it is cached, being filled, was fetched in
     /// the last ``refillInterval``, or ``maxFills`` fills are running.
-    private func startFill(_ digest: String, now: Date = Date()) {
+    private func startFill(_ digest: String) {
         guard LocalContentStore.isContentAddress(digest) else { return }
+        let now = clock()
         let start = state.withLock { state in
             guard state.entries[digest] == nil, !state.filling.contains(digest), state.filling.count < Self.maxFills else { return false }
             if let last = state.fetched[digest], now.timeIntervalSince(last) < Self.refillInterval { return false }
@@ -282,7 +289,8 @@ public final class CachedContentStore: ContentStore {
     /// Removes the least recently used objects, none used in the last ``recentUse`` (by this
     /// process, or by another one sharing the directory: the file's time), until the cache is
     /// within its budget.
-    func evict(now: Date = Date()) {
+    func evict(now: Date? = nil) {
+        let now = now ?? clock()
         let cutoff = now.addingTimeInterval(-Self.recentUse)
         let (excess, candidates) = state.withLock { state -> (Int64, [String]) in
             guard state.total > budget else { return (0, []) }

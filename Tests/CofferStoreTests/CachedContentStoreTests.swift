@@ -77,20 +77,32 @@ struct CachedContentStoreTests {
         return out
     }
 
-    /// Waits (10 s at most) until `condition` holds: fills run in the background.
+    /// Waits (60 s at most: a fill fsyncs, and the whole suite loads the disk) until
+    /// `condition` holds: fills run in the background.
     static func until(_ what: String, _ condition: () -> Bool) async throws {
-        for _ in 0..<1000 {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
             if condition() { return }
             try await Task.sleep(for: .milliseconds(10))
         }
         Issue.record("never: \(what)")
     }
 
-    static func withCache<T>(budget: Int64 = 1 << 20, _ body: (CachedContentStore, Remote, String) async throws -> T) async throws -> T {
+    /// A clock the test moves: uses and evictions never depend on how fast the machine is.
+    final class TestClock: Sendable {
+        private let now = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        func read() -> Date { now.withLock { $0 } }
+        func advance(_ seconds: TimeInterval) { now.withLock { $0 += seconds } }
+    }
+
+    static func withCache<T>(
+        budget: Int64 = 1 << 20, clock: TestClock = TestClock(), _ body: (CachedContentStore, Remote, String) async throws -> T
+    ) async throws -> T {
         try await withTemporaryDirectory { dir in
             let remote = Remote()
             let directory = dir.appendingPathComponent("cache").path
-            let cache = try CachedContentStore(remote: remote, directory: directory, budget: budget, logger: Logger(label: "cache"))
+            let cache = try CachedContentStore(
+                remote: remote, directory: directory, budget: budget, logger: Logger(label: "cache"), clock: { clock.read() })
             return try await body(cache, remote, directory)
         }
     }
@@ -191,33 +203,43 @@ struct CachedContentStoreTests {
 
     @Test("over budget, the least recently used go first; none used in the last 30 s; none another instance touched")
     func evictsLeastRecentlyUsed() async throws {
-        try await Self.withCache(budget: 400) { cache, remote, directory in
+        let clock = TestClock()
+        try await Self.withCache(budget: 400, clock: clock) { cache, remote, directory in
             var digests: [String] = []
             for seed in 0..<5 {
                 let digest = try await remote.put(Self.bytes(100, seed: 10 + UInt64(seed)))
                 digests.append(digest)
                 await cache.fill(digest)
-                try await Task.sleep(for: .milliseconds(5))  // distinct use times
+                clock.advance(1)  // distinct use times
             }
             #expect(cache.statistics.bytes == 500, "all used just now: the budget overshoots rather than evict them")
             _ = try #require(cache.localFile(sha256: digests[0]))  // the oldest, used again
-            let later = Date().addingTimeInterval(120)
+            clock.advance(1)
+            // Files' times are the real clock's (the cut-off for another instance's touch): evict
+            // as of two minutes past both.
+            let later = max(clock.read(), Date()).addingTimeInterval(120)
+            clock.advance(later.timeIntervalSince(clock.read()))
             cache.evict(now: later)
             #expect(cache.statistics.bytes == 400)
             #expect(cache.localFile(sha256: digests[1]) == nil, "the least recently used went")
             #expect(!FileManager.default.fileExists(atPath: directory + "/objects/" + digests[1].prefix(2) + "/" + digests[1].dropFirst(2)))
-            for kept in [2, 0, 3, 4] { #expect(cache.localFile(sha256: digests[kept]) != nil) }
+            for kept in [2, 0, 3, 4] {
+                #expect(cache.localFile(sha256: digests[kept]) != nil)
+                clock.advance(1)
+            }
 
             // Another instance sharing the directory served digests[2]: its file is newer than
             // the cut-off, so it stays, and the next least recently used goes.
             let extra = try await remote.put(Self.bytes(100, seed: 20))
             await cache.fill(extra)
-            // Uses in this process, oldest first: 2, 0, 3, 4 (just above), extra.
-            let future = timeval(tv_sec: Int(later.timeIntervalSince1970) + 60, tv_usec: 0)
+            // Uses in this process, oldest first: 2, 0, 3, 4 (just above), extra. Evicting two
+            // minutes on, when digests[2]'s file was touched after the cut-off.
+            let second = clock.read().addingTimeInterval(120)
+            let future = timeval(tv_sec: Int(second.timeIntervalSince1970) + 60, tv_usec: 0)
             var times = [future, future]
             let path2 = directory + "/objects/" + digests[2].prefix(2) + "/" + digests[2].dropFirst(2)
             #expect(utimes(path2, &times) == 0)
-            cache.evict(now: later.addingTimeInterval(1))
+            cache.evict(now: second)
             #expect(cache.statistics.bytes == 400)
             #expect(FileManager.default.fileExists(atPath: path2), "touched by another instance: kept")
             #expect(cache.localFile(sha256: digests[0]) == nil, "the next least recently used went instead")
