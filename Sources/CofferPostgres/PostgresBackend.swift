@@ -139,12 +139,7 @@ public final class PostgresBackend: Sendable {
                 do {
                     return try await body(connection)
                 } catch {
-                    do {
-                        _ = try await connection.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)
-                    } catch {
-                        logger.warning("closing a connection that could not let the chain's lock go", metadata: ["error": "\(error)"])
-                        try? await connection.close()
-                    }
+                    await PostgresChain.letGo(connection, logger: logger)
                     throw error
                 }
             }

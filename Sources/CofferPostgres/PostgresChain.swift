@@ -113,6 +113,17 @@ enum PostgresChain {
         return first
     }
 
+    /// Lets the writer's session lock go (`coffer_abandon_chain`); when that fails, closes the
+    /// connection, so the server lets it go with the session and the pool never gets it back.
+    static func letGo(_ c: PostgresConnection, logger: Logger) async {
+        do {
+            _ = try await c.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)
+        } catch {
+            logger.warning("closing a connection that could not let the chain's lock go", metadata: ["error": "\(error)"])
+            try? await c.close()
+        }
+    }
+
     /// The hash of the event at `sequence`; nil when there is none.
     static func eventHash(_ c: PostgresConnection, sequence: Int64, logger: Logger) async throws -> String? {
         try await c.column("SELECT entry_hash FROM ledger_events WHERE sequence = \(sequence)", String.self, logger: logger).first

@@ -158,7 +158,7 @@ private struct BatchPlan {
         let linked = try PostgresChain.link(policy: policy, head: locked.head, now: Date(), entries: entries)
         guard !linked.sequences.isEmpty else {
             // Nothing to write (every job refused as unstorable): let the lock go.
-            _ = try await c.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)
+            await PostgresChain.letGo(c, logger: logger)
             return
         }
         do {
@@ -171,7 +171,7 @@ private struct BatchPlan {
                 (try? await PostgresChain.eventHash(c, sequence: last, logger: logger)) == hash
             else { throw error }
             logger.warning("the ledger write reported an error after it committed", metadata: ["error": "\(error)"])
-            if (try? await c.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)) == nil { try? await c.close() }
+            await PostgresChain.letGo(c, logger: logger)
         }
     }
 }
