@@ -41,12 +41,29 @@ PY
 
 # run_wrk OUTFILE PORT BODIES START COUNT RATE CONNECTIONS: one wrk process (THREADS
 # threads, SECONDS_EACH seconds) posting bodies START… of BODIES to PORT; RATE 0 = as fast
-# as it goes. Writes rate, percentiles, statuses and requests to OUTFILE.
+# as it goes. Writes rate, percentiles, statuses and requests to OUTFILE, and every latency
+# recorded ("microseconds count" lines) to OUTFILE.hist.
 run_wrk() {
     local outfile=$1 port=$2 bodies=$3 start=$4 count=$5 rate=$6 connections=$7
-    BODIES="$bodies" THREADS=$T CONNECTIONS=$connections START=$start COUNT=$count RATE=$rate \
+    BODIES="$bodies" THREADS=$T CONNECTIONS=$connections START=$start COUNT=$count RATE=$rate HISTOGRAM="$outfile.hist" \
         wrk -t"$T" -c"$connections" -d"${S}s" --timeout 5s -s Benchmarks/redeem.lua "http://127.0.0.1:$port" >"$outfile"
 }
 
 # field NAME FILE: the value after the first "NAME:" in a wrk output file.
 field() { awk -v k="$1:" '{for (i = 1; i < NF; i++) if ($i == k) {print $(i + 1); exit}}' "$2"; }
+
+# percentiles FILE…: p50, p90 and p99 in ms (as "p50_ms: … p90_ms: … p99_ms: …") of all the
+# latencies of these histograms (run_wrk's OUTFILE.hist) together.
+percentiles() {
+    cat "$@" | awk '{count[$1] += $2; n += $2} END {
+        m = 0; for (v in count) values[++m] = v + 0
+        # insertion sort is enough: a few thousand distinct values
+        for (i = 2; i <= m; i++) { x = values[i]; j = i - 1; while (j > 0 && values[j] > x) { values[j + 1] = values[j]; j-- } values[j + 1] = x }
+        split("50 90 99", ps, " "); seen = 0; k = 1
+        for (i = 1; i <= m && k <= 3; i++) {
+            seen += count[values[i]]
+            while (k <= 3 && seen >= ps[k] / 100 * n) { out[k] = values[i]; k++ }
+        }
+        printf "p50_ms: %.2f p90_ms: %.2f p99_ms: %.2f\n", out[1] / 1000, out[2] / 1000, out[3] / 1000
+    }'
+}

@@ -16,8 +16,8 @@
 #   SECONDS_EACH=20 CONNECTIONS=64 RATE=2500 Benchmarks/load-postgres.sh
 #   DATABASE_URL=postgres://… Benchmarks/load-postgres.sh   # an empty database of yours
 #
-# The p99 printed for a two-process phase is the larger of the two processes' p99s: an
-# upper bound of the p99 over all requests (no more than 1% of either side is above it).
+# A two-process phase prints each process's percentiles and, under "all", those of every
+# request of both (their latency histograms merged): the goal is judged on the latter.
 # Goals (issue #13): pg-sat ≥ 2,000/s; p99 < 20 ms at the paced rate; pg-sat ≥ 0.7 ×
 # sqlite-sat. Each is printed as met or MISSED with its number. Needs wrk and Debian's postgresql; as root the
 # cluster runs as the postgres user (scripts/postgres-throwaway.sh).
@@ -92,12 +92,14 @@ phase() {
     ra=$(field rate "$OUT/$name-a.txt")
     rb=$(field rate "$OUT/$name-b.txt")
     eval "${name//-/_}_rate=$((ra + rb))"
-    eval "${name//-/_}_p99=$(awk -v a="$(field p99_ms "$OUT/$name-a.txt")" -v b="$(field p99_ms "$OUT/$name-b.txt")" 'BEGIN{print (a > b ? a : b)}')"
+    local all
+    all=$(percentiles "$OUT/$name-a.txt.hist" "$OUT/$name-b.txt.hist")
+    eval "${name//-/_}_p99=$(echo "$all" | awk '{print $6}')"
     eval "${name//-/_}_requests=\"$(field requests "$OUT/$name-a.txt") $(field requests "$OUT/$name-b.txt")\""
     local line_a line_b
     line_a=$(grep '^p50' "$OUT/$name-a.txt" | sed 's/ max_ms.*//')
     line_b=$(grep '^p50' "$OUT/$name-b.txt" | sed 's/ max_ms.*//')
-    printf '%-10s %5d/s  [a] %s  [b] %s\n' "$name" $((ra + rb)) "$line_a" "$line_b"
+    printf '%-10s %5d/s  [all] %s  [a] %s  [b] %s\n' "$name" $((ra + rb)) "$all" "$line_a" "$line_b"
     printf '%-10s statuses [a] %s [b] %s; CPU per 1,000: coffer %.2f s, postgres %.2f s\n' "" \
         "$(grep '^statuses' "$OUT/$name-a.txt" | cut -d' ' -f2-)" "$(grep '^statuses' "$OUT/$name-b.txt" | cut -d' ' -f2-)" \
         "$(awk -v a="$coffer_before" -v b="$coffer_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print (b-a)/(n*s)*1000}')" \
@@ -121,7 +123,7 @@ else
         read -r pg_port
         read -r URL
     } < <(scripts/postgres-throwaway.sh start "$OUT/cluster")
-    echo "PostgreSQL $(ls -d /usr/lib/postgresql/*/bin | sort -t/ -k4,4 -n -r | head -1 | cut -d/ -f4) on port $pg_port" >&2
+    echo "PostgreSQL $(ls -d /usr/lib/postgresql/*/bin | sort -t/ -k5,5 -n -r | head -1 | cut -d/ -f5) on port $pg_port" >&2
 fi
 mkdir -p "$OUT/shared"
 cp -a "$OUT/sqlite/sandbox" "$OUT/shared/sandbox"
@@ -146,6 +148,6 @@ echo
 ratio=$(awk -v p="$pg_sat_rate" -v s="$sqlite_sat_rate" 'BEGIN{printf "%.2f", p / s}')
 verdict() { if awk "BEGIN{exit !($1)}"; then echo "met"; else echo "MISSED"; fi; }
 printf 'goal  pg-sat ≥ 2,000/s: %d/s (%s)\n' "$pg_sat_rate" "$(verdict "$pg_sat_rate >= 2000")"
-printf 'goal  p99 < 20 ms at the paced rate (%d/s offered %d/s): ≤ %s ms (%s)\n' "$pg_paced_rate" "$RATE" "$pg_paced_p99" \
-    "$(verdict "$pg_paced_p99 < 20")"
+printf 'goal  ≥ 2,000/s paced with p99 < 20 ms: %d/s (offered %d/s), p99 %s ms (%s)\n' "$pg_paced_rate" "$RATE" "$pg_paced_p99" \
+    "$(verdict "$pg_paced_rate >= 2000 && $pg_paced_p99 < 20")"
 printf 'goal  pg-sat ≥ 0.7 × sqlite-sat: %d/s vs %d/s = %s× (%s)\n' "$pg_sat_rate" "$sqlite_sat_rate" "$ratio" "$(verdict "$ratio >= 0.7")"

@@ -15,7 +15,9 @@ public final class PostgresBackend: Sendable {
     /// The backend's own event loop thread: the connections' I/O and the ledger writer's task
     /// (``executor``) run on it, not on the threads that verify receipts and serve HTTP.
     private let group: MultiThreadedEventLoopGroup
-    /// Runs a task's jobs on ``group``'s thread (for the ledger writer, see ``PostgresLedgerWriter``).
+    /// ``group``'s one loop: the connections', the ledger writer's, and the lease deadlines' timers.
+    private let loop: any EventLoop
+    /// Runs a task's jobs on ``loop``'s thread (for the ledger writer, see ``PostgresLedgerWriter``).
     let executor: EventLoopTaskExecutor
     let logger: Logger
     public let url: PostgresURL
@@ -27,7 +29,8 @@ public final class PostgresBackend: Sendable {
     private init(client: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger) {
         self.client = client
         self.group = group
-        self.executor = EventLoopTaskExecutor(group.next())
+        self.loop = group.next()
+        self.executor = EventLoopTaskExecutor(loop)
         self.url = url
         self.deadline = deadline
         self.logger = logger
@@ -91,7 +94,7 @@ public final class PostgresBackend: Sendable {
     ) async throws -> T {
         guard let deadline = deadline ?? self.deadline else { return try await client.withConnection(body) }
         let race = LeaseRace()
-        return try await withThrowingTaskGroup(of: T?.self) { [client] group in
+        return try await withThrowingTaskGroup(of: T?.self) { [client, loop] group in
             group.addTask {
                 try await client.withConnection { connection in
                     guard race.connect() else { throw PostgresStoreError.timedOut(deadline) }
@@ -99,7 +102,7 @@ public final class PostgresBackend: Sendable {
                 }
             }
             group.addTask {
-                try await Task.sleep(for: deadline)
+                try await Self.sleep(on: loop, for: deadline)
                 guard race.expire() else { return nil }  // connected in time: wait for the body
                 throw PostgresStoreError.timedOut(deadline)
             }
@@ -108,6 +111,23 @@ public final class PostgresBackend: Sendable {
                 if let result { return result }
             }
             throw PostgresStoreError.timedOut(deadline)
+        }
+    }
+
+    /// Waits `duration` on a NIO timer of `loop`; throws `CancellationError` when cancelled.
+    /// From the loop's own thread (the ledger writer's lease, once per batch) this is an insert
+    /// into the loop's timer heap; `Task.sleep` registers a dispatch timer source and cancels it
+    /// again, which measured ~80 µs of the writer's thread per batch (perf, 2,000 redemptions/s).
+    static func sleep(on loop: any EventLoop, for duration: Duration) async throws {
+        let timer = loop.scheduleTask(in: TimeAmount(duration)) {}
+        do {
+            try await withTaskCancellationHandler {
+                try await timer.futureResult.get()
+            } onCancel: {
+                timer.cancel()
+            }
+        } catch {
+            throw CancellationError()
         }
     }
 

@@ -55,30 +55,32 @@ enum JSON {
             throw Problem(.payloadTooLarge, "request body exceeds \(limit) bytes")
         }
         if let declared, !reservation.reserve(declared) { throw Problem.busy() }
-        let outcome = await withTaskGroup(of: Result<ByteBuffer, any Error>?.self) { group in
-            group.addTask {
-                do {
-                    // A declared length is allocated once (it is what the budget holds).
-                    var buffer = ByteBufferAllocator().buffer(capacity: declared ?? 0)
-                    for try await chunk in request.body {
-                        guard chunk.readableBytes <= limit - buffer.readableBytes else { throw TooLarge() }
-                        if declared == nil, !reservation.reserve(chunk.readableBytes) { throw OverBudget() }
-                        var chunk = chunk
-                        buffer.writeBuffer(&chunk)
-                    }
-                    return .success(buffer)
-                } catch {
-                    return .failure(error)
-                }
+        // The read runs as its own task, which the shared ticker cancels at the deadline
+        // (``BodyDeadlines``): one task per body, no timer of its own.
+        let reader = Task<ByteBuffer, any Error> {
+            // A declared length is allocated once (it is what the budget holds).
+            var buffer = ByteBufferAllocator().buffer(capacity: declared ?? 0)
+            for try await chunk in request.body {
+                guard chunk.readableBytes <= limit - buffer.readableBytes else { throw TooLarge() }
+                if declared == nil, !reservation.reserve(chunk.readableBytes) { throw OverBudget() }
+                var chunk = chunk
+                buffer.writeBuffer(&chunk)
             }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+            return buffer
         }
+        let expired = BodyDeadlines.Flag()
+        let deadline = BodyDeadlines.shared.add(.now + timeout) {
+            expired.raise()
+            reader.cancel()
+        }
+        let result = await withTaskCancellationHandler {
+            await reader.result
+        } onCancel: {
+            reader.cancel()
+        }
+        BodyDeadlines.shared.remove(deadline)
+        let outcome: Result<ByteBuffer, any Error>? =
+            if expired.isRaised, case .failure = result { nil } else { result }
         switch outcome {
         case .success(let buffer)?: return buffer
         case .failure(let error)? where error is OverBudget: throw Problem.busy()

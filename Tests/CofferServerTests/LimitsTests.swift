@@ -2,6 +2,7 @@ import CofferCore
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import Synchronization
 import Testing
 
 @testable import CofferServer
@@ -93,6 +94,24 @@ final class RawConnection: @unchecked Sendable {
             // Normal requests are unaffected.
             #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok)
         }
+    }
+
+    /// The shared ticker of body deadlines expires what is due, never what is not or what was
+    /// removed, and starts again after it stopped for want of pending reads.
+    @Test func bodyDeadlinesExpireWhatIsDueOnly() async throws {
+        let deadlines = BodyDeadlines(tick: .milliseconds(5))
+        let fired = Mutex<[Int]>([])
+        _ = deadlines.add(.now) { fired.withLock { $0.append(1) } }
+        let far = deadlines.add(.now + .seconds(3600)) { fired.withLock { $0.append(2) } }
+        let removed = deadlines.add(.now + .seconds(3600)) { fired.withLock { $0.append(3) } }
+        deadlines.remove(removed)
+        #expect(await eventually(seconds: 30) { fired.withLock { $0 } == [1] })
+        #expect(deadlines.count == 1)
+        deadlines.remove(far)
+        // Nothing pending (the ticker stops when it sees so): a read added after is expired too.
+        #expect(await eventually(seconds: 30) { deadlines.count == 0 })
+        _ = deadlines.add(.now) { fired.withLock { $0.append(4) } }
+        #expect(await eventually(seconds: 30) { fired.withLock { $0 } == [1, 4] })
     }
 
     @Test func aSlowBodyGets408WithinTheBodyTimeout() async throws {
