@@ -7,8 +7,9 @@
 # thread each, CONNECTIONS/2 connections each; the SQLite phase sends both to its one
 # instance, so the client side is the same):
 #   sqlite-sat  — one SQLite instance (synchronous=FULL), as fast as it goes: the reference;
-#   pg-paced    — the two instances held at RATE redemptions/s in total (default 2,000):
-#                 the latency a client sees at that load;
+#   pg-paced    — the two instances held at RATE redemptions/s in total (default 2,050
+#                 offered: the pacing is within ~1%, the goal is 2,000 achieved): the
+#                 latency a client sees at that load;
 #   pg-sat      — the two instances as fast as they go.
 # Then `coffer ledger verify --database URL` on the shared ledger.
 #
@@ -18,16 +19,17 @@
 #
 # A two-process phase prints each process's percentiles and, under "all", those of every
 # request of both (their latency histograms merged): the goal is judged on the latter.
-# Goals (issue #13): pg-sat ≥ 2,000/s; p99 < 20 ms at the paced rate; pg-sat ≥ 0.7 ×
-# sqlite-sat. Each is printed as met or MISSED with its number. Needs wrk and Debian's postgresql; as root the
-# cluster runs as the postgres user (scripts/postgres-throwaway.sh).
+# Goals (issue #13): pg-sat ≥ 2,000/s; ≥ 2,000/s achieved in pg-paced with p99 < 20 ms;
+# pg-sat ≥ 0.7 × sqlite-sat. Each is printed as met or MISSED with its number. Needs wrk and
+# Debian's postgresql; as root the cluster runs as the postgres user
+# (scripts/postgres-throwaway.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . Benchmarks/load-common.sh
 S=${SECONDS_EACH:-10}
 C=${CONNECTIONS:-32}
 T=1
-RATE=${RATE:-2000}
+RATE=${RATE:-2050}
 # Fresh receipts for the paced and the saturated PostgreSQL phases (the SQLite ledger is
 # another database: it uses the same receipts).
 N=${RECEIPTS:-$((S * 8000))}

@@ -1,8 +1,8 @@
 -- Bodies START .. START+COUNT-1 of bodies.ndjson, in order, cycling. With RATE set, each
 -- connection waits between requests so that the thread offers RATE/THREADS requests a
--- second (a controller corrects the wait once a second from the rate of the last second and
--- from the whole run's so far, so that a slow start is made up; wrk's latency excludes the
--- wait). With HISTOGRAM set, done() also writes every latency wrk recorded to that file, as
+-- second (once a second a controller measures the latency the requests added to the wait and
+-- sets the wait for the target rate, plus what the run so far fell short of it; wrk's
+-- latency excludes the wait). With HISTOGRAM set, done() also writes every latency wrk recorded to that file, as
 -- "microseconds count" lines, so that two wrk processes' latencies can be merged exactly.
 local bodies = {}
 for line in io.lines(os.getenv("BODIES")) do bodies[#bodies + 1] = line end
@@ -24,10 +24,11 @@ function init(args)
   statuses = {}
   if rate > 0 then
     target = rate / stride
-    -- Start a little short of the interval: each request's own latency adds to the wait.
-    wait = 0.8 * tonumber(os.getenv("CONNECTIONS")) / stride * 1000 / target
+    conns = tonumber(os.getenv("CONNECTIONS")) / stride
+    -- Each connection's turn is its wait plus its request's latency: start at half the
+    -- interval (a little fast); the controller then measures the latency and sets the wait.
+    wait = 0.5 * conns * 1000 / target
     second, done_this_second = os.time(), 0
-    paced = wait -- the wait the last second's rate asks for; `wait` adds the whole run's correction
   end
 end
 request = function()
@@ -38,19 +39,22 @@ response = function(status, headers, body)
   statuses[status] = (statuses[status] or 0) + 1
   if target then
     done_this_second = done_this_second + 1
-    if done_since then done_since = done_since + 1 end
+    if since then done_since = done_since + 1 end
     local now = os.time()
-    if now ~= second then
+    if now ~= second and not since then
+      -- The first second began at a random point: whole seconds are counted from here.
+      since, done_since = now, 0
+      second, done_this_second = now, 0
+    elseif now ~= second then
       local achieved = done_this_second / (now - second)
-      paced = math.max(0, paced * math.min(1.5, math.max(0.5, achieved / target)))
-      -- Behind over the whole seconds so far: a shorter wait (at most 10%); ahead: a longer one.
-      local overall = 1
-      if since then
-        overall = math.min(1.1, math.max(0.9, done_since / (target * (now - since))))
-      else
-        since, done_since = now, 0 -- the first whole second starts now
-      end
-      wait = paced * overall
+      -- The latency each turn added to the wait, smoothed over the seconds.
+      local measured = math.max(0, conns * 1000 / achieved - wait)
+      latency = latency and (latency + measured) / 2 or measured
+      -- Aim at the target, plus what the whole seconds so far fell short of it (at most 10%).
+      local behind = target * (now - since) - done_since
+      local want = target + math.max(-0.1 * target, math.min(0.1 * target, behind))
+      wait = math.max(0, conns * 1000 / want - latency)
+      if os.getenv("PACE_DEBUG") then io.stderr:write(string.format("pace %d achieved %.0f measured %.2f latency %.2f want %.0f wait %.2f\n", now, achieved, measured, latency, want, wait)) end
       second, done_this_second = now, 0
     end
   end

@@ -79,8 +79,11 @@ enum JSON {
             reader.cancel()
         }
         BodyDeadlines.shared.remove(deadline)
+        // A read cancelled by its deadline is the timeout; one that failed on its own (too
+        // large, over budget, the connection lost) keeps its error even when the deadline
+        // passed just after.
         let outcome: Result<ByteBuffer, any Error>? =
-            if expired.isRaised, case .failure = result { nil } else { result }
+            if expired.isRaised, case .failure(let error) = result, error is CancellationError { nil } else { result }
         switch outcome {
         case .success(let buffer)?: return buffer
         case .failure(let error)? where error is OverBudget: throw Problem.busy()

@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import Logging
 import Prometheus
+import Synchronization
 
 /// Coffer's Prometheus metrics, served at `GET /metrics`.
 public final class CofferMetrics: Sendable {
@@ -37,14 +38,27 @@ public final class CofferMetrics: Sendable {
     }
 
     func redemption(result: String) {
-        registry.makeCounter(descriptor: Self.name("redemptions_total", "Redemption attempts by result code"), labels: [("result", result)])
-            .increment()
+        counter(in: redemptions, "redemptions_total", "Redemption attempts by result code", label: "result", value: result).increment()
     }
 
     func rateLimited(route: String) {
-        registry.makeCounter(descriptor: Self.name("rate_limited_total", "Requests refused with 429 by route"), labels: [("route", route)])
-            .increment()
+        counter(in: rateLimits, "rate_limited_total", "Requests refused with 429 by route", label: "route", value: route).increment()
     }
+
+    /// Labelled counters, kept by label value once made: the registry's `makeCounter` builds and
+    /// validates the metric's name and takes the registry's lock on every call (once per
+    /// redemption). The values come from fixed sets (result codes, routes); past `maxKept`
+    /// the registry is asked each time.
+    private func counter(in kept: borrowing Mutex<[String: Counter]>, _ metric: String, _ help: String, label: String, value: String) -> Counter {
+        if let counter = kept.withLock({ $0[value] }) { return counter }
+        let made = registry.makeCounter(descriptor: Self.name(metric, help), labels: [(label, value)])
+        kept.withLock { if $0.count < Self.maxKept { $0[value] = made } }
+        return made
+    }
+
+    private static let maxKept = 256
+    private let redemptions = Mutex<[String: Counter]>([:])
+    private let rateLimits = Mutex<[String: Counter]>([:])
 
     func render() -> String {
         var buffer: [UInt8] = []
