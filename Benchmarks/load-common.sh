@@ -55,14 +55,11 @@ field() { awk -v k="$1:" '{for (i = 1; i < NF; i++) if ($i == k) {print $(i + 1)
 # percentiles FILE…: p50, p90 and p99 in ms (as "p50_ms: … p90_ms: … p99_ms: …") of all the
 # latencies of these histograms (run_wrk's OUTFILE.hist) together.
 percentiles() {
-    cat "$@" | awk '{count[$1] += $2; n += $2} END {
-        m = 0; for (v in count) values[++m] = v + 0
-        # insertion sort is enough: a few thousand distinct values
-        for (i = 2; i <= m; i++) { x = values[i]; j = i - 1; while (j > 0 && values[j] > x) { values[j + 1] = values[j]; j-- } values[j + 1] = x }
+    sort -n -k1,1 "$@" | awk '{value[NR] = $1; count[NR] = $2; n += $2} END {
         split("50 90 99", ps, " "); seen = 0; k = 1
-        for (i = 1; i <= m && k <= 3; i++) {
-            seen += count[values[i]]
-            while (k <= 3 && seen >= ps[k] / 100 * n) { out[k] = values[i]; k++ }
+        for (i = 1; i <= NR && k <= 3; i++) {
+            seen += count[i]
+            while (k <= 3 && seen >= ps[k] / 100 * n) { out[k] = value[i]; k++ }
         }
         printf "p50_ms: %.2f p90_ms: %.2f p99_ms: %.2f\n", out[1] / 1000, out[2] / 1000, out[3] / 1000
     }'

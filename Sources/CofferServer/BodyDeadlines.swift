@@ -40,15 +40,10 @@ final class BodyDeadlines: Sendable {
         return id
     }
 
-    func remove(_ id: UInt64) { _ = state.withLock { $0.pending.removeValue(forKey: id) } }
-
-    /// Set by an expiry before it cancels the read: a read that failed after it was cancelled
-    /// for its deadline.
-    final class Flag: Sendable {
-        private let raised = Atomic<Bool>(false)
-        func raise() { raised.store(true, ordering: .releasing) }
-        var isRaised: Bool { raised.load(ordering: .acquiring) }
-    }
+    /// Forgets the deadline `id`; false when it had already expired (its `expire` has been or is
+    /// being called).
+    @discardableResult
+    func remove(_ id: UInt64) -> Bool { state.withLock { $0.pending.removeValue(forKey: id) != nil } }
 
     /// Reads still pending (tests).
     var count: Int { state.withLock { $0.pending.count } }

@@ -68,22 +68,18 @@ enum JSON {
             }
             return buffer
         }
-        let expired = BodyDeadlines.Flag()
-        let deadline = BodyDeadlines.shared.add(.now + timeout) {
-            expired.raise()
-            reader.cancel()
-        }
+        let deadline = BodyDeadlines.shared.add(.now + timeout) { reader.cancel() }
         let result = await withTaskCancellationHandler {
             await reader.result
         } onCancel: {
             reader.cancel()
         }
-        BodyDeadlines.shared.remove(deadline)
+        let expired = !BodyDeadlines.shared.remove(deadline)
         // A read cancelled by its deadline is the timeout; one that failed on its own (too
         // large, over budget, the connection lost) keeps its error even when the deadline
         // passed just after.
         let outcome: Result<ByteBuffer, any Error>? =
-            if expired.isRaised, case .failure(let error) = result, error is CancellationError { nil } else { result }
+            if expired, case .failure(let error) = result, error is CancellationError { nil } else { result }
         switch outcome {
         case .success(let buffer)?: return buffer
         case .failure(let error)? where error is OverBudget: throw Problem.busy()

@@ -289,8 +289,8 @@ public final class CachedContentStore: ContentStore {
     /// Removes the least recently used objects, none used in the last ``recentUse`` (by this
     /// process, or by another one sharing the directory: the file's time), until the cache is
     /// within its budget.
-    func evict(now: Date? = nil) {
-        let now = now ?? clock()
+    func evict() {
+        let now = clock()
         let cutoff = now.addingTimeInterval(-Self.recentUse)
         let (excess, candidates) = state.withLock { state -> (Int64, [String]) in
             guard state.total > budget else { return (0, []) }

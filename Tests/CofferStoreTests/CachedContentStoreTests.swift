@@ -219,7 +219,7 @@ struct CachedContentStoreTests {
             // as of two minutes past both.
             let later = max(clock.read(), Date()).addingTimeInterval(120)
             clock.advance(later.timeIntervalSince(clock.read()))
-            cache.evict(now: later)
+            cache.evict()
             #expect(cache.statistics.bytes == 400)
             #expect(cache.localFile(sha256: digests[1]) == nil, "the least recently used went")
             #expect(!FileManager.default.fileExists(atPath: directory + "/objects/" + digests[1].prefix(2) + "/" + digests[1].dropFirst(2)))
@@ -234,12 +234,12 @@ struct CachedContentStoreTests {
             await cache.fill(extra)
             // Uses in this process, oldest first: 2, 0, 3, 4 (just above), extra. Evicting two
             // minutes on, when digests[2]'s file was touched after the cut-off.
-            let second = clock.read().addingTimeInterval(120)
-            let future = timeval(tv_sec: Int(second.timeIntervalSince1970) + 60, tv_usec: 0)
+            clock.advance(120)
+            let future = timeval(tv_sec: Int(clock.read().timeIntervalSince1970) + 60, tv_usec: 0)
             var times = [future, future]
             let path2 = directory + "/objects/" + digests[2].prefix(2) + "/" + digests[2].dropFirst(2)
             #expect(utimes(path2, &times) == 0)
-            cache.evict(now: second)
+            cache.evict()
             #expect(cache.statistics.bytes == 400)
             #expect(FileManager.default.fileExists(atPath: path2), "touched by another instance: kept")
             #expect(cache.localFile(sha256: digests[0]) == nil, "the next least recently used went instead")
