@@ -46,6 +46,7 @@ SERVERS=()
 cleanup() {
     for pid in "${SERVERS[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    cp "$OUT/cluster/postgres.log" "$OUT/postgres.log" 2>/dev/null || true
     scripts/postgres-throwaway.sh stop "$OUT/cluster" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -84,10 +85,12 @@ phase() {
     [ -f "$OUT/cluster/data/postmaster.pid" ] && pgp=$(postgres_pids)
     coffer_before=$(cpu "${SERVERS[@]}")
     pg_before=$(cpu $pgp)
+    echo "$name start $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     run_wrk "$OUT/$name-a.txt" "$port_a" "$OUT/bodies-1.ndjson" "$start" 0 $((rate / 2)) "$half" &
     local a=$!
     run_wrk "$OUT/$name-b.txt" "$port_b" "$OUT/bodies-2.ndjson" "$start" 0 $((rate / 2)) "$half"
     wait "$a"
+    echo "$name end $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     coffer_after=$(cpu "${SERVERS[@]}")
     pg_after=$(cpu $pgp)
     local ra rb
@@ -126,6 +129,29 @@ else
         read -r URL
     } < <(scripts/postgres-throwaway.sh start "$OUT/cluster")
     echo "PostgreSQL $(ls -d /usr/lib/postgresql/*/bin | sort -t/ -k5,5 -n -r | head -1 | cut -d/ -f5) on port $pg_port" >&2
+    # A server in service reuses its WAL segments: each checkpoint renames the used ones
+    # for reuse. A cluster made a second ago has none, so the commit that first crosses
+    # into each new 16 MB segment waits while PostgreSQL writes it full of zeros and
+    # flushes it (wait events IO:WALInitWrite and IO:WALInitSync: 30–90 ms on this disk,
+    # about every 9,000 redemptions, with the chain's lock held). So that the phases
+    # measure a server in service, WARM_WAL segments (default 12, ~2.5 times what the
+    # phases write) are written and checkpointed first. WARM_WAL=0: a cold cluster.
+    warm=${WARM_WAL:-12}
+    if [ "$warm" -gt 0 ]; then
+        psql "$URL" -qAtX -v ON_ERROR_STOP=1 >/dev/null <<SQL
+CREATE TABLE coffer_bench_warm (x int);
+DO \$\$ BEGIN FOR i IN 1..$warm LOOP INSERT INTO coffer_bench_warm VALUES (i); PERFORM pg_switch_wal(); END LOOP; END \$\$;
+DROP TABLE coffer_bench_warm;
+CHECKPOINT;
+SQL
+        echo "WAL: $warm segments written and checkpointed for reuse (WARM_WAL=0: a cold cluster); $(psql "$URL" -qAtX -c "SELECT count(*) FROM pg_ls_waldir()") in pg_wal" >&2
+    fi
+    # PG_LOG=1: the server logs every statement slower than 10 ms and every autovacuum run
+    # (kept in $OUT/postgres.log), to find what a slow percentile waited for.
+    if [ "${PG_LOG:-0}" = 1 ]; then
+        psql "$URL" -qAtX -c "ALTER SYSTEM SET log_min_duration_statement = '10ms'" -c "ALTER SYSTEM SET log_autovacuum_min_duration = 0" \
+            -c "ALTER SYSTEM SET log_checkpoints = on" -c "SELECT pg_reload_conf()" >/dev/null
+    fi
 fi
 mkdir -p "$OUT/shared"
 cp -a "$OUT/sqlite/sandbox" "$OUT/shared/sandbox"

@@ -124,6 +124,14 @@ enum PostgresChain {
         }
     }
 
+    /// Waits until the server's WAL is flushed through everything committed so far: one WAL
+    /// record in a transaction of its own, committed as the session's `synchronous_commit`
+    /// says (on: flushed; with synchronous standbys, as they confirm). For a batch whose
+    /// CALL failed after its COMMIT, which migration 0005 makes without waiting for the flush.
+    static func flush(_ c: PostgresConnection, logger: Logger) async throws {
+        try await c.query("SELECT pg_logical_emit_message(true, 'coffer', '')", logger: logger)
+    }
+
     /// The hash of the event at `sequence`; nil when there is none.
     static func eventHash(_ c: PostgresConnection, sequence: Int64, logger: Logger) async throws -> String? {
         try await c.column("SELECT entry_hash FROM ledger_events WHERE sequence = \(sequence)", String.self, logger: logger).first

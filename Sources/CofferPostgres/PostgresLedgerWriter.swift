@@ -12,7 +12,9 @@ import PostgresNIO
 /// so batches of every instance are serialised in the database; the replay rule's reads run
 /// after the lock, and the write (`coffer_append_commit`) lets the lock go only after its
 /// COMMIT: no other instance can insert the same purchase in between, and the unique index
-/// `redemptions_replay` stays as the backstop.
+/// `redemptions_replay` stays as the backstop. That COMMIT does not wait for the flush; the
+/// CALL waits for it after letting the lock go (migration 0005), so one instance's flush no
+/// longer holds up the other's turn, and callers are still answered only once flushed.
 final class PostgresLedgerWriter: Sendable {
     static let maxBatch = 512
 
@@ -42,7 +44,8 @@ final class PostgresLedgerWriter: Sendable {
         let results: [LedgerWriteJob.Result]
         do {
             // Two round trips: the chain's session lock and the reads, then the write, which
-            // commits by itself and lets the lock go (PostgresChain.take, migration 0004).
+            // commits by itself, lets the lock go and then waits for the flush
+            // (PostgresChain.take, migrations 0004 and 0005).
             results = try await backend.chainTurn { c in
                 let locked = try await PostgresChain.take(c, purchases: BatchPlan.purchases(batch), logger: backend.logger)
                 if let checkpoints {
@@ -166,9 +169,11 @@ private struct BatchPlan {
                 c, redemptions: redemptions, attempts: attempts, linked: linked, release: PostgresChain.lockKey, logger: logger)
         } catch {
             // A CALL that failed may still have committed (an error after its COMMIT, the
-            // answer lost): the batch's last event says. Committed rows are never answered 503.
+            // answer lost): the batch's last event says. Committed rows are never answered
+            // 503 — once flushed: that COMMIT did not wait for the flush (migration 0005).
             guard let last = linked.sequences.last, let hash = linked.hashes.last,
-                (try? await PostgresChain.eventHash(c, sequence: last, logger: logger)) == hash
+                (try? await PostgresChain.eventHash(c, sequence: last, logger: logger)) == hash,
+                (try? await PostgresChain.flush(c, logger: logger)) != nil
             else { throw error }
             logger.warning("the ledger write reported an error after it committed", metadata: ["error": "\(error)"])
             await PostgresChain.letGo(c, logger: logger)

@@ -125,9 +125,9 @@ extension LedgerCheckpoint {
 enum PostgresRows {
     /// In the caller's transaction (which holds the transaction-scoped lock), or — `release`
     /// given — as the ledger writer's append: `CALL coffer_append_commit`, which writes,
-    /// commits (flushed on the server before the CALL answers, so a caller answered after this
-    /// returns is answered after the flush) and lets the session lock `release` go
-    /// (``PostgresChain/take(_:purchases:logger:)``); called outside a transaction block.
+    /// commits, lets the session lock `release` go (``PostgresChain/take(_:purchases:logger:)``)
+    /// and then waits for the flush (migration 0005): a caller answered after this returns is
+    /// answered after the flush. Called outside a transaction block.
     static func write(
         _ c: PostgresConnection, redemptions rows: [Redemption], attempts: [RejectedAttempt], linked: PostgresChain.Linked, release: Int64? = nil,
         logger: Logger

@@ -143,6 +143,36 @@ struct PostgresWriterTests {
         }
     }
 
+    /// Whether every page of the ledger's tables was last changed at a WAL position the server
+    /// has flushed (pageinspect reads the page headers; nothing else writes this database).
+    static func pagesFlushed(_ backend: PostgresBackend) async throws -> Bool {
+        try await backend.read { c in
+            try await c.column(
+                """
+                SELECT bool_and((page_header(get_raw_page(t.name, b::int))).lsn <= pg_current_wal_flush_lsn())
+                FROM unnest(ARRAY['redemptions', 'ledger_events', 'ledger_head']) AS t(name)
+                CROSS JOIN LATERAL generate_series(0, pg_relation_size(t.name) / 8192 - 1) AS b
+                """, Bool.self, logger: backend.logger)
+        }.first == true
+    }
+
+    @Test("a redemption is answered only once the server flushed it, though its batch's COMMIT no longer waits for the flush")
+    func answeredOnlyOnceFlushed() async throws {
+        try await Self.withBackend { backend, cluster, name in
+            try cluster.psql("CREATE EXTENSION pageinspect", database: name)
+            // The batch's COMMIT is asynchronous: the WAL writer flushes it within 200 ms by
+            // itself, so without the CALL's own flush most of these checks would fail.
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            for i in 0..<20 {
+                #expect(try await ledger.insert(makeRedemption("96\(i)")).inserted?.sequence == Int64(i + 1))
+                #expect(try await Self.pagesFlushed(backend), "redemption \(i + 1) answered before its flush")
+            }
+            #expect(try cluster.psql("SHOW synchronous_commit", database: name) == "on")
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            await ledger.finishWrites()
+        }
+    }
+
     @Test("a write that fails after its COMMIT is answered as committed, and the lock is let go")
     func errorAfterCommitIsNotA503() async throws {
         try await Self.withBackend(poolSize: 1) { backend, cluster, name in
@@ -151,9 +181,13 @@ struct PostgresWriterTests {
             let failing = definition.replacingOccurrences(of: "    COMMIT;\n", with: "    COMMIT;\n    RAISE EXCEPTION 'after the commit';\n")
             try #require(failing != definition)
             try cluster.psql(failing, database: name)
+            try cluster.psql("CREATE EXTENSION pageinspect", database: name)
             let ledger = PostgresLedger(backend, checkpoints: nil)
             let outcome = try await ledger.insert(makeRedemption("950"))
             #expect(outcome.inserted?.sequence == 1, "committed, so answered as such: \(outcome)")
+            // That COMMIT did not wait for the flush, and the CALL failed before its own: the
+            // writer flushed before answering.
+            #expect(try await Self.pagesFlushed(backend))
             #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "1")
             #expect(try Self.chainLocks(cluster, name) == "0")
             // A failure before the COMMIT is still a failure, and nothing was written.
