@@ -124,12 +124,24 @@ enum PostgresChain {
         }
     }
 
-    /// Waits until the server's WAL is flushed through everything committed so far: one WAL
-    /// record in a transaction of its own, committed as the session's `synchronous_commit`
-    /// says (on: flushed; with synchronous standbys, as they confirm). For a batch whose
-    /// CALL failed after its COMMIT, which migration 0005 makes without waiting for the flush.
+    /// Waits until the server's WAL is flushed through everything committed so far
+    /// (`coffer_flush`, migration 0005: one WAL record in a transaction of its own, committed
+    /// inside the CALL as the session's `synchronous_commit` says — on: flushed; with
+    /// synchronous standbys, as they confirm). For a batch whose CALL failed after its COMMIT,
+    /// which migration 0005 makes without waiting for the flush, and for readers that publish
+    /// what they read (``flushed(_:logger:_:)``).
     static func flush(_ c: PostgresConnection, logger: Logger) async throws {
-        try await c.query("SELECT pg_logical_emit_message(true, 'coffer', '')", logger: logger)
+        try await c.query("CALL coffer_flush()", logger: logger)
+    }
+
+    /// Runs the read `body`, then ``flush(_:logger:)``: whatever it read was committed before
+    /// the flush began, so it is durable when this returns — for answers that publish signed
+    /// material (checkpoints, the seal, chained events), which must never name a batch that a
+    /// crash of the server then loses.
+    static func flushed<T>(_ c: PostgresConnection, logger: Logger, _ body: () async throws -> T) async throws -> T {
+        let result = try await body()
+        try await flush(c, logger: logger)
+        return result
     }
 
     /// The hash of the event at `sequence`; nil when there is none.

@@ -14,21 +14,35 @@ extension PostgresLedger: LedgerAuditRepository {
         try await events(after: after, limit: limit).map(\.chainedEntry)
     }
 
-    /// Ledger events after `after`, in order, joined with their rows.
+    /// Ledger events after `after`, in order, joined with their rows. Like the checkpoints and
+    /// the seal below, flushed before they are returned (``PostgresChain/flushed(_:logger:_:)``):
+    /// a writer's batch is visible before its flush (migration 0005).
     public func events(after: Int64, limit: Int) async throws -> [StoredEvent] {
-        try await backend.read { c in try await Self.events(c, after: after, limit: limit, logger: backend.logger) }
+        try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) {
+                try await Self.events(c, after: after, limit: limit, logger: backend.logger)
+            }
+        }
     }
 
     public func checkpoints(after: Int64, limit: Int) async throws -> [LedgerCheckpoint] {
-        try await backend.read { c in try await PostgresChain.checkpoints(c, after: after, limit: limit, logger: backend.logger) }
+        try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) {
+                try await PostgresChain.checkpoints(c, after: after, limit: limit, logger: backend.logger)
+            }
+        }
     }
 
     public func latestCheckpoint() async throws -> LedgerCheckpoint? {
-        try await backend.read { c in try await PostgresChain.latestCheckpoint(c, logger: backend.logger) }
+        try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) { try await PostgresChain.latestCheckpoint(c, logger: backend.logger) }
+        }
     }
 
     public func sealedHead() async throws -> LedgerCheckpoint? {
-        try await backend.read { c in try await PostgresChain.sealedHead(c, logger: backend.logger) }
+        try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) { try await PostgresChain.sealedHead(c, logger: backend.logger) }
+        }
     }
 
     /// Signs the chain's head unless a checkpoint covers it already — when this instance wins

@@ -173,6 +173,34 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test("without EXECUTE on pg_logical_emit_message the writer's COMMIT waits for the flush under the lock, as before 0005")
+    func noFlushRecordMeansSynchronousCommit() async throws {
+        try await Self.withBackend { backend, cluster, name in
+            try cluster.psql("CREATE EXTENSION pageinspect", database: name)
+            let role = "plain_\(name)"
+            try cluster.psql(
+                """
+                CREATE ROLE \(role) LOGIN;
+                GRANT ALL ON ALL TABLES IN SCHEMA public TO \(role);
+                REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
+                """, database: name)
+            let url = try #require(
+                cluster.url(database: name).replacingOccurrences(of: "//postgres@", with: "//\(role)@").nilIfSame(cluster.url(database: name)))
+            let plain = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: true, logger: Logger(label: "plain"))
+            let ledger = PostgresLedger(plain, checkpoints: nil)
+            for i in 0..<5 {
+                #expect(try await ledger.insert(makeRedemption("97\(i)")).inserted?.sequence == Int64(i + 1))
+                #expect(try await Self.pagesFlushed(backend))
+            }
+            #expect(try await plain.read { c in try await c.column("SELECT coffer_flush_after()", Bool.self, logger: plain.logger) } == [false])
+            // The audit reads' flush is a no-op there, not an error.
+            #expect(try await ledger.events(after: 0, limit: 10).count == 5)
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            await ledger.finishWrites()
+            await plain.close()
+        }
+    }
+
     @Test("a write that fails after its COMMIT is answered as committed, and the lock is let go")
     func errorAfterCommitIsNotA503() async throws {
         try await Self.withBackend(poolSize: 1) { backend, cluster, name in
@@ -265,4 +293,9 @@ struct PostgresWriterTests {
             await second.close()
         }
     }
+}
+
+extension String {
+    /// nil when equal to `other` (a replacement that found nothing).
+    fileprivate func nilIfSame(_ other: String) -> String? { self == other ? nil : self }
 }
