@@ -52,6 +52,11 @@ ALTER ROLE coffer_audit IN DATABASE coffer SET default_transaction_read_only = o
 -- or a later ALTER SYSTEM says. With synchronous replication, `on` waits for the synchronous
 -- standby's flush too; use remote_apply here if you also want the standby to have applied it.
 ALTER ROLE coffer_app IN DATABASE coffer SET synchronous_commit = on;
+-- The writer lets the chain's lock go before its batch is flushed and then waits for the
+-- flush with a one-record transaction (pg_logical_emit_message, prefix 'coffer'; EXECUTE is
+-- granted to PUBLIC by default; migration 0005). Revoking it is safe: each batch's COMMIT
+-- then waits for the flush under the lock, as before 0005. CDC consumers that ask for
+-- logical messages can drop the 'coffer' prefix.
 
 -- Optional: cap the connections, at least instances × COFFER_DATABASE_POOL_SIZE (default 10)
 -- plus a few for `coffer keys`.

@@ -5,8 +5,8 @@ import PostgresNIO
 
 /// Group commit on PostgreSQL: the redemptions and attempts that arrive while a batch is being
 /// written go together into the next transaction — a fixed number of statements for the whole
-/// batch (array parameters), and one commit flushed on the server (`synchronous_commit`) for
-/// many rows. Callers are answered only after that COMMIT returned.
+/// batch (array parameters), and one flush on the server (`synchronous_commit`) for many
+/// rows. Callers are answered only after that flush.
 ///
 /// A batch takes the chain's advisory lock first (for its session: ``PostgresChain/take(_:purchases:logger:)``),
 /// so batches of every instance are serialised in the database; the replay rule's reads run
