@@ -20,7 +20,8 @@ wait_healthy() {
 
 # mint_bodies SANDBOX_DIR COUNT OUT SHARDS: COUNT fresh sandbox receipts for the demo
 # product, as one JSON body per line, dealt round-robin into OUT/bodies-1.ndjson …
-# OUT/bodies-SHARDS.ndjson (one file per load generator, so that none replays another's).
+# OUT/bodies-SHARDS.ndjson (one file per load generator, so that none replays another's);
+# synced to the disk before it returns.
 mint_bodies() {
     local sandbox=$1 count=$2 out=$3 shards=$4
     echo "minting $count sandbox receipts …" >&2
@@ -37,6 +38,11 @@ for i, name in enumerate(sorted(os.listdir(os.path.join(out, "receipts")))):
 for f in files:
     f.close()
 PY
+    # The receipts are in the bodies now. Their files and the bodies are written back to the
+    # disk here, not 30 s later (the kernel's dirty_expire) during a phase, where that
+    # writeback would compete with the fsyncs being measured.
+    rm -rf "$out/receipts"
+    sync
 }
 
 # run_wrk OUTFILE PORT BODIES START COUNT RATE CONNECTIONS: one wrk process (THREADS

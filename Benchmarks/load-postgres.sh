@@ -72,19 +72,31 @@ cpu() {
 }
 # The PostgreSQL server's processes: the postmaster and its children (backends, WAL writer…).
 postgres_pids() {
+    [ -f "$OUT/cluster/data/postmaster.pid" ] || return 0
     local pm
     pm=$(head -1 "$OUT/cluster/data/postmaster.pid")
     echo "$pm" $(ps -o pid= --ppid "$pm")
+}
+# ticks PID…: "PID TICKS" per live process (user + system clock ticks used so far).
+ticks() {
+    local pid
+    for pid in "$@"; do [ -r "/proc/$pid/stat" ] && awk -v p="$pid" '{print p, $14 + $15}' "/proc/$pid/stat"; done
+    return 0
+}
+# spent BEFORE AFTER: CPU seconds used between two `ticks` outputs. A process that started
+# in between (a backend for a new connection) counts in full; one that ended is not seen.
+spent() {
+    awk -v k="$tick" 'NR == FNR {if (NF == 2) before[$1] = $2; next} NF == 2 {s += $2 - ($1 in before ? before[$1] : 0)} END {print s / k}' \
+        <(echo "$1") <(echo "$2")
 }
 
 # phase NAME PORT_A PORT_B START RATE: both wrk processes at once, bodies-1 to PORT_A and
 # bodies-2 to PORT_B, from body START of each; RATE in total (0: saturate). Prints one line.
 phase() {
     local name=$1 port_a=$2 port_b=$3 start=$4 rate=$5
-    local coffer_before pg_before coffer_after pg_after pgp=""
-    [ -f "$OUT/cluster/data/postmaster.pid" ] && pgp=$(postgres_pids)
+    local coffer_before pg_before coffer_after pg_after
     coffer_before=$(cpu "${SERVERS[@]}")
-    pg_before=$(cpu $pgp)
+    pg_before=$(ticks $(postgres_pids))
     echo "$name start $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     run_wrk "$OUT/$name-a.txt" "$port_a" "$OUT/bodies-1.ndjson" "$start" 0 $((rate / 2)) "$half" &
     local a=$!
@@ -92,7 +104,7 @@ phase() {
     wait "$a"
     echo "$name end $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     coffer_after=$(cpu "${SERVERS[@]}")
-    pg_after=$(cpu $pgp)
+    pg_after=$(spent "$pg_before" "$(ticks $(postgres_pids))")
     local ra rb
     ra=$(field rate "$OUT/$name-a.txt")
     rb=$(field rate "$OUT/$name-b.txt")
@@ -108,7 +120,7 @@ phase() {
     printf '%-10s statuses [a] %s [b] %s; CPU per 1,000: coffer %.2f s, postgres %.2f s\n' "" \
         "$(grep '^statuses' "$OUT/$name-a.txt" | cut -d' ' -f2-)" "$(grep '^statuses' "$OUT/$name-b.txt" | cut -d' ' -f2-)" \
         "$(awk -v a="$coffer_before" -v b="$coffer_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print (b-a)/(n*s)*1000}')" \
-        "$(awk -v a="$pg_before" -v b="$pg_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print (b-a)/(n*s)*1000}')"
+        "$(awk -v used="$pg_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print used/(n*s)*1000}')"
 }
 
 # 1. SQLite: the reference.
@@ -157,6 +169,8 @@ mkdir -p "$OUT/shared"
 cp -a "$OUT/sqlite/sandbox" "$OUT/shared/sandbox"
 rm -f "$OUT/shared/sandbox/demo-keys.json"
 "$BIN" migrate --database "$URL" >/dev/null
+# What the SQLite phase and the set-up wrote goes to the disk now, not during the phases.
+sync
 serve pg-a $((PORT + 1)) --data-dir "$OUT/shared" --database "$URL"
 serve pg-b $((PORT + 2)) --data-dir "$OUT/shared" --database "$URL"
 phase pg-paced $((PORT + 1)) $((PORT + 2)) 1 "$RATE"

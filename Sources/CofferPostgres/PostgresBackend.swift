@@ -6,12 +6,19 @@ import NIOPosix
 import PostgresNIO
 import Synchronization
 
-/// The connection pool to one PostgreSQL database, shared by every repository of this module.
-/// It runs the pool (``PostgresClient/run()``) from ``open(_:poolSize:logger:)`` until ``close()``,
+/// The connection pool to one PostgreSQL database, shared by every repository of this module,
+/// and the ledger writer's own connection (``chainTurn(_:)``). It runs both
+/// (``PostgresClient/run()``) from ``open(_:poolSize:logger:)`` until ``close()``,
 /// applies the embedded migrations, and runs transactions whose failures are storage failures
 /// (503 `storageUnavailable`), never bare errors of the driver.
 public final class PostgresBackend: Sendable {
     let client: PostgresClient
+    /// One connection, the ledger writer's alone: its turns always run on the same server
+    /// session, whose plans for the chain's procedures are made once. From the shared pool a
+    /// turn could land on a session that had only served reads, and plan `coffer_take_chain`
+    /// and `coffer_append_commit` there holding the chain's lock (5–10 ms, under which both
+    /// instances' redemptions waited), and a catalogue read could take the writer's session.
+    private let writer: PostgresClient
     /// The backend's own event loop thread: the connections' I/O and the ledger writer's task
     /// (``executor``) run on it, not on the threads that verify receipts and serve HTTP.
     private let group: MultiThreadedEventLoopGroup
@@ -26,24 +33,35 @@ public final class PostgresBackend: Sendable {
     let deadline: Duration?
     private let running: Task<Void, Never>
 
-    private init(client: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger) {
+    private init(
+        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger
+    ) {
         self.client = client
+        self.writer = writer
         self.group = group
         self.loop = group.next()
         self.executor = EventLoopTaskExecutor(loop)
         self.url = url
         self.deadline = deadline
         self.logger = logger
-        self.running = Task { await client.run() }
+        self.running = Task {
+            await withDiscardingTaskGroup { pools in
+                pools.addTask { await client.run() }
+                pools.addTask { await writer.run() }
+            }
+        }
     }
 
-    /// Connects (at most `poolSize` connections) and checks the server answers.
+    /// Connects (at most `poolSize` connections: the ledger writer's own one and `poolSize` − 1
+    /// shared by everything else, with 2 at least) and checks the server answers.
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
     public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
-        let configuration = try url.clientConfiguration(poolSize: poolSize, timeouts: timeouts)
+        let shared = try url.clientConfiguration(poolSize: max(1, poolSize - 1), timeouts: timeouts)
+        let own = try url.clientConfiguration(poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let backend = PostgresBackend(
-            client: PostgresClient(configuration: configuration, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
+            client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
+            writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
             deadline: timeouts ? .seconds(10) : nil, logger: logger)
         // Let the pool's task start before the first lease (the driver warns about a lease
         // before `run()`; the lease itself would wait either way).
@@ -55,6 +73,8 @@ public final class PostgresBackend: Sendable {
                     backend.logger.warning("synchronous_commit is off on the database: a 201 may be lost if the database server crashes")
                 }
             }
+            // The server's writer session is made now, not by the first redemption.
+            if timeouts { try await backend.chainTurn { _ = try await $0.query("SELECT 1", logger: backend.logger) } }
         } catch {
             await backend.close()
             throw error
@@ -90,11 +110,12 @@ public final class PostgresBackend: Sendable {
     /// connection or the deadline, wins (``LeaseRace``): a connection granted after the
     /// deadline runs nothing.
     private func withConnection<T: Sendable>(
-        deadline: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+        deadline: Duration? = nil, writer: Bool = false, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
+        let client = writer ? self.writer : self.client
         guard let deadline = deadline ?? self.deadline else { return try await client.withConnection(body) }
         let race = LeaseRace()
-        return try await withThrowingTaskGroup(of: T?.self) { [client, loop] group in
+        return try await withThrowingTaskGroup(of: T?.self) { [loop] group in
             group.addTask {
                 try await client.withConnection { connection in
                     guard race.connect() else { throw PostgresStoreError.timedOut(deadline) }
@@ -156,12 +177,12 @@ public final class PostgresBackend: Sendable {
 
     /// Runs `body` — ``PostgresChain/take(_:purchases:logger:)``, reads, then one write that
     /// commits by itself and lets the chain's session lock go — outside a transaction block, on
-    /// a connection within ``deadline``. When `body` throws, the session lock is let go
+    /// the writer's own connection (``writer``) within ``deadline``. When `body` throws, the session lock is let go
     /// (`coffer_abandon_chain`); when that fails as well, the connection is closed, so the
     /// server lets it go with the session: a connection never returns to the pool holding it.
     func chainTurn<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await withConnection { [logger] connection in
+            return try await withConnection(writer: true) { [logger] connection in
                 do {
                     return try await body(connection)
                 } catch {

@@ -71,8 +71,9 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
 
     /// The client configuration: TLS per ``sslMode``, `poolSize` connections at most.
     /// `timeouts`: statements, lock waits and idle transactions are cut off (the server's
-    /// requests); tools that read a whole ledger pass false.
-    func clientConfiguration(poolSize: Int, timeouts: Bool = true) throws -> PostgresClient.Configuration {
+    /// requests); tools that read a whole ledger pass false. `name`: the `application_name`
+    /// the server shows (`coffer` or `coffer-cli` by default).
+    func clientConfiguration(poolSize: Int, timeouts: Bool = true, name: String? = nil) throws -> PostgresClient.Configuration {
         var configuration: PostgresClient.Configuration
         if let socketDirectory {
             configuration = .init(
@@ -92,8 +93,8 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
                 // The writer reads outside a transaction block (PostgresChain.take): its reads
                 // must see the commits made before its lock, whatever the role's default.
                 ("default_transaction_isolation", "read committed"),
-                ("application_name", "coffer"),
-            ] : [("application_name", "coffer-cli")]
+                ("application_name", name ?? "coffer"),
+            ] : [("application_name", name ?? "coffer-cli")]
         return configuration
     }
 

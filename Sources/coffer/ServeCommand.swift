@@ -63,7 +63,9 @@ struct ServeCommand: AsyncParsableCommand {
             "PostgreSQL URL postgres://USER[:PASS]@HOST[:PORT]/DB[?sslmode=…] shared by several instances (prefer COFFER_DATABASE_URL: a password on the command line shows in process listings). Default: SQLite in the data directory."
     )
     var database: String?
-    @Option(name: .customLong("database-pool-size"), help: "Connections to PostgreSQL per instance at most. Default: 10.")
+    @Option(
+        name: .customLong("database-pool-size"),
+        help: "Connections to PostgreSQL per instance at most, the ledger writer's own one included (2 at least). Default: 10.")
     var databasePoolSize: Int?
     @Option(
         name: .customLong("content-store"),
