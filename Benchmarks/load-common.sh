@@ -38,10 +38,9 @@ for i, name in enumerate(sorted(os.listdir(os.path.join(out, "receipts")))):
 for f in files:
     f.close()
 PY
-    # The receipts are in the bodies now. Their files and the bodies are written back to the
-    # disk here, not 30 s later (the kernel's dirty_expire) during a phase, where that
-    # writeback would compete with the fsyncs being measured.
-    rm -rf "$out/receipts"
+    # The receipts' files and the bodies are written back to the disk here, not 30 s later
+    # (the kernel's dirty_expire) during a phase, where that writeback would compete with the
+    # fsyncs being measured.
     sync
 }
 
@@ -53,6 +52,35 @@ run_wrk() {
     local outfile=$1 port=$2 bodies=$3 start=$4 count=$5 rate=$6 connections=$7
     BODIES="$bodies" THREADS=$T CONNECTIONS=$connections START=$start COUNT=$count RATE=$rate HISTOGRAM="$outfile.hist" \
         wrk -t"$T" -c"$connections" -d"${S}s" --timeout 5s -s Benchmarks/redeem.lua "http://127.0.0.1:$port" >"$outfile"
+}
+
+# disk_probe SECONDS DIR: while a phase runs, how long this disk takes to flush — 25 times a
+# second, one 8 KiB write and fdatasync in DIR (on the database's disk; 25 flushes/s is
+# little beside the hundreds the database makes). Prints one line: p50, p99 and max in ms,
+# and how many flushes took over 20 ms. A shared disk's stalls show here as well as in the
+# phase's percentiles: they are the disk's, not the server's.
+disk_probe() {
+    python3 - "$1" "$2" <<'PY'
+import os, sys, time
+seconds, where = float(sys.argv[1]), sys.argv[2]
+path = os.path.join(where, "disk-probe.dat")
+fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+os.ftruncate(fd, 1 << 20)
+block, took, i = b"x" * 8192, [], 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    start = time.perf_counter()
+    os.pwrite(fd, block, (i % 128) * 8192)
+    os.fdatasync(fd)
+    took.append((time.perf_counter() - start) * 1000)
+    i += 1
+    time.sleep(0.04)
+os.close(fd)
+os.unlink(path)
+took.sort()
+print("disk flush p50 %.2f ms, p99 %.2f ms, max %.1f ms; %d of %d over 20 ms" % (
+    took[len(took) // 2], took[len(took) * 99 // 100], took[-1], sum(t > 20 for t in took), len(took)))
+PY
 }
 
 # field NAME FILE: the value after the first "NAME:" in a wrk output file.

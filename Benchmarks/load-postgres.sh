@@ -98,11 +98,14 @@ phase() {
     coffer_before=$(cpu "${SERVERS[@]}")
     pg_before=$(ticks $(postgres_pids))
     echo "$name start $(date -u +%T.%3N)" >>"$OUT/phases.txt"
+    disk_probe "$S" "$OUT" >"$OUT/$name-disk.txt" &
+    local probe=$!
     run_wrk "$OUT/$name-a.txt" "$port_a" "$OUT/bodies-1.ndjson" "$start" 0 $((rate / 2)) "$half" &
     local a=$!
     run_wrk "$OUT/$name-b.txt" "$port_b" "$OUT/bodies-2.ndjson" "$start" 0 $((rate / 2)) "$half"
     wait "$a"
     echo "$name end $(date -u +%T.%3N)" >>"$OUT/phases.txt"
+    wait "$probe"
     coffer_after=$(cpu "${SERVERS[@]}")
     pg_after=$(spent "$pg_before" "$(ticks $(postgres_pids))")
     local ra rb
@@ -121,6 +124,7 @@ phase() {
         "$(grep '^statuses' "$OUT/$name-a.txt" | cut -d' ' -f2-)" "$(grep '^statuses' "$OUT/$name-b.txt" | cut -d' ' -f2-)" \
         "$(awk -v a="$coffer_before" -v b="$coffer_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print (b-a)/(n*s)*1000}')" \
         "$(awk -v used="$pg_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print used/(n*s)*1000}')"
+    printf '%-10s %s\n' "" "$(cat "$OUT/$name-disk.txt")"
 }
 
 # 1. SQLite: the reference.
