@@ -54,27 +54,30 @@ run_wrk() {
         wrk -t"$T" -c"$connections" -d"${S}s" --timeout 5s -s Benchmarks/redeem.lua "http://127.0.0.1:$port" >"$outfile"
 }
 
-# disk_probe SECONDS DIR: while a phase runs, how long this disk takes to flush — 25 times a
-# second, one 8 KiB write and fdatasync in DIR (on the database's disk; 25 flushes/s is
-# little beside the hundreds the database makes). Prints one line: p50, p99 and max in ms,
-# and how many flushes took over 20 ms. A shared disk's stalls show here as well as in the
-# phase's percentiles: they are the disk's, not the server's.
+# disk_probe SECONDS DIR: while a phase runs, how long the disk holding DIR takes to flush —
+# 25 times a second, one 8 KiB overwrite of a file written and synced beforehand (no block
+# allocation, no journal commit: a bare data flush, as PostgreSQL's reused WAL segments
+# have) and fdatasync; 25 flushes/s is little beside the hundreds the database makes.
+# Prints one line: p50, p99 and max in ms, and how many flushes took over 20 ms. A shared
+# disk's stalls show here as well as in the phase's percentiles: they are the disk's, not
+# the server's.
 disk_probe() {
     python3 - "$1" "$2" <<'PY'
 import os, sys, time
 seconds, where = float(sys.argv[1]), sys.argv[2]
 path = os.path.join(where, "disk-probe.dat")
-fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-os.ftruncate(fd, 1 << 20)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 block, took, i = b"x" * 8192, [], 0
-end = time.monotonic() + seconds
-while time.monotonic() < end:
+os.write(fd, block * 128)
+os.fsync(fd)
+begin = time.monotonic()
+while time.monotonic() < begin + seconds:
     start = time.perf_counter()
     os.pwrite(fd, block, (i % 128) * 8192)
     os.fdatasync(fd)
     took.append((time.perf_counter() - start) * 1000)
     i += 1
-    time.sleep(0.04)
+    time.sleep(max(0, begin + i * 0.04 - time.monotonic()))
 os.close(fd)
 os.unlink(path)
 took.sort()

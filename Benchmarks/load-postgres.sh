@@ -16,6 +16,7 @@
 #   Benchmarks/load-postgres.sh
 #   SECONDS_EACH=20 CONNECTIONS=64 RATE=2500 Benchmarks/load-postgres.sh
 #   DATABASE_URL=postgres://… Benchmarks/load-postgres.sh   # an empty database of yours
+#     (the disk probe then measures this machine's disk under .build-release, not the server's)
 #
 # A two-process phase prints each process's percentiles and, under "all", those of every
 # request of both (their latency histograms merged): the goal is judged on the latter.
@@ -105,7 +106,7 @@ phase() {
     run_wrk "$OUT/$name-b.txt" "$port_b" "$OUT/bodies-2.ndjson" "$start" 0 $((rate / 2)) "$half"
     wait "$a"
     echo "$name end $(date -u +%T.%3N)" >>"$OUT/phases.txt"
-    wait "$probe"
+    wait "$probe" || echo "disk probe failed" >"$OUT/$name-disk.txt"
     coffer_after=$(cpu "${SERVERS[@]}")
     pg_after=$(spent "$pg_before" "$(ticks $(postgres_pids))")
     local ra rb

@@ -58,8 +58,8 @@ ALTER ROLE coffer_app IN DATABASE coffer SET synchronous_commit = on;
 -- then waits for the flush under the lock, as before 0005. CDC consumers that ask for
 -- logical messages can drop the 'coffer' prefix.
 
--- Optional: cap the connections, at least instances × COFFER_DATABASE_POOL_SIZE (default 10)
--- plus a few for `coffer keys`.
+-- Optional: cap the connections, at least instances × COFFER_DATABASE_POOL_SIZE (default 10,
+-- 2 at least: one is the ledger writer's own) plus a few for `coffer keys` and `coffer ledger`.
 -- ALTER ROLE coffer_app CONNECTION LIMIT 40;
 
 COMMIT;

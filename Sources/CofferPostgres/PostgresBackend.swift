@@ -13,8 +13,9 @@ import Synchronization
 /// (503 `storageUnavailable`), never bare errors of the driver.
 public final class PostgresBackend: Sendable {
     let client: PostgresClient
-    /// One connection, the ledger writer's alone: its turns always run on the same server
-    /// session, whose plans for the chain's procedures are made once. From the shared pool a
+    /// One connection, the ledger writer's alone, kept open (reopened only when lost): its
+    /// turns run on one server session, which plans the chain's procedures at its first
+    /// batch and keeps the plans. From the shared pool a
     /// turn could land on a session that had only served reads, and plan `coffer_take_chain`
     /// and `coffer_append_commit` there holding the chain's lock (5–10 ms, under which both
     /// instances' redemptions waited), and a catalogue read could take the writer's session.
@@ -57,7 +58,8 @@ public final class PostgresBackend: Sendable {
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
     public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
         let shared = try url.clientConfiguration(poolSize: max(1, poolSize - 1), timeouts: timeouts)
-        let own = try url.clientConfiguration(poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil)
+        // The server's writer session stays open while the server runs (reopened when lost).
+        let own = try url.clientConfiguration(poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil, keep: timeouts ? 1 : 0)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),

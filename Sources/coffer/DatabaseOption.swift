@@ -42,7 +42,7 @@ enum DatabaseOption {
         var logger = Logger(label: "coffer")
         logger.logLevel = .warning
         let backend: PostgresBackend
-        do { backend = try await PostgresBackend.open(url, poolSize: 2, timeouts: false, logger: logger) } catch {
+        do { backend = try await PostgresBackend.open(url, poolSize: 3, timeouts: false, logger: logger) } catch {
             throw UsageError("cannot connect to \(url): \(error)")
         }
         do {

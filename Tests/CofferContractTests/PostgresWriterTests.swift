@@ -115,7 +115,7 @@ struct PostgresWriterTests {
                     throw Failed()
                 }
             }
-            // The pool's one connection is still open (or was closed): nobody holds the lock.
+            // The writer's connection is still open (or was closed): nobody holds the lock.
             #expect(try Self.chainLocks(cluster, name) == "0")
 
             // A session that never took the lock cannot append through the writer's procedure.
@@ -134,12 +134,44 @@ struct PostgresWriterTests {
             #expect(try cluster.psql("SELECT count(*) FROM attempts", database: name) == "0")
             #expect(try cluster.psql("SELECT count(*) FROM ledger_events", database: name) == "0")
 
-            // The writer still works on the same pool afterwards, and leaves the lock free.
+            // The writer still works on its connection afterwards, and leaves the lock free.
             let ledger = PostgresLedger(backend, checkpoints: nil)
             try await ledger.record(makeAttempt(code: "after", transactionId: "2"))
             #expect(try await ledger.insert(makeRedemption("800")).inserted?.sequence == 1)
             #expect(try Self.chainLocks(cluster, name) == "0")
             await ledger.finishWrites()
+        }
+    }
+
+    @Test("the writer's batches run on its own session, open from the start and kept, never on the pool the reads share")
+    func writerHasItsOwnSession() async throws {
+        try await Self.withBackend(poolSize: 3) { backend, cluster, name in
+            let sessions = "SELECT pid FROM pg_stat_activity WHERE datname = '\(name)' AND application_name = 'coffer-writer'"
+            let writer = try cluster.psql(sessions, database: name)
+            #expect(!writer.isEmpty && !writer.contains("\n"), "one writer session, made when the backend opened: \(writer)")
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            let catalogue = PostgresCatalogue(backend)
+            // Reads on the shared pool, at once with the writes: none takes the writer's session.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<40 {
+                    group.addTask {
+                        let outcome = try await ledger.insert(makeRedemption("9\(i)"))
+                        #expect(outcome.inserted != nil)
+                    }
+                    group.addTask { _ = try await catalogue.products() }
+                }
+                try await group.waitForAll()
+            }
+            await ledger.finishWrites()
+            #expect(try cluster.psql(sessions, database: name) == writer, "the same session throughout")
+            // Each session's last statement: the writer's is the chain's; no other session ran one.
+            let last = try cluster.psql(
+                """
+                SELECT string_agg(DISTINCT CASE WHEN application_name = 'coffer-writer' THEN 'writer: ' ELSE 'shared: ' END
+                    || CASE WHEN query LIKE '%coffer_%chain%' OR query LIKE '%coffer_append_commit%' OR query LIKE '%coffer_flush%' THEN 'chain' ELSE 'other' END, ', ')
+                FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+                """, database: name)
+            #expect(last == "shared: other, writer: chain")
         }
     }
 

@@ -8,7 +8,7 @@ import Testing
 /// older than `maxAge`, read again ahead of their expiry without making anyone wait, one store
 /// read per id however many callers miss at once, and no read begun before a write filling
 /// the cache after it.
-@Suite("CachedCatalogue")
+@Suite("CachedCatalogue", .timeLimit(.minutes(1)))
 struct CachedCatalogueTests {
     /// A catalogue whose reads are counted and, while the gate is shut, held after they read
     /// (a slow database: the value is what the store held when the read began). Writes to
@@ -178,6 +178,21 @@ struct CachedCatalogueTests {
         try await Self.until("the read reached the store") { store.reads == 4 }
         store.open()
         #expect(try await waiting.value?.title == "v2")
+    }
+
+    @Test("a read that hangs holds only the callers that came while it was younger than maxAge")
+    func hungReadIsLeftBehind() async throws {
+        let (store, clock, cache) = Self.made()
+        await store.base.putProduct(Self.product("v1"))
+        store.shut()
+        let first = Task { try await cache.product("com.coffer.demo.levelpack1") }
+        try await Self.until("the first read reached the store") { store.reads == 1 }
+        clock.advance(Self.maxAge + .milliseconds(1))
+        let later = Task { try await cache.product("com.coffer.demo.levelpack1") }
+        try await Self.until("a read of its own") { store.reads == 2 }
+        store.open()
+        #expect(try await first.value?.title == "v1")
+        #expect(try await later.value?.title == "v1")
     }
 
     @Test("a read begun before a write through the cache neither fills it nor answers callers after the write")

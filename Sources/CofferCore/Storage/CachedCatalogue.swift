@@ -74,6 +74,7 @@ final class ReadThrough<Value: Sendable>: Sendable {
     private struct Flight {
         var number: UInt64
         var generation: UInt64
+        var started: ContinuousClock.Instant
         var task: Task<Value?, any Error>
     }
 
@@ -103,23 +104,32 @@ final class ReadThrough<Value: Sendable>: Sendable {
     func read(_ id: String, load: @escaping @Sendable () async throws -> Value?) async throws -> Value? {
         let at = now()
         let step = state.withLock { s -> Step in
+            let flight = s.inFlight[id].flatMap { joinable($0, generation: s.generation, at: at) ? $0 : nil }
             if let entry = s.entries[id] {
                 let age = entry.read.duration(to: at)
                 guard let maxAge else { return .cached(entry.value) }
                 if age <= maxAge {
-                    if age >= maxAge / 2, s.inFlight[id]?.generation != s.generation {
-                        _ = start(&s, id, at: at, load: load)
-                    }
+                    if age >= maxAge / 2, flight == nil { _ = start(&s, id, at: at, load: load) }
                     return .cached(entry.value)
                 }
             }
-            if let flight = s.inFlight[id], flight.generation == s.generation { return .wait(flight.task) }
+            if let flight { return .wait(flight.task) }
             return .wait(start(&s, id, at: at, load: load))
         }
         switch step {
         case .cached(let value): return value
         case .wait(let task): return try await task.value
         }
+    }
+
+    /// Whether a caller may wait for `flight`: begun after the last write, and — where other
+    /// processes write the store — less than `maxAge` ago. A read that hangs (a connection
+    /// the network dropped without a word) then holds only the callers that came while it was
+    /// young; later ones start a read of their own, and its value would be too old anyway.
+    private func joinable(_ flight: Flight, generation: UInt64, at: ContinuousClock.Instant) -> Bool {
+        guard flight.generation == generation else { return false }
+        guard let maxAge else { return true }
+        return flight.started.duration(to: at) <= maxAge
     }
 
     /// After a write of `id` through the cache: the entry goes, and no read begun before
@@ -148,7 +158,7 @@ final class ReadThrough<Value: Sendable>: Sendable {
                 throw error
             }
         }
-        s.inFlight[id] = Flight(number: number, generation: generation, task: task)
+        s.inFlight[id] = Flight(number: number, generation: generation, started: at, task: task)
         return task
     }
 
