@@ -197,4 +197,9 @@ verdict() { if awk "BEGIN{exit !($1)}"; then echo "met"; else echo "MISSED"; fi;
 printf 'goal  pg-sat ≥ 2,000/s: %d/s (%s)\n' "$pg_sat_rate" "$(verdict "$pg_sat_rate >= 2000")"
 printf 'goal  ≥ 2,000/s paced with p99 < 20 ms: %d/s (offered %d/s), p99 %s ms (%s)\n' "$pg_paced_rate" "$RATE" "$pg_paced_p99" \
     "$(verdict "$pg_paced_rate >= 2000 && $pg_paced_p99 < 20")"
+# A miss where the disk itself stalled says so (the verdict stays): no durable write can be
+# answered before the disk has flushed it.
+if grep -q ' [1-9][0-9]* of [0-9]* over 20 ms' "$OUT/pg-paced-disk.txt" 2>/dev/null; then
+    echo "      the disk stalled during pg-paced: $(cat "$OUT/pg-paced-disk.txt")"
+fi
 printf 'goal  pg-sat ≥ 0.7 × sqlite-sat: %d/s vs %d/s = %s× (%s)\n' "$pg_sat_rate" "$sqlite_sat_rate" "$ratio" "$(verdict "$ratio >= 0.7")"
