@@ -19,7 +19,8 @@ struct CachedCatalogueTests {
             var reads = 0
             var shut = false
             var failing = false
-            var held: [CheckedContinuation<Void, Never>] = []
+            /// In arrival order; nil once let go.
+            var held: [CheckedContinuation<Void, Never>?] = []
         }
         struct Unavailable: Error {}
         private let state = Mutex(State())
@@ -27,13 +28,22 @@ struct CachedCatalogueTests {
 
         func shut() { state.withLock { $0.shut = true } }
         func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
+        /// Lets the read that came `index`-th of those held go on (the others stay held).
+        func release(_ index: Int) {
+            let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                guard s.held.indices.contains(index) else { return nil }
+                defer { s.held[index] = nil }
+                return s.held[index]
+            }
+            waiter?.resume()
+        }
         func open() {
             let held = state.withLock { s in
                 s.shut = false
                 defer { s.held = [] }
                 return s.held
             }
-            for waiter in held { waiter.resume() }
+            for waiter in held { waiter?.resume() }
         }
 
         private func gate() async throws {
@@ -190,9 +200,16 @@ struct CachedCatalogueTests {
         clock.advance(Self.maxAge + .milliseconds(1))
         let later = Task { try await cache.product("com.coffer.demo.levelpack1") }
         try await Self.until("a read of its own") { store.reads == 2 }
-        store.open()
-        #expect(try await first.value?.title == "v1")
+        await store.base.putProduct(Self.product("v2"))
+        // The later read lands first; the hung one lands after it, and must not replace its
+        // entry with one already older than maxAge.
+        store.release(1)
         #expect(try await later.value?.title == "v1")
+        store.release(0)
+        #expect(try await first.value?.title == "v1")
+        store.open()
+        #expect(try await cache.product("com.coffer.demo.levelpack1")?.title == "v1", "the later read's entry, still fresh")
+        #expect(store.reads == 2)
     }
 
     @Test("a read begun before a write through the cache neither fills it nor answers callers after the write")

@@ -151,10 +151,10 @@ final class ReadThrough<Value: Sendable>: Sendable {
         let task = Task {
             do {
                 let value = try await load()
-                self.land(id, number: number, generation: generation, value: value.map { Entry(value: $0, read: at) })
+                self.land(id, number: number, generation: generation, began: at, value: value.map { Entry(value: $0, read: at) })
                 return value
             } catch {
-                self.land(id, number: number, generation: generation, value: nil, failed: true)
+                self.land(id, number: number, generation: generation, began: at, value: nil, failed: true)
                 throw error
             }
         }
@@ -163,12 +163,13 @@ final class ReadThrough<Value: Sendable>: Sendable {
     }
 
     /// A read is over: its flight goes (unless a newer one took its place); its value is kept
-    /// if no write happened since it began — an id the store no longer has drops the entry,
-    /// a failed read keeps the old one until its `maxAge`.
-    private func land(_ id: String, number: UInt64, generation: UInt64, value: Entry?, failed: Bool = false) {
+    /// if no write happened since it began and no read begun later has landed (a hung read
+    /// left behind) — an id the store no longer has drops the entry, a failed read keeps the
+    /// old one until its `maxAge`.
+    private func land(_ id: String, number: UInt64, generation: UInt64, began: ContinuousClock.Instant, value: Entry?, failed: Bool = false) {
         state.withLock { s in
             if s.inFlight[id]?.number == number { s.inFlight[id] = nil }
-            guard s.generation == generation, !failed else { return }
+            guard s.generation == generation, !failed, s.entries[id].map({ $0.read <= began }) ?? true else { return }
             s.entries[id] = value
         }
     }
