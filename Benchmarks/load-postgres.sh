@@ -62,15 +62,6 @@ serve() {
 }
 
 tick=$(getconf CLK_TCK)
-# cpu PID…: CPU seconds (user + system) used so far by these processes.
-cpu() {
-    local total=0 pid
-    for pid in "$@"; do
-        [ -r "/proc/$pid/stat" ] || continue
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-    done
-    awk -v t="$total" -v k="$tick" 'BEGIN{print t / k}'
-}
 # The PostgreSQL server's processes: the postmaster and its children (backends, WAL writer…).
 postgres_pids() {
     [ -f "$OUT/cluster/data/postmaster.pid" ] || return 0
@@ -95,8 +86,8 @@ spent() {
 # bodies-2 to PORT_B, from body START of each; RATE in total (0: saturate). Prints one line.
 phase() {
     local name=$1 port_a=$2 port_b=$3 start=$4 rate=$5
-    local coffer_before pg_before coffer_after pg_after
-    coffer_before=$(cpu "${SERVERS[@]}")
+    local coffer_before pg_before coffer_used pg_used
+    coffer_before=$(ticks "${SERVERS[@]}")
     pg_before=$(ticks $(postgres_pids))
     echo "$name start $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     disk_probe "$S" "$OUT" >"$OUT/$name-disk.txt" &
@@ -107,8 +98,8 @@ phase() {
     wait "$a"
     echo "$name end $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     wait "$probe" || echo "disk probe failed" >"$OUT/$name-disk.txt"
-    coffer_after=$(cpu "${SERVERS[@]}")
-    pg_after=$(spent "$pg_before" "$(ticks $(postgres_pids))")
+    coffer_used=$(spent "$coffer_before" "$(ticks "${SERVERS[@]}")")
+    pg_used=$(spent "$pg_before" "$(ticks $(postgres_pids))")
     local ra rb
     ra=$(field rate "$OUT/$name-a.txt")
     rb=$(field rate "$OUT/$name-b.txt")
@@ -123,8 +114,8 @@ phase() {
     printf '%-10s %5d/s  [all] %s  [a] %s  [b] %s\n' "$name" $((ra + rb)) "$all" "$line_a" "$line_b"
     printf '%-10s statuses [a] %s [b] %s; CPU per 1,000: coffer %.2f s, postgres %.2f s\n' "" \
         "$(grep '^statuses' "$OUT/$name-a.txt" | cut -d' ' -f2-)" "$(grep '^statuses' "$OUT/$name-b.txt" | cut -d' ' -f2-)" \
-        "$(awk -v a="$coffer_before" -v b="$coffer_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print (b-a)/(n*s)*1000}')" \
-        "$(awk -v used="$pg_after" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print used/(n*s)*1000}')"
+        "$(awk -v used="$coffer_used" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print used/(n*s)*1000}')" \
+        "$(awk -v used="$pg_used" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print used/(n*s)*1000}')"
     printf '%-10s %s\n' "" "$(cat "$OUT/$name-disk.txt")"
 }
 

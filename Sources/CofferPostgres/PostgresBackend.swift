@@ -14,11 +14,11 @@ import Synchronization
 public final class PostgresBackend: Sendable {
     let client: PostgresClient
     /// One connection, the ledger writer's alone, kept open (reopened only when lost): its
-    /// turns run on one server session, which plans the chain's procedures at its first
-    /// batch and keeps the plans. From the shared pool a
-    /// turn could land on a session that had only served reads, and plan `coffer_take_chain`
-    /// and `coffer_append_commit` there holding the chain's lock (5–10 ms, under which both
-    /// instances' redemptions waited), and a catalogue read could take the writer's session.
+    /// turns run on one server session, which plans the chain's procedures at its first batch
+    /// and keeps the plans. From the shared pool a turn could land on a session that had only
+    /// served reads and plan `coffer_take_chain` and `coffer_append_commit` there, holding the
+    /// chain's lock (5–10 ms, under which both instances' redemptions waited), and a catalogue
+    /// read could take the writer's session.
     private let writer: PostgresClient
     /// The backend's own event loop thread: the connections' I/O and the ledger writer's task
     /// (``executor``) run on it, not on the threads that verify receipts and serve HTTP.
@@ -179,9 +179,10 @@ public final class PostgresBackend: Sendable {
 
     /// Runs `body` — ``PostgresChain/take(_:purchases:logger:)``, reads, then one write that
     /// commits by itself and lets the chain's session lock go — outside a transaction block, on
-    /// the writer's own connection (``writer``) within ``deadline``. When `body` throws, the session lock is let go
-    /// (`coffer_abandon_chain`); when that fails as well, the connection is closed, so the
-    /// server lets it go with the session: a connection never returns to the pool holding it.
+    /// the writer's own connection (``writer``) within ``deadline``. When `body` throws, the
+    /// session lock is let go (`coffer_abandon_chain`); when that fails as well, the connection
+    /// is closed, so the server lets it go with the session: a connection never returns to the
+    /// pool holding it.
     func chainTurn<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
             return try await withConnection(writer: true) { [logger] connection in

@@ -104,17 +104,15 @@ final class ReadThrough<Value: Sendable>: Sendable {
     func read(_ id: String, load: @escaping @Sendable () async throws -> Value?) async throws -> Value? {
         let at = now()
         let step = state.withLock { s -> Step in
-            let flight = s.inFlight[id].flatMap { joinable($0, generation: s.generation, at: at) ? $0 : nil }
             if let entry = s.entries[id] {
-                let age = entry.read.duration(to: at)
                 guard let maxAge else { return .cached(entry.value) }
+                let age = entry.read.duration(to: at)
                 if age <= maxAge {
-                    if age >= maxAge / 2, flight == nil { _ = start(&s, id, at: at, load: load) }
+                    if age >= maxAge / 2, joinable(s, id, at: at) == nil { _ = start(&s, id, at: at, load: load) }
                     return .cached(entry.value)
                 }
             }
-            if let flight { return .wait(flight.task) }
-            return .wait(start(&s, id, at: at, load: load))
+            return .wait(joinable(s, id, at: at)?.task ?? start(&s, id, at: at, load: load))
         }
         switch step {
         case .cached(let value): return value
@@ -122,14 +120,15 @@ final class ReadThrough<Value: Sendable>: Sendable {
         }
     }
 
-    /// Whether a caller may wait for `flight`: begun after the last write, and — where other
-    /// processes write the store — less than `maxAge` ago. A read that hangs (a connection
-    /// the network dropped without a word) then holds only the callers that came while it was
-    /// young; later ones start a read of their own, and its value would be too old anyway.
-    private func joinable(_ flight: Flight, generation: UInt64, at: ContinuousClock.Instant) -> Bool {
-        guard flight.generation == generation else { return false }
-        guard let maxAge else { return true }
-        return flight.started.duration(to: at) <= maxAge
+    /// The read in flight for `id` a caller may wait for: begun after the last write, and —
+    /// where other processes write the store — less than `maxAge` ago. A read that hangs (a
+    /// connection the network dropped without a word) then holds only the callers that came
+    /// while it was young; later ones start a read of their own, and its value would be too
+    /// old anyway.
+    private func joinable(_ s: State, _ id: String, at: ContinuousClock.Instant) -> Flight? {
+        guard let flight = s.inFlight[id], flight.generation == s.generation else { return nil }
+        if let maxAge, flight.started.duration(to: at) > maxAge { return nil }
+        return flight
     }
 
     /// After a write of `id` through the cache: the entry goes, and no read begun before
@@ -151,10 +150,10 @@ final class ReadThrough<Value: Sendable>: Sendable {
         let task = Task {
             do {
                 let value = try await load()
-                self.land(id, number: number, generation: generation, began: at, value: value.map { Entry(value: $0, read: at) })
+                self.land(id, number: number, generation: generation, began: at, outcome: .success(value))
                 return value
             } catch {
-                self.land(id, number: number, generation: generation, began: at, value: nil, failed: true)
+                self.land(id, number: number, generation: generation, began: at, outcome: .failure(error))
                 throw error
             }
         }
@@ -166,11 +165,11 @@ final class ReadThrough<Value: Sendable>: Sendable {
     /// if no write happened since it began and no read begun later has landed (a hung read
     /// left behind) — an id the store no longer has drops the entry, a failed read keeps the
     /// old one until its `maxAge`.
-    private func land(_ id: String, number: UInt64, generation: UInt64, began: ContinuousClock.Instant, value: Entry?, failed: Bool = false) {
+    private func land(_ id: String, number: UInt64, generation: UInt64, began: ContinuousClock.Instant, outcome: Result<Value?, any Error>) {
         state.withLock { s in
             if s.inFlight[id]?.number == number { s.inFlight[id] = nil }
-            guard s.generation == generation, !failed, s.entries[id].map({ $0.read <= began }) ?? true else { return }
-            s.entries[id] = value
+            guard s.generation == generation, case .success(let value) = outcome, s.entries[id].map({ $0.read <= began }) ?? true else { return }
+            s.entries[id] = value.map { Entry(value: $0, read: began) }
         }
     }
 }
