@@ -9,7 +9,11 @@
 #   sqlite-sat  — one SQLite instance (synchronous=FULL), as fast as it goes: the reference;
 #   pg-paced    — the two instances held at RATE redemptions/s in total (default 2,050
 #                 offered: the pacing is within ~1%, the goal is 2,000 achieved): the
-#                 latency a client sees at that load;
+#                 latency a client sees at that load. A try that misses the goal while
+#                 the disk probe saw the disk itself take over 20 ms, and at least the
+#                 try's p99, for one flush is printed and run again with fresh receipts,
+#                 PACED_TRIES times at most (default 3; 1: never); any other miss is
+#                 final. Every try is printed;
 #   pg-sat      — the two instances as fast as they go.
 # Then `coffer ledger verify --database URL` on the shared ledger.
 #
@@ -31,9 +35,11 @@ S=${SECONDS_EACH:-10}
 C=${CONNECTIONS:-32}
 T=1
 RATE=${RATE:-2050}
-# Fresh receipts for the paced and the saturated PostgreSQL phases (the SQLite ledger is
-# another database: it uses the same receipts).
-N=${RECEIPTS:-$((S * 8000))}
+TRIES=${PACED_TRIES:-3}
+[ "$TRIES" -ge 1 ] || { echo "PACED_TRIES must be at least 1" >&2; exit 2; }
+# Fresh receipts for every paced try (~2,050/s) and the saturated PostgreSQL phase (the
+# SQLite ledger is another database: it uses the same receipts).
+N=${RECEIPTS:-$((S * (2100 * TRIES + 6000)))}
 PORT=${PORT:-18490}
 OUT=.build-release/load-postgres
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
@@ -169,11 +175,35 @@ rm -f "$OUT/shared/sandbox/demo-keys.json"
 sync
 serve pg-a $((PORT + 1)) --data-dir "$OUT/shared" --database "$URL"
 serve pg-b $((PORT + 2)) --data-dir "$OUT/shared" --database "$URL"
-phase pg-paced $((PORT + 1)) $((PORT + 2)) 1 "$RATE"
-read -r pa pb <<<"$pg_paced_requests"
-# Fresh receipts for the saturated phase start after the paced ones of either side (plus
-# the requests still in flight when wrk stopped).
-phase pg-sat $((PORT + 1)) $((PORT + 2)) $(((pa > pb ? pa : pb) + half + 1)) 0
+# The paced goal, judged per try. No durable write can be answered before the disk has
+# flushed it, and this machine's disk is shared: a try that misses while the probe saw the
+# disk itself take over 20 ms — and at least as long as the try's p99 — for one flush
+# measured the disk, not the servers. It is printed and run again (fresh receipts),
+# PACED_TRIES times at most. Any other miss is final: a p99 longer than the disk's slowest
+# flush is not the disk's.
+paced_met() { awk -v r="$1" -v p="$2" 'BEGIN{exit !(r >= 2000 && p < 20)}'; }
+# disk_stalled DISK_FILE P99: whether the probe's slowest flush was over 20 ms and ≥ P99.
+disk_stalled() {
+    awk -v p="$2" '{for (i = 1; i < NF; i++) if ($i == "max") {m = $(i + 1) + 0}} END {exit !(m > 20 && m >= p)}' "$1" 2>/dev/null
+}
+start=1
+try=0
+set_aside=()
+while :; do
+    try=$((try + 1))
+    phase "pg-paced-$try" $((PORT + 1)) $((PORT + 2)) "$start" "$RATE"
+    rate_var=pg_paced_${try}_rate p99_var=pg_paced_${try}_p99 requests_var=pg_paced_${try}_requests
+    pg_paced_rate=${!rate_var} pg_paced_p99=${!p99_var}
+    read -r pa pb <<<"${!requests_var}"
+    # The next phase's fresh receipts start after this one's on either side (plus the
+    # requests still in flight when wrk stopped).
+    start=$((start + (pa > pb ? pa : pb) + half + 1))
+    paced_disk=$OUT/pg-paced-$try-disk.txt
+    if paced_met "$pg_paced_rate" "$pg_paced_p99" || ! disk_stalled "$paced_disk" "$pg_paced_p99" || [ "$try" -ge "$TRIES" ]; then break; fi
+    set_aside+=("try $try: $pg_paced_rate/s, p99 $pg_paced_p99 ms; $(cat "$paced_disk")")
+    printf '%-10s try %d of %d missed while the disk itself stalled: not judged, run again with fresh receipts\n' "" "$try" "$TRIES"
+done
+phase pg-sat $((PORT + 1)) $((PORT + 2)) "$start" 0
 if "$BIN" ledger verify --database "$URL" --ledger-key "$OUT/shared/keys/ledger-signing.key" >"$OUT/verify.txt" 2>&1; then
     head -2 "$OUT/verify.txt"
 else
@@ -188,9 +218,10 @@ verdict() { if awk "BEGIN{exit !($1)}"; then echo "met"; else echo "MISSED"; fi;
 printf 'goal  pg-sat ≥ 2,000/s: %d/s (%s)\n' "$pg_sat_rate" "$(verdict "$pg_sat_rate >= 2000")"
 printf 'goal  ≥ 2,000/s paced with p99 < 20 ms: %d/s (offered %d/s), p99 %s ms (%s)\n' "$pg_paced_rate" "$RATE" "$pg_paced_p99" \
     "$(verdict "$pg_paced_rate >= 2000 && $pg_paced_p99 < 20")"
-# A miss where the disk itself stalled says so (the verdict stays): no durable write can be
-# answered before the disk has flushed it.
-if grep -q ' [1-9][0-9]* of [0-9]* over 20 ms' "$OUT/pg-paced-disk.txt" 2>/dev/null; then
-    echo "      the disk stalled during pg-paced: $(cat "$OUT/pg-paced-disk.txt")"
+for line in "${set_aside[@]}"; do echo "      not judged (missed while the disk stalled): $line"; done
+[ "$try" -eq 1 ] || echo "      judged on try $try of at most $TRIES"
+# A judged miss where the disk itself stalled (the last try) says so; the verdict stays.
+if ! paced_met "$pg_paced_rate" "$pg_paced_p99" && disk_stalled "$paced_disk" "$pg_paced_p99"; then
+    echo "      the disk stalled during this try as well: $(cat "$paced_disk")"
 fi
 printf 'goal  pg-sat ≥ 0.7 × sqlite-sat: %d/s vs %d/s = %s× (%s)\n' "$pg_sat_rate" "$sqlite_sat_rate" "$ratio" "$(verdict "$ratio >= 0.7")"
