@@ -56,10 +56,14 @@ public final class PostgresBackend: Sendable {
     /// Connects (at most `poolSize` connections: the ledger writer's own one and `poolSize` − 1
     /// shared by everything else, with 2 at least) and checks the server answers.
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
-    public static func open(_ url: PostgresURL, poolSize: Int, timeouts: Bool = true, logger: Logger) async throws -> PostgresBackend {
-        let shared = try url.clientConfiguration(poolSize: max(1, poolSize - 1), timeouts: timeouts)
+    /// `idle`: how long a shared connection may sit idle before it is closed (tests shorten it).
+    public static func open(
+        _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60), logger: Logger
+    ) async throws -> PostgresBackend {
+        let shared = try url.clientConfiguration(poolSize: max(1, poolSize - 1), timeouts: timeouts, idle: idle)
         // The server's writer session stays open while the server runs (reopened when lost).
-        let own = try url.clientConfiguration(poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil, keep: timeouts ? 1 : 0)
+        let own = try url.clientConfiguration(
+            poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil, keep: timeouts ? 1 : 0, idle: idle)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),

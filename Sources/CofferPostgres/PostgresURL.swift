@@ -73,8 +73,11 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
     /// `timeouts`: statements, lock waits and idle transactions are cut off (the server's
     /// requests); tools that read a whole ledger pass false. `name`: the `application_name`
     /// the server shows (`coffer` or `coffer-cli` by default). `keep`: connections kept open
-    /// however long they sit idle (the driver closes others after 60 s).
-    func clientConfiguration(poolSize: Int, timeouts: Bool = true, name: String? = nil, keep: Int = 0) throws -> PostgresClient.Configuration {
+    /// however long they sit idle (the driver closes others after `idle`, 60 s unless a test
+    /// shortens it).
+    func clientConfiguration(
+        poolSize: Int, timeouts: Bool = true, name: String? = nil, keep: Int = 0, idle: Duration = .seconds(60)
+    ) throws -> PostgresClient.Configuration {
         var configuration: PostgresClient.Configuration
         if let socketDirectory {
             configuration = .init(
@@ -84,6 +87,7 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         }
         configuration.options.maximumConnections = max(1, poolSize)
         configuration.options.minimumConnections = min(keep, max(1, poolSize))
+        configuration.options.connectionIdleTimeout = idle
         configuration.options.connectTimeout = .seconds(5)
         // A statement or lock wait that takes this long is a stuck database: the request gets
         // a 503 instead of holding its client (and the chain's lock) forever.

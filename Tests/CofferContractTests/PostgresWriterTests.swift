@@ -14,11 +14,14 @@ import Testing
 @Suite("PostgreSQL backend edges")
 struct PostgresWriterTests {
     /// A fresh, migrated database and a backend on it; closed afterwards.
-    static func withBackend<T>(poolSize: Int = 2, _ body: (PostgresBackend, PostgresCluster, String) async throws -> T) async throws -> T {
+    static func withBackend<T>(
+        poolSize: Int = 2, idle: Duration = .seconds(60), _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
+    ) async throws -> T {
         let cluster = try PostgresCluster.shared()
         let url = try cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
-        let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: poolSize, timeouts: true, logger: Logger(label: "edges"))
+        let backend = try await PostgresBackend.open(
+            try PostgresURL(url), poolSize: poolSize, timeouts: true, idle: idle, logger: Logger(label: "edges"))
         do {
             try await backend.migrate()
             let result = try await body(backend, cluster, name)
@@ -172,6 +175,33 @@ struct PostgresWriterTests {
                 FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid() AND backend_type = 'client backend'
                 """, database: name)
             #expect(last == "shared: other, writer: chain")
+        }
+    }
+
+    @Test("the writer's session outlives the idle timeout that closes the shared connections")
+    func writerSessionIsKeptWhenIdle() async throws {
+        try await Self.withBackend(poolSize: 3, idle: .seconds(1)) { backend, cluster, name in
+            func sessions(_ application: String) throws -> String {
+                try cluster.psql(
+                    "SELECT coalesce(string_agg(pid::text, ',' ORDER BY pid), '') FROM pg_stat_activity WHERE datname = '\(name)' AND application_name = '\(application)'",
+                    database: name)
+            }
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("950")).inserted?.sequence == 1)
+            _ = try await PostgresCatalogue(backend).products()
+            let writer = try sessions("coffer-writer")
+            #expect(!writer.isEmpty && !writer.contains(","), "one writer session: \(writer)")
+            #expect(try !sessions("coffer").isEmpty, "the reads opened a shared connection")
+            // Wait (10 s at most) until the idle timeout has closed every shared connection.
+            let clock = ContinuousClock()
+            let deadline = clock.now.advanced(by: .seconds(10))
+            while try !sessions("coffer").isEmpty, clock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(try sessions("coffer").isEmpty, "the shared connections were closed after 1 s idle")
+            #expect(try sessions("coffer-writer") == writer, "the writer's session is the same one, still open")
+            // …and it still writes.
+            #expect(try await ledger.insert(makeRedemption("951")).inserted?.sequence == 2)
+            await ledger.finishWrites()
+            #expect(try sessions("coffer-writer") == writer)
         }
     }
 
