@@ -8,6 +8,19 @@ build_coffer() {
     BIN=$PWD/.build-release/release/coffer
 }
 
+# ports_free PORT…: stops the script if anything already listens on one of these ports of
+# 127.0.0.1 — a server left from an earlier run would answer wait_healthy and be measured
+# instead of this run's. PORT=… picks others.
+ports_free() {
+    local port
+    for port in "$@"; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "port $port is in use on 127.0.0.1: stop what listens there, or pick other ports with PORT=…" >&2
+            exit 2
+        fi
+    done
+}
+
 # wait_healthy PORT: until GET /healthz answers (10 s at most).
 wait_healthy() {
     for _ in $(seq 1 100); do

@@ -20,6 +20,8 @@ P_NGINX=$((P_COFFER + 2))
 P_NGINX_ACCEL=$((P_COFFER + 3))
 for tool in wrk nginx curl python3; do command -v "$tool" >/dev/null || [ -x /usr/sbin/$tool ] || { echo "$tool is required" >&2; exit 2; }; done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+. Benchmarks/load-common.sh
+ports_free "$P_COFFER" "$P_ACCEL_COFFER" "$P_NGINX" "$P_NGINX_ACCEL"
 
 echo "building coffer (release) …" >&2
 swift build -c release --product coffer --scratch-path .build-release >&2

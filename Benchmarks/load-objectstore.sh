@@ -29,6 +29,7 @@ PY=${COFFER_TEST_MOTO_PYTHON:-$PWD/.build-venv/bin/python3}
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
 [ -x "$PY" ] && [ -x "$(dirname "$PY")/moto_server" ] || { echo "moto is required: python3 -m venv .build-venv && .build-venv/bin/pip install 'moto[server]'" >&2; exit 2; }
 
+ports_free "$PORT" $((PORT + 1)) $((PORT + 2)) $((PORT + 3))
 build_coffer
 rm -rf "$OUT" && mkdir -p "$OUT"
 PIDS=()

@@ -46,6 +46,7 @@ command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2;
 half=$((C / 2))
 [ "$half" -ge 1 ] || { echo "CONNECTIONS must be at least 2" >&2; exit 2; }
 
+ports_free "$PORT" $((PORT + 1)) $((PORT + 2))
 build_coffer
 scripts/postgres-throwaway.sh stop "$OUT/cluster" 2>/dev/null || true
 rm -rf "$OUT" && mkdir -p "$OUT"

@@ -27,6 +27,7 @@ PORT=${PORT:-18480}
 OUT=.build-release/load
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
 
+ports_free "$PORT"
 build_coffer
 rm -rf "$OUT" && mkdir -p "$OUT"
 "$BIN" serve --demo --data-dir "$OUT/data" --port "$PORT" --content content --rate-redemptions 0 --log-level warning >"$OUT/serve.log" 2>&1 &
