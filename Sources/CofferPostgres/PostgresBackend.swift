@@ -34,8 +34,10 @@ public final class PostgresBackend: Sendable {
     let deadline: Duration?
     private let running: Task<Void, Never>
 
+    /// `started` gets one element from each pool's task just before it calls `run()`.
     private init(
-        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger
+        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger,
+        started: AsyncStream<Void>.Continuation
     ) {
         self.client = client
         self.writer = writer
@@ -47,8 +49,15 @@ public final class PostgresBackend: Sendable {
         self.logger = logger
         self.running = Task {
             await withDiscardingTaskGroup { pools in
-                pools.addTask { await client.run() }
-                pools.addTask { await writer.run() }
+                // `run()` marks the client running before its first suspension point.
+                pools.addTask {
+                    started.yield()
+                    await client.run()
+                }
+                pools.addTask {
+                    started.yield()
+                    await writer.run()
+                }
             }
         }
     }
@@ -65,13 +74,18 @@ public final class PostgresBackend: Sendable {
         let own = try url.clientConfiguration(
             poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil, keep: timeouts ? 1 : 0, idle: idle)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let (started, startedContinuation) = AsyncStream<Void>.makeStream()
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
             writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? .seconds(10) : nil, logger: logger)
-        // Let the pool's task start before the first lease (the driver warns about a lease
-        // before `run()`; the lease itself would wait either way).
-        for _ in 0..<8 { await Task.yield() }
+            deadline: timeouts ? .seconds(10) : nil, logger: logger, started: startedContinuation)
+        // Both pools' tasks are on their way into `run()` before the first lease: the driver
+        // warns about a lease before `run()` (a scary line in every tool's output), though the
+        // lease itself would wait either way. Eight `Task.yield()`s were not always enough.
+        var starts = started.makeAsyncIterator()
+        _ = await starts.next()
+        _ = await starts.next()
+        await Task.yield()
         do {
             try await backend.read { connection in
                 let rows = try await connection.query("SELECT current_setting('synchronous_commit')", logger: backend.logger)
