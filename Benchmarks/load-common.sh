@@ -10,7 +10,7 @@ build_coffer() {
 
 # ports_free PORT…: stops the script if anything already listens on one of these ports of
 # 127.0.0.1 — a server left from an earlier run would answer wait_healthy and be measured
-# instead of this run's. PORT=… picks others.
+# instead of this run's. Called right before a server starts. PORT=… picks others.
 ports_free() {
     local port
     for port in "$@"; do
@@ -21,13 +21,23 @@ ports_free() {
     done
 }
 
-# wait_healthy PORT: until GET /healthz answers (10 s at most).
+# wait_healthy PORT [PID]: until GET /healthz answers (10 s at most); with PID, fails as soon
+# as that process has exited (a port it could not take, a bad option), and if it has exited
+# by the time the port answers (then something else answered).
 wait_healthy() {
+    local port=$1 pid=${2:-}
     for _ in $(seq 1 100); do
-        curl -sf "http://127.0.0.1:$1/healthz" >/dev/null && return 0
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+            echo "the server for port $port exited" >&2
+            return 1
+        fi
+        if curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; then
+            [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null || { echo "the server for port $port exited; something else answers there" >&2; return 1; }
+            return 0
+        fi
         sleep 0.1
     done
-    echo "the server on port $1 did not become healthy" >&2
+    echo "the server on port $port did not become healthy" >&2
     return 1
 }
 
@@ -71,7 +81,9 @@ run_wrk() {
 # 25 times a second, one 8 KiB overwrite of a file written and synced beforehand (no block
 # allocation, no journal commit: a bare data flush, as PostgreSQL's reused WAL segments
 # have) and fdatasync; 25 flushes/s is little beside the hundreds the database makes.
-# Prints one line: p50, p99 and max in ms, and how many flushes took over 20 ms. A shared
+# Prints one line: p50, p99 and max in ms, how many flushes took over 20 ms and how long they
+# took beyond 20 ms in all (a flush is waited for whole: a stall that began during it counts
+# in full, a stall of under 40 ms between two flushes may go unseen). A shared
 # disk's stalls show here as well as in the phase's percentiles: they are the disk's, not
 # the server's.
 disk_probe() {
@@ -94,8 +106,9 @@ while time.monotonic() < begin + seconds:
 os.close(fd)
 os.unlink(path)
 took.sort()
-print("disk flush p50 %.2f ms, p99 %.2f ms, max %.1f ms; %d of %d over 20 ms" % (
-    took[len(took) // 2], took[len(took) * 99 // 100], took[-1], sum(t > 20 for t in took), len(took)))
+print("disk flush p50 %.2f ms, p99 %.2f ms, max %.1f ms; %d of %d over 20 ms, %d ms beyond 20 ms in them" % (
+    took[len(took) // 2], took[len(took) * 99 // 100], took[-1], sum(t > 20 for t in took), len(took),
+    sum(t - 20 for t in took if t > 20)))
 PY
 }
 

@@ -21,7 +21,6 @@ P_NGINX_ACCEL=$((P_COFFER + 3))
 for tool in wrk nginx curl python3; do command -v "$tool" >/dev/null || [ -x /usr/sbin/$tool ] || { echo "$tool is required" >&2; exit 2; }; done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 . Benchmarks/load-common.sh
-ports_free "$P_COFFER" "$P_ACCEL_COFFER" "$P_NGINX" "$P_NGINX_ACCEL"
 
 echo "building coffer (release) …" >&2
 swift build -c release --product coffer --scratch-path .build-release >&2
@@ -31,6 +30,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; [ -f "$OUT/nginx/nginx.pid" ] && kill "$(cat "$OUT/nginx/nginx.pid")" 2>/dev/null || true; }
 trap cleanup EXIT
 
+ports_free "$P_COFFER" "$P_ACCEL_COFFER" "$P_NGINX" "$P_NGINX_ACCEL"
 "$BIN" serve --demo --data-dir "$OUT/data" --port "$P_COFFER" --content content --rate-redemptions 0 --log-level warning >"$OUT/coffer.log" 2>&1 &
 PIDS+=($!)
 COFFER=$!

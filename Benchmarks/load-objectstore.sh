@@ -29,7 +29,6 @@ PY=${COFFER_TEST_MOTO_PYTHON:-$PWD/.build-venv/bin/python3}
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
 [ -x "$PY" ] && [ -x "$(dirname "$PY")/moto_server" ] || { echo "moto is required: python3 -m venv .build-venv && .build-venv/bin/pip install 'moto[server]'" >&2; exit 2; }
 
-ports_free "$PORT" $((PORT + 1)) $((PORT + 2)) $((PORT + 3))
 build_coffer
 rm -rf "$OUT" && mkdir -p "$OUT"
 PIDS=()
@@ -56,11 +55,12 @@ head -c $((1 << 20)) /dev/urandom >"$OUT/1mb.bin"
 start() {
     local name=$1 port=$2
     shift 2
+    ports_free "$port"
     "$BIN" serve --demo --data-dir "$OUT/data-$name" --port "$port" --content content --rate-redemptions 0 --downloads-per-address 0 \
         --log-level warning "$@" >"$OUT/$name.log" 2>&1 &
     PIDS+=($!)
     printf -v "PID_$name" '%s' $!
-    wait_healthy "$port"
+    wait_healthy "$port" $!
     local admin receipt
     admin=$(awk '/admin key:/{print $3}' "$OUT/$name.log")
     curl -sf -X PUT -H "Authorization: Bearer $admin" -H 'Content-Type: application/octet-stream' --data-binary "@$OUT/1mb.bin" \

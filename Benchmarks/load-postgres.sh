@@ -9,11 +9,11 @@
 #   sqlite-sat  — one SQLite instance (synchronous=FULL), as fast as it goes: the reference;
 #   pg-paced    — the two instances held at RATE redemptions/s in total (default 2,050
 #                 offered: the pacing is within ~1%, the goal is 2,000 achieved): the
-#                 latency a client sees at that load. A try that misses the goal while
-#                 the disk probe saw the disk itself take over 20 ms, and at least the
-#                 try's p99, for one flush is printed and run again with fresh receipts,
-#                 PACED_TRIES times at most (default 3; 1: never); any other miss is
-#                 final. Every try is printed;
+#                 latency a client sees at that load. A try whose p99 alone missed while
+#                 the disk itself stalled (see "The paced goal" below) is printed, set
+#                 aside and run again with fresh receipts, PACED_TRIES times at most
+#                 (default 3; 1 with DATABASE_URL, whose disk the probe cannot see); any
+#                 other miss is final. Every try is printed;
 #   pg-sat      — the two instances as fast as they go.
 # Then `coffer ledger verify --database URL` on the shared ledger.
 #
@@ -35,18 +35,20 @@ S=${SECONDS_EACH:-10}
 C=${CONNECTIONS:-32}
 T=1
 RATE=${RATE:-2050}
-TRIES=${PACED_TRIES:-3}
+# With a database of yours the disk probe measures this machine's disk, not the server's:
+# no try is set aside for it.
+TRIES=${PACED_TRIES:-$([ -n "${DATABASE_URL:-}" ] && echo 1 || echo 3)}
 [ "$TRIES" -ge 1 ] || { echo "PACED_TRIES must be at least 1" >&2; exit 2; }
-# Fresh receipts for every paced try (~2,050/s) and the saturated PostgreSQL phase (the
-# SQLite ledger is another database: it uses the same receipts).
-N=${RECEIPTS:-$((S * (2100 * TRIES + 6000)))}
+# Fresh receipts for every paced try and the saturated PostgreSQL phase (the SQLite ledger
+# is another database: it uses the same receipts). A phase that runs out replays earlier
+# receipts (409s): no goal counts a phase with any answer but 201.
+N=${RECEIPTS:-$((S * ((RATE + 50) * TRIES + 6000)))}
 PORT=${PORT:-18490}
 OUT=.build-release/load-postgres
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
 half=$((C / 2))
 [ "$half" -ge 1 ] || { echo "CONNECTIONS must be at least 2" >&2; exit 2; }
 
-ports_free "$PORT" $((PORT + 1)) $((PORT + 2))
 build_coffer
 scripts/postgres-throwaway.sh stop "$OUT/cluster" 2>/dev/null || true
 rm -rf "$OUT" && mkdir -p "$OUT"
@@ -63,9 +65,10 @@ trap cleanup EXIT
 serve() {
     local name=$1 port=$2
     shift 2
+    ports_free "$port"
     "$BIN" serve --demo --port "$port" --content content --rate-redemptions 0 --log-level warning "$@" >"$OUT/$name.log" 2>&1 &
     SERVERS+=($!)
-    wait_healthy "$port" || { cat "$OUT/$name.log" >&2; exit 1; }
+    wait_healthy "$port" $! || { cat "$OUT/$name.log" >&2; exit 1; }
 }
 
 tick=$(getconf CLK_TCK)
@@ -149,9 +152,11 @@ else
     # into each new 16 MB segment waits while PostgreSQL writes it full of zeros and
     # flushes it (wait events IO:WALInitWrite and IO:WALInitSync: 30–90 ms on this disk,
     # about every 9,000 redemptions, with the chain's lock held). So that the phases
-    # measure a server in service, WARM_WAL segments (default 12, ~2.5 times what the
-    # phases write) are written and checkpointed first. WARM_WAL=0: a cold cluster.
-    warm=${WARM_WAL:-12}
+    # measure a server in service, WARM_WAL segments (by default ~2.5 times what the
+    # phases write at ~1.4 kB of WAL per redemption — 1.8 segments per 10 s paced, 3.2
+    # saturated: 22 for 10 s phases and 3 tries) are written and checkpointed first.
+    # WARM_WAL=0: a cold cluster.
+    warm=${WARM_WAL:-$(((S * (18 * TRIES + 32) * 25 + 999) / 1000))}
     if [ "$warm" -gt 0 ]; then
         psql "$URL" -qAtX -v ON_ERROR_STOP=1 >/dev/null <<SQL
 CREATE TABLE coffer_bench_warm (x int);
@@ -177,15 +182,23 @@ sync
 serve pg-a $((PORT + 1)) --data-dir "$OUT/shared" --database "$URL"
 serve pg-b $((PORT + 2)) --data-dir "$OUT/shared" --database "$URL"
 # The paced goal, judged per try. No durable write can be answered before the disk has
-# flushed it, and this machine's disk is shared: a try that misses while the probe saw the
-# disk itself take over 20 ms — and at least as long as the try's p99 — for one flush
-# measured the disk, not the servers. It is printed and run again (fresh receipts),
-# PACED_TRIES times at most. Any other miss is final: a p99 longer than the disk's slowest
-# flush is not the disk's.
-paced_met() { awk -v r="$1" -v p="$2" 'BEGIN{exit !(r >= 2000 && p < 20)}'; }
-# disk_stalled DISK_FILE P99: whether the probe's slowest flush was over 20 ms and ≥ P99.
+# flushed it, and this machine's disk is shared (it stalls for 50–1,600 ms at times with
+# nothing running). A try measured the disk, not the servers, and is set aside — printed,
+# then run again with fresh receipts, PACED_TRIES times at most — only if all of these hold:
+#   - every answer was a 201 and the rate reached 2,000/s (only the p99 missed);
+#   - the probe saw the disk itself take at least 50 ms for one flush (the load's own
+#     flushes reach 20–46 ms on calm runs), and at least as long as the try's p99;
+#   - the probe's flushes over 20 ms took, beyond 20 ms, at least 1% of the try's length
+#     in all (S × 10 ms): a p99 moves only when 1% of the requests wait.
+# Any other miss is final, and so is the last try's.
+# only_201 NAME: whether every answer of phase NAME was a 201.
+only_201() { [ -z "$(grep -h '^statuses' "$OUT/$1-a.txt" "$OUT/$1-b.txt" | cut -d' ' -f2- | tr ' ' '\n' | grep -v '^201×')" ]; }
+paced_met() { awk -v r="$2" -v p="$3" 'BEGIN{exit !(r >= 2000 && p < 20)}' && only_201 "$1"; }
+# disk_stalled NAME RATE P99: whether phase NAME's miss was the disk's (the rules above).
 disk_stalled() {
-    awk -v p="$2" '{for (i = 1; i < NF; i++) if ($i == "max") {m = $(i + 1) + 0}} END {exit !(m > 20 && m >= p)}' "$1" 2>/dev/null
+    only_201 "$1" && awk -v r="$2" -v p="$3" -v s="$S" '{
+        for (i = 1; i < NF; i++) { if ($i == "max") m = $(i + 1) + 0; if ($i == "beyond") e = $(i - 2) + 0 }
+    } END {exit !(r >= 2000 && m >= 50 && m >= p && e >= s * 10)}' "$OUT/$1-disk.txt" 2>/dev/null
 }
 start=1
 try=0
@@ -200,11 +213,16 @@ while :; do
     # requests still in flight when wrk stopped).
     start=$((start + (pa > pb ? pa : pb) + half + 1))
     paced_disk=$OUT/pg-paced-$try-disk.txt
-    if paced_met "$pg_paced_rate" "$pg_paced_p99" || ! disk_stalled "$paced_disk" "$pg_paced_p99" || [ "$try" -ge "$TRIES" ]; then break; fi
+    if paced_met "pg-paced-$try" "$pg_paced_rate" "$pg_paced_p99" || ! disk_stalled "pg-paced-$try" "$pg_paced_rate" "$pg_paced_p99" \
+        || [ "$try" -ge "$TRIES" ]; then break; fi
     set_aside+=("try $try: $pg_paced_rate/s, p99 $pg_paced_p99 ms; $(cat "$paced_disk")")
-    printf '%-10s try %d of %d missed while the disk itself stalled: not judged, run again with fresh receipts\n' "" "$try" "$TRIES"
+    printf '%-10s try %d of %d missed while the disk itself stalled: set aside, run again with fresh receipts\n' "" "$try" "$TRIES"
 done
 phase pg-sat $((PORT + 1)) $((PORT + 2)) "$start" 0
+read -r sa sb <<<"$pg_sat_requests"
+if [ $((start + (sa > sb ? sa : sb) - 1)) -gt $((N / 2)) ]; then
+    echo "           out of fresh receipts (RECEIPTS=$N): the last requests replayed earlier ones" >&2
+fi
 if "$BIN" ledger verify --database "$URL" --ledger-key "$OUT/shared/keys/ledger-signing.key" >"$OUT/verify.txt" 2>&1; then
     head -2 "$OUT/verify.txt"
 else
@@ -216,13 +234,17 @@ fi
 echo
 ratio=$(awk -v p="$pg_sat_rate" -v s="$sqlite_sat_rate" 'BEGIN{printf "%.2f", p / s}')
 verdict() { if awk "BEGIN{exit !($1)}"; then echo "met"; else echo "MISSED"; fi; }
-printf 'goal  pg-sat ≥ 2,000/s: %d/s (%s)\n' "$pg_sat_rate" "$(verdict "$pg_sat_rate >= 2000")"
-printf 'goal  ≥ 2,000/s paced with p99 < 20 ms: %d/s (offered %d/s), p99 %s ms (%s)\n' "$pg_paced_rate" "$RATE" "$pg_paced_p99" \
-    "$(verdict "$pg_paced_rate >= 2000 && $pg_paced_p99 < 20")"
-for line in "${set_aside[@]}"; do echo "      not judged (missed while the disk stalled): $line"; done
-[ "$try" -eq 1 ] || echo "      judged on try $try of at most $TRIES"
+statuses_note() { only_201 "$1" || echo ", not all 201"; }
+sat_ok=$(only_201 pg-sat && echo 1 || echo 0)
+printf 'goal  pg-sat ≥ 2,000/s: %d/s (%s%s)\n' "$pg_sat_rate" "$(verdict "$pg_sat_rate >= 2000 && $sat_ok")" "$(statuses_note pg-sat)"
+paced_ok=$(paced_met "pg-paced-$try" "$pg_paced_rate" "$pg_paced_p99" && echo 1 || echo 0)
+printf 'goal  ≥ 2,000/s paced with p99 < 20 ms: %d/s (offered %d/s), p99 %s ms (%s on try %d of at most %d%s%s)\n' \
+    "$pg_paced_rate" "$RATE" "$pg_paced_p99" "$(verdict "$paced_ok")" "$try" "$TRIES" \
+    "$([ ${#set_aside[@]} -eq 0 ] || echo ", ${#set_aside[@]} set aside below")" "$(statuses_note "pg-paced-$try")"
+for line in "${set_aside[@]}"; do echo "      set aside (only the p99 missed, while the disk stalled): $line"; done
 # A judged miss where the disk itself stalled (the last try) says so; the verdict stays.
-if ! paced_met "$pg_paced_rate" "$pg_paced_p99" && disk_stalled "$paced_disk" "$pg_paced_p99"; then
-    echo "      the disk stalled during this try as well: $(cat "$paced_disk")"
+if [ "$paced_ok" = 0 ] && disk_stalled "pg-paced-$try" "$pg_paced_rate" "$pg_paced_p99"; then
+    echo "      the disk stalled during the judged try: $(cat "$paced_disk")"
 fi
-printf 'goal  pg-sat ≥ 0.7 × sqlite-sat: %d/s vs %d/s = %s× (%s)\n' "$pg_sat_rate" "$sqlite_sat_rate" "$ratio" "$(verdict "$ratio >= 0.7")"
+printf 'goal  pg-sat ≥ 0.7 × sqlite-sat: %d/s vs %d/s = %s× (%s%s)\n' "$pg_sat_rate" "$sqlite_sat_rate" "$ratio" \
+    "$(verdict "$ratio >= 0.7 && $sat_ok")" "$(statuses_note pg-sat)"

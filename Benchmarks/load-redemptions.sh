@@ -27,13 +27,13 @@ PORT=${PORT:-18480}
 OUT=.build-release/load
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
 
-ports_free "$PORT"
 build_coffer
 rm -rf "$OUT" && mkdir -p "$OUT"
+ports_free "$PORT"
 "$BIN" serve --demo --data-dir "$OUT/data" --port "$PORT" --content content --rate-redemptions 0 --log-level warning >"$OUT/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
-wait_healthy "$PORT"
+wait_healthy "$PORT" "$SERVER"
 mint_bodies "$OUT/data/sandbox" "$N" "$OUT" 1
 
 cpu() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
