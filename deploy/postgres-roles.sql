@@ -33,9 +33,12 @@ GRANT USAGE ON SCHEMA public TO coffer_app, coffer_audit;
 -- The ledger: read and append. Its append-only triggers refuse UPDATE, DELETE and TRUNCATE to
 -- every role, the owner included; the owner (or a superuser) can drop a trigger, which is what
 -- the hash chain, the seal and pinned checkpoints are there to detect.
-GRANT SELECT, INSERT ON redemptions, attempts, revocations, ledger_events, ledger_checkpoints, admin_actions TO coffer_app;
+GRANT SELECT, INSERT ON redemptions, attempts, revocations, ledger_events, ledger_checkpoints, admin_actions, purchase_events TO coffer_app;
 -- The seal: one row, signed and rewritten by every transaction that appends.
 GRANT SELECT, INSERT, UPDATE ON ledger_head TO coffer_app;
+-- Delivery evidence: one counted row per redemption, asset and digest, updated as downloads
+-- finish (not chained).
+GRANT SELECT, INSERT, UPDATE ON deliveries TO coffer_app;
 -- The catalogue (admin API) and the API keys (`coffer keys`).
 GRANT SELECT, INSERT, UPDATE, DELETE ON products, assets, api_keys TO coffer_app;
 -- `serve` reads which migrations were applied; only `coffer migrate` records one.
@@ -54,8 +57,9 @@ ALTER ROLE coffer_audit IN DATABASE coffer SET default_transaction_read_only = o
 ALTER ROLE coffer_app IN DATABASE coffer SET synchronous_commit = on;
 -- The writer lets the chain's lock go before its batch is flushed and then waits for the
 -- flush with a one-record transaction (pg_logical_emit_message, prefix 'coffer'; EXECUTE is
--- granted to PUBLIC by default; migration 0005). Revoking it is safe: each batch's COMMIT
--- then waits for the flush under the lock, as before 0005. CDC consumers that ask for
+-- granted to PUBLIC by default; migration 0005). Revoking it is safe, also while instances
+-- run (migration 0006): each batch's COMMIT then waits for the flush under the lock, as
+-- before 0005. CDC consumers that ask for
 -- logical messages can drop the 'coffer' prefix.
 
 -- Optional: cap the connections, at least instances × COFFER_DATABASE_POOL_SIZE (default 10,

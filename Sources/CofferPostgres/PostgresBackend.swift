@@ -201,9 +201,10 @@ public final class PostgresBackend: Sendable {
     /// session lock is let go (`coffer_abandon_chain`); when that fails as well, the connection
     /// is closed, so the server lets it go with the session: a connection never returns to the
     /// pool holding it.
-    func chainTurn<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    /// `lease` shortens ``deadline`` for this turn (the ledger writer's jobs that already waited).
+    func chainTurn<T: Sendable>(lease: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await withConnection(writer: true) { [logger] connection in
+            return try await withConnection(deadline: lease, writer: true) { [logger] connection in
                 do {
                     return try await body(connection)
                 } catch {

@@ -115,7 +115,11 @@ enum PostgresChain {
 
     /// Lets the writer's session lock go (`coffer_abandon_chain`); when that fails, closes the
     /// connection, so the server lets it go with the session and the pool never gets it back.
+    /// A closed connection's session, and its lock, are gone already: nothing is sent on it —
+    /// postgres-nio fails the first query on a closed connection, but a second one never
+    /// answers, which wedged the writer after a session ended during its CALL.
     static func letGo(_ c: PostgresConnection, logger: Logger) async {
+        guard !c.isClosed else { return }
         do {
             _ = try await c.column("SELECT coffer_abandon_chain()", Bool.self, logger: logger)
         } catch {
@@ -190,13 +194,23 @@ enum PostgresChain {
 
     /// Throws when a value of `entry` holds U+0000, which PostgreSQL's text cannot store (the
     /// vault never lets one through — LedgerText; this is the last line, before any write).
+    /// Also when a redemption's quantity does not fit the column's integer: stored clamped, it
+    /// would no longer match the hash of the value given (the vault refuses one first).
     static func checkStorable(_ entry: LedgerEntry) throws {
         for value in entry.values {
             if let value, value.utf8.contains(0) {
                 throw PostgresStoreError.invalidValue(column: entry.kind.rawValue, value: "a value holding U+0000")
             }
         }
+        if entry.kind == .redemption, let index = quantityField, index < entry.values.count, let quantity = entry.values[index],
+            Int32(quantity) == nil
+        {
+            throw PostgresStoreError.invalidValue(column: "redemptions.quantity", value: "\(quantity.prefix(24)), beyond PostgreSQL's integer")
+        }
     }
+
+    /// Where a redemption entry holds its quantity.
+    private static let quantityField = LedgerEntry.fieldNames(for: .redemption).firstIndex(of: "quantity")
 
     /// What an append writes: the events, the checkpoints due and (with a policy) the new seal.
     struct Linked {

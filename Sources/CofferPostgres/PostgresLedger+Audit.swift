@@ -185,7 +185,9 @@ extension PostgresLedger: LedgerAuditRepository {
 extension PostgresLedger {
     /// Verifies the stored ledger against `publicKey` (nil: the chain only) and the auditor's
     /// `pinned` checkpoints, in one REPEATABLE READ transaction (a consistent snapshot while the
-    /// instances append), 1000 events at a time. The seal counts as a checkpoint of the head.
+    /// instances append), 1000 events at a time. The seal counts as a checkpoint of the head;
+    /// entries after it, or after the last checkpoint when it is gone, are `unsealed`
+    /// (``LedgerAudit/checkSeal(_:last:)``).
     public func audit(publicKey: Curve25519.Signing.PublicKey?, pinned: [LedgerCheckpoint] = []) async throws -> LedgerAuditReport {
         let logger = backend.logger
         return try await backend.transaction(isolation: "REPEATABLE READ READ ONLY") { c in
@@ -210,11 +212,7 @@ extension PostgresLedger {
                 guard let end = page.last else { break }
                 last = end.sequence
             }
-            if let seal, last > seal.sequence {
-                audit.fail(
-                    .unsealed, seal.sequence + 1,
-                    "entries \(seal.sequence + 1)–\(last) come after the head the servers last sealed (\(seal.sequence)): appended behind their back")
-            }
+            audit.checkSeal(seal, last: last)
             var report = audit.finish()
             if report.problem == nil { report.problem = try await Self.tableProblems(c, logger: logger).first }
             return report

@@ -18,41 +18,72 @@ import PostgresNIO
 final class PostgresLedgerWriter: Sendable {
     static let maxBatch = 512
 
-    private let queue: GroupCommitQueue<LedgerWriteJob>
+    /// A job and when it was queued.
+    struct Queued: Sendable {
+        var job: LedgerWriteJob
+        var since: ContinuousClock.Instant
+    }
+
+    private let queue: GroupCommitQueue<Queued>
 
     init(backend: PostgresBackend, checkpoints: CheckpointPolicy?) {
         queue = GroupCommitQueue(
             maxBatch: Self.maxBatch,
-            write: { batch in
+            write: { queued in
+                guard let (batch, lease) = Self.unexpired(queued, deadline: backend.deadline, now: .now) else { return }
                 // The whole batch, lock to COMMIT, on the backend's own thread (EventLoopTaskExecutor).
-                await withTaskExecutorPreference(backend.executor) { await Self.write(batch, backend: backend, checkpoints: checkpoints) }
+                await withTaskExecutorPreference(backend.executor) {
+                    await Self.write(batch, lease: lease, backend: backend, checkpoints: checkpoints)
+                }
             },
-            refuse: { $0.fail(PostgresStoreError.closed) })
+            refuse: { $0.job.fail(PostgresStoreError.closed) })
     }
 
     func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome {
-        try await withCheckedThrowingContinuation { queue.submit(.redemption(redemption, refusals, $0)) }
+        try await withCheckedThrowingContinuation { queue.submit(Queued(job: .redemption(redemption, refusals, $0), since: .now)) }
     }
 
     func record(_ attempt: RejectedAttempt) async throws {
-        try await withCheckedThrowingContinuation { queue.submit(.attempt(attempt, $0)) }
+        try await withCheckedThrowingContinuation { queue.submit(Queued(job: .attempt(attempt, $0), since: .now)) }
     }
 
     func finish() async { await queue.finish() }
 
-    private static func write(_ batch: [LedgerWriteJob], backend: PostgresBackend, checkpoints: CheckpointPolicy?) async {
+    /// The jobs of a batch still within `deadline` of being queued, and how long the batch may
+    /// wait for its connection: what its oldest job has left. A job that waited out the
+    /// deadline in the queue — the database down or stuck, the batches ahead of it each waiting
+    /// for their connection — is answered 503 unwritten: its caller was promised an answer
+    /// within the deadline, and a commit after it gave up would answer its every retry 409.
+    /// Nil when no job is left. Without a deadline (tools), every job, no limit.
+    static func unexpired(_ queued: [Queued], deadline: Duration?, now: ContinuousClock.Instant) -> ([LedgerWriteJob], Duration?)? {
+        guard let deadline else { return queued.isEmpty ? nil : (queued.map(\.job), nil) }
+        var jobs: [LedgerWriteJob] = []
+        var oldest: ContinuousClock.Instant?
+        for item in queued {
+            if now - item.since >= deadline {
+                item.job.fail(PostgresStoreError.timedOut(deadline))
+            } else {
+                jobs.append(item.job)
+                oldest = min(oldest ?? item.since, item.since)
+            }
+        }
+        guard let oldest else { return nil }
+        return (jobs, deadline - (now - oldest))
+    }
+
+    private static func write(_ batch: [LedgerWriteJob], lease: Duration?, backend: PostgresBackend, checkpoints: CheckpointPolicy?) async {
         let results: [LedgerWriteJob.Result]
         do {
             // Two round trips: the chain's session lock and the reads, then the write, which
             // commits by itself, lets the lock go and then waits for the flush
             // (PostgresChain.take, migrations 0004 and 0005).
-            results = try await backend.chainTurn { c in
+            results = try await backend.chainTurn(lease: lease) { c in
                 let locked = try await PostgresChain.take(c, purchases: BatchPlan.purchases(batch), logger: backend.logger)
                 if let checkpoints {
                     try await PostgresChain.checkSeal(c, policy: checkpoints, head: locked.head, seal: locked.seal, logger: backend.logger)
                 }
                 var plan = try await BatchPlan(batch, locked, c, logger: backend.logger)
-                try await plan.write(c, policy: checkpoints, locked: locked, logger: backend.logger)
+                try await plan.write(c, backend: backend, policy: checkpoints, locked: locked)
                 return plan.results
             }
         } catch {
@@ -140,7 +171,8 @@ private struct BatchPlan {
 
     /// Numbers the rows from the lock's next numbers, chains their events in job order and
     /// writes it all in one statement; fills in the results.
-    mutating func write(_ c: PostgresConnection, policy: CheckpointPolicy?, locked: PostgresChain.Locked, logger: Logger) async throws {
+    mutating func write(_ c: PostgresConnection, backend: PostgresBackend, policy: CheckpointPolicy?, locked: PostgresChain.Locked) async throws {
+        let logger = backend.logger
         let redemptionNumbers = try PostgresLedgerWriterNumbers.numbers(from: locked.nextRedemption, count: redemptions.count, table: "redemptions")
         let attemptNumbers = try PostgresLedgerWriterNumbers.numbers(from: locked.nextAttempt, count: attempts.count, table: "attempts")
         for i in redemptions.indices { redemptions[i].sequence = redemptionNumbers[i] }
@@ -172,12 +204,26 @@ private struct BatchPlan {
             // answer lost): the batch's last event says. Committed rows are never answered
             // 503 — once flushed: that COMMIT did not wait for the flush (migration 0005).
             guard let last = linked.sequences.last, let hash = linked.hashes.last,
-                (try? await PostgresChain.eventHash(c, sequence: last, logger: logger)) == hash,
-                (try? await PostgresChain.flush(c, logger: logger)) != nil
+                await Self.committedAndFlushed(c, backend: backend, sequence: last, hash: hash)
             else { throw error }
             logger.warning("the ledger write reported an error after it committed", metadata: ["error": "\(error)"])
             await PostgresChain.letGo(c, logger: logger)
         }
+    }
+
+    /// Whether the event at `sequence` holds `hash` and the WAL is now flushed through it —
+    /// asked on `c`, or, when that fails (the connection dropped, its session terminated
+    /// during the CALL's flush), on a connection of the shared pool: a batch that committed
+    /// is then answered as committed, not 503 with every retry a 409.
+    private static func committedAndFlushed(_ c: PostgresConnection, backend: PostgresBackend, sequence: Int64, hash: String) async -> Bool {
+        let logger = backend.logger
+        @Sendable func check(_ c: PostgresConnection) async throws -> Bool {
+            guard try await PostgresChain.eventHash(c, sequence: sequence, logger: logger) == hash else { return false }
+            try await PostgresChain.flush(c, logger: logger)
+            return true
+        }
+        if !c.isClosed, let answer = try? await check(c) { return answer }
+        return (try? await backend.read { try await check($0) }) ?? false
     }
 }
 

@@ -140,18 +140,15 @@ extension SQLiteLedger {
     /// Verifies the stored ledger against `publicKey` (nil: the chain only) and the auditor's
     /// `pinned` checkpoints, in one read transaction (a consistent snapshot while the server
     /// appends), streaming the events page by page. The seal counts as a checkpoint of the
-    /// head, so a cut tail is `truncated` and entries beyond it are `unsealed`.
+    /// head, so a cut tail is `truncated` and entries beyond it are `unsealed` — as are, with a
+    /// key, entries after the last checkpoint when there is no seal (``LedgerAudit/checkSeal(_:last:)``).
     public func audit(publicKey: Curve25519.Signing.PublicKey?, pinned: [LedgerCheckpoint] = []) async throws -> LedgerAuditReport {
         try await db.pool.read { db in
             let checkpoints = try Self.allCheckpoints(db)
             let seal = try ChainStore.sealedHead(db)
             var audit = LedgerAudit(checkpoints: checkpoints + (seal.map { [$0] } ?? []), publicKey: publicKey, pinned: pinned)
             let last = try Self.addEvents(db, to: &audit)
-            if let seal, last > seal.sequence {
-                audit.fail(
-                    .unsealed, seal.sequence + 1,
-                    "entries \(seal.sequence + 1)–\(last) come after the head the server last sealed (\(seal.sequence)): appended behind its back")
-            }
+            audit.checkSeal(seal, last: last)
             // Problems the chain itself shows come first; then what only the tables show.
             var report = audit.finish()
             let tables = try Self.tableProblems(db)

@@ -54,7 +54,10 @@ struct PostgresUpgradeTests {
 
         let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: false, logger: Logger(label: "upgrade"))
         do {
-            #expect(try await backend.migrate() == ["0002_chain_lock", "0003_players", "0004_append_commit", "0005_flush_after_unlock"])
+            #expect(
+                try await backend.migrate() == [
+                    "0002_chain_lock", "0003_players", "0004_append_commit", "0005_flush_after_unlock", "0006_flush_checked",
+                ])
             #expect(try await backend.pendingMigrations().isEmpty)
             let ledger = PostgresLedger(backend, checkpoints: nil)
             try await ledger.record(makeAttempt(code: "late", transactionId: "1"))

@@ -2,6 +2,7 @@ import CofferCore
 import CofferTestSupport
 import Foundation
 import Logging
+import Synchronization
 import Testing
 
 @testable import CofferPostgres
@@ -354,5 +355,179 @@ struct PostgresWriterTests {
             for ledger in ledgers { await ledger.finishWrites() }
             await second.close()
         }
+    }
+
+    /// A fresh database on a cluster of this test's own (for settings the whole cluster
+    /// shares: a synchronous standby that never comes), migrated; a backend on it.
+    static func withPrivateCluster<T>(_ body: (PostgresBackend, PostgresCluster, String) async throws -> T) async throws -> T {
+        let cluster = try PostgresCluster.start()
+        defer { try? cluster.destroy() }
+        let url = try cluster.createDatabase()
+        let name = String(try #require(URLComponents(string: url)).path.dropFirst())
+        let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 3, timeouts: false, logger: Logger(label: "private"))
+        do {
+            try await backend.migrate()
+            let result = try await body(backend, cluster, name)
+            await backend.close()
+            return result
+        } catch {
+            await backend.close()
+            throw error
+        }
+    }
+
+    /// Waits (20 s at most) until a session of `name` matching `condition` waits for a
+    /// synchronous standby's confirmation, i.e. until its COMMIT flushed and now waits for the
+    /// standby; returns its pid.
+    static func waitingForStandby(_ cluster: PostgresCluster, _ name: String, _ condition: String) async throws -> String {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let pid = try cluster.psql(
+                "SELECT pid FROM pg_stat_activity WHERE datname = '\(name)' AND wait_event = 'SyncRep' AND \(condition) LIMIT 1", database: name)
+            if !pid.isEmpty { return pid }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let seen = try cluster.psql(
+            "SELECT pid, application_name, state, wait_event, left(query, 60) FROM pg_stat_activity WHERE datname = '\(name)'", database: name)
+        throw PostgresCluster.Failure("no session of \(name) where \(condition) waited for the standby within 20 s: \(seen)")
+    }
+
+    static func standby(_ cluster: PostgresCluster, _ names: String?) throws {
+        if let names {
+            try cluster.psql("ALTER SYSTEM SET synchronous_standby_names = '\(names)'")
+        } else {
+            try cluster.psql("ALTER SYSTEM RESET synchronous_standby_names")
+        }
+        try cluster.psql("SELECT pg_reload_conf()")
+    }
+
+    @Test("EXECUTE on pg_logical_emit_message revoked while the writer runs: its next batches commit waiting for the flush, answered and flushed")
+    func flushRecordRevokedWhileRunning() async throws {
+        try await Self.withBackend { backend, cluster, name in
+            try cluster.psql("CREATE EXTENSION pageinspect", database: name)
+            let role = "plain_\(name)"
+            try cluster.psql("CREATE ROLE \(role) LOGIN; GRANT ALL ON ALL TABLES IN SCHEMA public TO \(role);", database: name)
+            let url = cluster.url(database: name).replacingOccurrences(of: "//postgres@", with: "//\(role)@")
+            try #require(url != cluster.url(database: name), "the test cluster's URL names another user")
+            let plain = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: true, logger: Logger(label: "plain"))
+            let ledger = PostgresLedger(plain, checkpoints: nil)
+            let flushAfter = { try await plain.read { c in try await c.column("SELECT coffer_flush_after()", Bool.self, logger: plain.logger) } }
+            #expect(try await ledger.insert(makeRedemption("990")).inserted?.sequence == 1)
+            #expect(try await flushAfter() == [true])
+            try cluster.psql("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC", database: name)
+            for i in 1..<4 {
+                #expect(try await ledger.insert(makeRedemption("99\(i)")).inserted?.sequence == Int64(i + 1))
+                #expect(try await Self.pagesFlushed(backend))
+            }
+            #expect(try await flushAfter() == [false])
+            #expect(try Self.chainLocks(cluster, name) == "0")
+            await ledger.finishWrites()
+            await plain.close()
+        }
+    }
+
+    @Test("without the flush record coffer_flush still waits for the flush: it commits a row lock of the seal")
+    func flushWithoutTheRecordWaits() async throws {
+        try await Self.withPrivateCluster { backend, cluster, name in
+            let ledger = PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: LedgerAuditContractTests.signer, every: 50))
+            #expect(try await ledger.insert(makeRedemption("985")).inserted != nil, "a seal row to lock")
+            try cluster.psql(
+                """
+                CREATE ROLE plain LOGIN; GRANT ALL ON ALL TABLES IN SCHEMA public TO plain;
+                REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
+                """, database: name)
+            let url = cluster.url(database: name).replacingOccurrences(of: "//postgres@", with: "//plain@")
+            let plain = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: false, logger: Logger(label: "plain"))
+            try Self.standby(cluster, "ghost")
+            let flushing = Task { try await plain.read { c in try await PostgresChain.flush(c, logger: plain.logger) } }
+            var waited: (any Error)?
+            do { _ = try await Self.waitingForStandby(cluster, name, "usename = 'plain'") } catch { waited = error }
+            try Self.standby(cluster, nil)
+            try await flushing.value
+            #expect(waited == nil, "the flush committed a WAL record and waited for the standby: \(String(describing: waited))")
+            await ledger.finishWrites()
+            await plain.close()
+        }
+    }
+
+    @Test(
+        "the writer's session ended while its batch's CALL waits for the flush: the batch committed, and is answered so — asked on another connection",
+        .timeLimit(.minutes(1)))
+    func sessionEndedDuringTheFlushIsAnsweredCommitted() async throws {
+        try await Self.withPrivateCluster { backend, cluster, name in
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("980")).inserted?.sequence == 1)
+            try Self.standby(cluster, "ghost")
+            let pending = Task { try await ledger.insert(makeRedemption("981")) }
+            var failed: (any Error)?
+            do {
+                let writer = try await Self.waitingForStandby(cluster, name, "query LIKE 'CALL coffer_append_commit(%'")
+                try cluster.psql("SELECT pg_terminate_backend(\(writer))")
+                // The check and its flush, on a shared connection: that flush waits for the standby too.
+                _ = try await Self.waitingForStandby(cluster, name, "query = 'CALL coffer_flush()' AND pid <> \(writer)")
+            } catch {
+                failed = error
+            }
+            try Self.standby(cluster, nil)
+            let outcome = try await pending.value
+            #expect(failed == nil, "\(String(describing: failed))")
+            #expect(outcome.inserted?.sequence == 2, "committed, so answered as such: \(outcome)")
+            #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
+            // The writer opens a new session for its next batch.
+            #expect(try await ledger.insert(makeRedemption("982")).inserted?.sequence == 3)
+            #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "3")
+            await ledger.finishWrites()
+        }
+    }
+
+    @Test("the seal deleted: the entries after the last checkpoint are unsealed, as the instances refuse them")
+    func deletedSealIsUnsealed() async throws {
+        try await Self.withBackend { backend, cluster, name in
+            let signer = LedgerAuditContractTests.signer
+            let ledger = PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: signer, every: 2))
+            for i in 0..<5 { #expect(try await ledger.insert(makeRedemption("97\(i)")).inserted != nil) }
+            #expect(try await ledger.audit(publicKey: signer.publicKey).intact)
+            try cluster.psql("DELETE FROM ledger_head", database: name)
+            let report = try await ledger.audit(publicKey: signer.publicKey)
+            #expect(report.problem?.kind == .unsealed)
+            #expect(report.problem?.sequence == 5, "checkpoints at 2 and 4: \(String(describing: report.problem))")
+            await #expect(throws: LedgerIntegrityError.self) { try await ledger.sealIntact() }
+            #expect(try await ledger.audit(publicKey: nil).intact, "the chain alone has nothing against it")
+            await ledger.finishWrites()
+        }
+    }
+
+    @Test(
+        "a job that waited out the deadline in the writer's queue (the database down) is answered 503 unwritten; its batch's lease is what the oldest job left has"
+    )
+    func jobsPastTheDeadlineAreNotWritten() async throws {
+        let now = ContinuousClock.now
+        let kept = Mutex<([LedgerWriteJob], Duration?)?>(nil)
+        let answer = await Task { () -> (any Error)? in
+            do {
+                try await withCheckedThrowingContinuation { (stale: CheckedContinuation<Void, any Error>) in
+                    let queued = [
+                        PostgresLedgerWriter.Queued(job: .attempt(makeAttempt(code: "old", transactionId: "1"), stale), since: now - .seconds(11)),
+                        PostgresLedgerWriter.Queued(job: .attempt(makeAttempt(code: "young", transactionId: "2"), nil), since: now - .seconds(3)),
+                        PostgresLedgerWriter.Queued(job: .attempt(makeAttempt(code: "new", transactionId: "3"), nil), since: now),
+                    ]
+                    let result = PostgresLedgerWriter.unexpired(queued, deadline: .seconds(10), now: now)
+                    kept.withLock { $0 = result }
+                }
+                return nil
+            } catch {
+                return error
+            }
+        }.value
+        #expect(
+            answer.map { "\($0)" } == "\(PostgresStoreError.timedOut(.seconds(10)))", "the stale job's caller got 503: \(String(describing: answer))")
+        let (jobs, lease) = try #require(kept.withLock { $0 })
+        #expect(jobs.count == 2)
+        #expect(lease == .seconds(7), "the oldest job left had waited 3 s of 10")
+        // Nothing left: no batch. No deadline (tools): everything, no limit.
+        let stale = PostgresLedgerWriter.Queued(job: .attempt(makeAttempt(code: "old", transactionId: "4"), nil), since: now - .seconds(60))
+        #expect(PostgresLedgerWriter.unexpired([stale], deadline: .seconds(10), now: now) == nil)
+        let untimed = try #require(PostgresLedgerWriter.unexpired([stale], deadline: nil, now: now))
+        #expect(untimed.0.count == 1 && untimed.1 == nil)
     }
 }

@@ -198,6 +198,35 @@ import Testing
             arguments: [sequence, forged.sequence, LedgerChain.hash(previous: previous, entry: entry).hexString])
     }
 
+    /// The seal deleted, then an entry forged with a correctly computed hash (no key needed):
+    /// verify names every entry no signature covers — from the last checkpoint on — as the
+    /// server itself refuses to start on them.
+    @Test func forgedAppendsAfterTheSealIsDeletedAreUnsealed() async throws {
+        let h = try await LedgerTamperTests.populated()
+        defer { h.cleanUp() }
+        #expect(try await Self.audit(h).intact)
+        try h.services.database.close()
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in
+            try db.execute(sql: "DELETE FROM ledger_head")
+            try Self.appendForgedRedemption(db, transactionId: "666")
+        }
+        try queue.close()
+        let db = try CofferDatabase(readOnlyPath: h.directory.appendingPathComponent("coffer.sqlite").path)
+        let report = try await SQLiteLedger(db).audit(publicKey: h.services.ledgerSigner.publicKey)
+        #expect(report.problem?.kind == .unsealed)
+        #expect(
+            report.problem?.sequence == 6, "the last checkpoint is at 5, the forged entry 6 under no signature: \(String(describing: report.problem))"
+        )
+        #expect(report.entries == 6)
+        let verify = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
+        #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
+        #expect(verify.stdout.contains("entries 6–6 come after the last checkpoint"), "\(verify.stdout)")
+        // The chain alone (no key: no checkpoints read) has nothing to say against it.
+        let chainOnly = try await SQLiteLedger(db).audit(publicKey: nil)
+        #expect(chainOnly.intact, "\(String(describing: chainOnly.problem))")
+    }
+
     /// Forged entries appended with a correctly computed chain — while the server is stopped,
     /// or while it runs — are never extended or signed: the server only appends where its own
     /// key sealed the chain, and verify names the forged entries.
@@ -384,18 +413,21 @@ import Testing
         #expect(caught.status == 1)
         #expect(caught.stdout.contains("checkpointMismatch"), "\(caught.stdout)")
 
-        // Truncated: the tail cut off, its checkpoints with it. The seal still names the old head…
+        // Truncated: the tail cut off after the checkpoint at 2 (entries 1 and 2 are
+        // redemptions 1 and 2), its checkpoints with it. The seal still names the old head…
         let queue = try DatabaseQueue(path: database)
         try await queue.write { db in
             try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
-            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 3; DELETE FROM ledger_checkpoints WHERE sequence > 3")
+            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 2; DELETE FROM ledger_checkpoints WHERE sequence > 2")
             try db.execute(sql: "DROP TRIGGER attempts_no_delete; DROP TRIGGER redemptions_no_delete")
-            try db.execute(sql: "DELETE FROM attempts WHERE sequence > 1; DELETE FROM redemptions WHERE sequence > 2")
+            try db.execute(sql: "DELETE FROM attempts; DELETE FROM redemptions WHERE sequence > 2")
         }
         let sealed = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(sealed.status == 1 && sealed.stdout.contains("truncated"), "the seal covers the cut tail: \(sealed.stdout)")
-        // …so the thief deletes the seal as well, and puts the triggers back: without pins,
-        // nothing is left to tell.
+        // …so the thief deletes the seal as well, and puts the triggers back: the ledger now
+        // ends on a checkpoint, and without pins nothing is left to tell. (Cut anywhere else,
+        // the entries after the last checkpoint would be covered by no seal: `unsealed`,
+        // forgedAppendsAfterTheSealIsDeletedAreUnsealed.)
         try await queue.write { db in
             try db.execute(sql: "DELETE FROM ledger_head")
             for table in ["ledger_events", "ledger_checkpoints", "attempts", "redemptions"] {
@@ -491,6 +523,28 @@ import Testing
     }
 
     // MARK: 4. Refunds before redemptions
+
+    /// A quantity no ledger stores as given (PostgreSQL's integer; clamped, it would no longer
+    /// match its hash) or no purchase has (0, negative) is refused: 422 `malformed`, and no
+    /// redemption is stored. Apple's most, 10, is redeemed.
+    @Test func quantitiesOutsideOneToAnIntegerAreRefused() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            for (id, quantity) in [("9301", Int(Int32.max) + 1), ("9302", 0), ("9303", -1), ("9304", Int.max)] {
+                var spec = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: id)
+                spec.quantity = quantity
+                let refused = try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(spec, now: Date())])
+                #expect(refused.status.code == 422, "quantity \(quantity)")
+                #expect(Harness.code(refused) == "malformed")
+            }
+            var ten = TransactionSpec(bundleId: Harness.bundle, productId: Harness.product, transactionId: "9305")
+            ten.quantity = 10
+            #expect(try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(ten, now: Date())]).status == .created)
+        }
+        #expect(try await h.services.ledger.redemptions(AuditFilter()).map(\.quantity) == [10])
+        #expect(try await Self.audit(h).intact)
+    }
 
     @Test func aRefundBeforeTheRedemptionIsKept() async throws {
         let h = try await Harness.make()

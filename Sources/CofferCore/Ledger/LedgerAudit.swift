@@ -77,6 +77,8 @@ public struct LedgerAudit: Sendable {
     private var lastVerifiedCheckpoint: Int64 = 0
     private var pinned: [Int64: LedgerCheckpoint] = [:]
     private var maxPinned: Int64 = 0
+    /// A public key was given: the checkpoints are read.
+    private var hasKey = false
     private var report = LedgerAuditReport(
         entries: 0, lastSequence: 0, headHash: LedgerChain.genesis.hexString, checkpointsVerified: 0, lastCheckpoint: nil, problem: nil)
 
@@ -101,6 +103,7 @@ public struct LedgerAudit: Sendable {
             maxPinned = max(maxPinned, checkpoint.sequence)
         }
         guard let publicKey else { return }
+        hasKey = true
         for checkpoint in checkpoints.sorted(by: { $0.sequence < $1.sequence }) {
             guard checkpoint.isSigned(by: publicKey) else {
                 fail(
@@ -163,6 +166,29 @@ public struct LedgerAudit: Sendable {
         previous = hash
         report.lastSequence = entry.sequence
         report.headHash = hex
+    }
+
+    /// The database audits' rule for the head, the servers' own (``CheckpointPolicy/verifySeal(_:headSequence:headHash:covering:)``):
+    /// every entry lies under a signature. Entries after the seal (`seal`, the chain's last
+    /// entry `last`) were appended behind the servers' backs; without a seal, entries after the
+    /// last checkpoint the chain reached mean the seal was removed — or the ledger predates
+    /// seals and was never sealed since (a server refuses it too, until `coffer ledger adopt`).
+    /// The second rule needs the key: without it the checkpoints are not read. Not for exports:
+    /// they read their seal after their entries.
+    public mutating func checkSeal(_ seal: LedgerCheckpoint?, last: Int64) {
+        if let seal {
+            if last > seal.sequence {
+                fail(
+                    .unsealed, seal.sequence + 1,
+                    "entries \(seal.sequence + 1)–\(last) come after the head the servers last sealed (\(seal.sequence)): appended behind their back")
+            }
+        } else if hasKey, last > report.lastCheckpoint ?? 0 {
+            let from = (report.lastCheckpoint ?? 0) + 1
+            fail(
+                .unsealed, from,
+                "entries \(from)–\(last) come after the last checkpoint and no seal covers them: the seal was removed, or the ledger was never sealed (a server refuses it until `coffer ledger adopt`)"
+            )
+        }
     }
 
     public mutating func finish() -> LedgerAuditReport {

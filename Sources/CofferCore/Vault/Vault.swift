@@ -486,7 +486,8 @@ public struct Vault: Sendable {
         }
         return Purchase(
             transactionId: transactionId, originalTransactionId: record.originalTransactionId, productId: productId, bundleId: bundleId,
-            environment: environment, purchaseDate: record.purchaseDate, quantity: Int(record.quantity ?? 1), revokedAt: record.cancellationDate,
+            environment: environment, purchaseDate: record.purchaseDate, quantity: try Self.quantity(record.quantity),
+            revokedAt: record.cancellationDate,
             format: .appReceipt, appAccountToken: nil, storeKitType: nil, expiresDate: record.expiresDate)
     }
 
@@ -532,9 +533,21 @@ public struct Vault: Sendable {
         }
         return Purchase(
             transactionId: transactionId, originalTransactionId: t.originalTransactionId, productId: productId, bundleId: bundleId,
-            environment: environment, purchaseDate: t.purchaseDate?.date, quantity: t.quantity ?? 1, revokedAt: t.revocationDate?.date,
+            environment: environment, purchaseDate: t.purchaseDate?.date, quantity: try Self.quantity(t.quantity.map(Int64.init)),
+            revokedAt: t.revocationDate?.date,
             format: .signedTransaction, appAccountToken: t.appAccountToken, storeKitType: t.productType, expiresDate: t.expiresDate?.date,
             ownershipType: t.inAppOwnershipType, isUpgraded: t.isUpgraded ?? false)
+    }
+
+    /// A purchase's quantity (absent: 1) as every ledger stores it: 1 through 2³¹ − 1
+    /// (PostgreSQL's integer; Apple sells at most 10 of a consumable at once). Anything else
+    /// is unusable, 422, and never reaches a ledger, whose chain hashes the value as given.
+    static func quantity(_ value: Int64?) throws(VaultFailure) -> Int {
+        let quantity = value ?? 1
+        guard quantity >= 1, quantity <= Int64(Int32.max) else {
+            throw VaultFailure.incomplete("the purchase's quantity \(quantity) is outside 1–\(Int32.max)")
+        }
+        return Int(quantity)
     }
 
     /// Runs a storage call, turning its failure into a 503-class ``VaultFailure``.

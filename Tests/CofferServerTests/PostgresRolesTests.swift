@@ -1,0 +1,105 @@
+import CofferCore
+import CofferTestSupport
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `deploy/postgres-roles.sql` as the deploy guide runs it — the roles, a database `coffer`
+/// owned by `coffer_owner`, `coffer migrate` as the owner, then the file as a superuser — and
+/// then an instance connected as `coffer_app` doing an instance's work, `coffer keys` as
+/// `coffer_app`, `coffer ledger verify` as `coffer_audit`; and what each role must not do.
+@Suite struct PostgresRolesTests {
+    typealias Server = CrashSafetyTests.Server
+
+    static var rolesFile: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("deploy/postgres-roles.sql")
+    }
+
+    /// Posts a notification minted by the demo's sandbox CA for `transactionId`.
+    static func notify(_ client: TestClient, data: URL, type: String, transactionId: String) async throws -> TestClient.Response {
+        let minted = try CofferExecutable.run([
+            "sandbox", "notification", "--dir", data.appendingPathComponent("sandbox").path, "--type", type, "--bundle-id",
+            "com.coffer.demo", "--product", "com.coffer.demo.levelpack1", "--transaction-id", transactionId,
+        ])
+        try #require(minted.status == 0, "\(minted.stderr)")
+        let payload = minted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        return try await client.execute(
+            .init(
+                "/v1/notifications", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: "{\"signedPayload\":\"\(payload)\"}")))
+    }
+
+    @Test func theApplicationRoleRunsAnInstanceAndTheAuditRoleVerifies() async throws {
+        // A cluster of its own: the file names the database `coffer` and its roles are the cluster's.
+        let cluster = try PostgresCluster.start()
+        defer { try? cluster.destroy() }
+        try cluster.psql("CREATE ROLE coffer_owner LOGIN; CREATE ROLE coffer_app LOGIN; CREATE ROLE coffer_audit LOGIN")
+        try cluster.psql("CREATE DATABASE coffer OWNER coffer_owner")
+        func url(_ role: String) -> String { cluster.url(database: "coffer").replacingOccurrences(of: "//postgres@", with: "//\(role)@") }
+        try #require(url("coffer_app") != cluster.url(database: "coffer"), "the test cluster's URL names another user")
+        let migrated = try CofferExecutable.run(["migrate", "--database", url("coffer_owner")])
+        try #require(migrated.status == 0, "\(migrated.stdout)\(migrated.stderr)")
+        try cluster.psql(try String(contentsOf: Self.rolesFile, encoding: .utf8), database: "coffer")
+
+        let root = try makeTemporaryDirectory(prefix: "coffer-roles")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        // Starting checks the schema and the tables the chain must cover, and seeds the demo's
+        // catalogue and admin key.
+        let server = try await Server(dataDirectory: data, arguments: ["--database", url("coffer_app")])
+        defer { server.kill(SIGKILL) }
+        let tiles = ObjectStoreScaleOutTests.bytes(5_000, seed: 7)
+        try await ObjectStoreScaleOutTests.upload(tiles, assetId: "levelpack1-tiles", to: server)
+        let client = ObjectStoreScaleOutTests.client(server)
+        defer { Task { try? await client.shutdown() } }
+        let receipt = try #require(try ScaleOutTests.receipts(data, first: 8100, count: 1).first)
+        let created = try await ScaleOutTests.redeem(client, receipt.1)
+        try #require(created.status == .created, "\(String(buffer: created.body ?? ByteBuffer()))")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(ObjectStoreScaleOutTests.body(created))) as? [String: Any])
+        let assets = try #require(json["assets"] as? [[String: Any]])
+        for asset in assets {
+            let download = try await client.execute(.init(try #require(asset["url"] as? String), method: .get))
+            #expect(download.status == .ok)
+        }
+        #expect(try await ScaleOutTests.redeem(client, receipt.1).status == .conflict)
+        for type in ["REFUND_DECLINED", "REFUND"] {
+            let answered = try await Self.notify(client, data: data, type: type, transactionId: receipt.0)
+            #expect(answered.status == .ok, "\(type): \(String(buffer: answered.body ?? ByteBuffer()))")
+        }
+        let keys = try CofferExecutable.run([
+            "keys", "create", "--database", url("coffer_app"), "--data-dir", data.path, "--role", "auditor", "--name", "roles",
+        ])
+        #expect(keys.status == 0, "\(keys.stdout)\(keys.stderr)")
+        let counts = try cluster.psql(
+            """
+            SELECT (SELECT count(*) FROM redemptions) || ' ' || (SELECT count(*) FROM attempts) || ' ' || (SELECT count(*) FROM purchase_events)
+                || ' ' || (SELECT count(*) FROM revocations) || ' ' || (SELECT count(*) > 0 FROM deliveries)
+                || ' ' || (SELECT count(*) > 0 FROM admin_actions)
+            """, database: "coffer")
+        #expect(counts == "1 1 1 1 true true", "redemptions, attempts, purchase events, revocations, deliveries, admin actions: \(counts)")
+        let verify = try CofferExecutable.run(["ledger", "verify", "--database", url("coffer_audit"), "--data-dir", data.path])
+        #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
+        #expect(verify.stdout.contains("intact"), "\(verify.stdout)")
+
+        // What the roles must not do (as the role, through SET ROLE).
+        let forbidden = [
+            ("coffer_app", "CREATE TABLE stolen (x int)"),
+            ("coffer_app", "DELETE FROM ledger_head"),
+            ("coffer_app", "INSERT INTO coffer_migrations VALUES ('9999_forged', 0)"),
+            ("coffer_app", "ALTER TABLE redemptions DISABLE TRIGGER redemptions_append_only"),
+            ("coffer_audit", "INSERT INTO api_keys SELECT * FROM api_keys LIMIT 1"),
+        ]
+        for (role, statement) in forbidden {
+            #expect(throws: PostgresCluster.Failure.self, "\(role): \(statement)") {
+                try cluster.psql("SET ROLE \(role); \(statement)", database: "coffer")
+            }
+        }
+        #expect(try cluster.psql("SET ROLE coffer_app; SHOW synchronous_commit", database: "coffer").hasSuffix("on"))
+    }
+}
