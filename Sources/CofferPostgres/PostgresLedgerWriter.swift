@@ -214,16 +214,38 @@ private struct BatchPlan {
     /// Whether the event at `sequence` holds `hash` and the WAL is now flushed through it —
     /// asked on `c`, or, when that fails (the connection dropped, its session terminated
     /// during the CALL's flush), on a connection of the shared pool: a batch that committed
-    /// is then answered as committed, not 503 with every retry a 409.
+    /// is then answered as committed, not 503 with every retry a 409. There the chain's lock
+    /// is taken first (`lock_timeout`): a session the client side lost (a reset by a NAT or a
+    /// proxy) may still be running the CALL, holding the lock until it has committed or rolled
+    /// back — read before that, the batch would look uncommitted and then commit.
     private static func committedAndFlushed(_ c: PostgresConnection, backend: PostgresBackend, sequence: Int64, hash: String) async -> Bool {
         let logger = backend.logger
-        @Sendable func check(_ c: PostgresConnection) async throws -> Bool {
-            guard try await PostgresChain.eventHash(c, sequence: sequence, logger: logger) == hash else { return false }
-            try await PostgresChain.flush(c, logger: logger)
-            return true
+        if !c.isClosed, let answer = try? await Self.committed(c, sequence: sequence, hash: hash, logger: logger) {
+            guard answer else { return false }
+            return (try? await PostgresChain.flush(c, logger: logger)) != nil
         }
-        if !c.isClosed, let answer = try? await check(c) { return answer }
-        return (try? await backend.read { try await check($0) }) ?? false
+        // Up to three tries: what broke this connection (a reset) may have broken the pool's
+        // too, and the pool hands out a dead one once before it knows. A slow failure (the
+        // lock not granted within lock_timeout, a flush that timed out) is final.
+        for _ in 0..<3 {
+            let start = ContinuousClock.now
+            do {
+                let committed = try await backend.transaction { c in
+                    try await c.query("SELECT pg_advisory_xact_lock(\(PostgresChain.lockKey))", logger: logger)
+                    return try await Self.committed(c, sequence: sequence, hash: hash, logger: logger)
+                }
+                guard committed else { return false }
+                try await backend.read { c in try await PostgresChain.flush(c, logger: logger) }
+                return true
+            } catch {
+                if ContinuousClock.now - start > .seconds(1) { return false }
+            }
+        }
+        return false
+    }
+
+    private static func committed(_ c: PostgresConnection, sequence: Int64, hash: String, logger: Logger) async throws -> Bool {
+        try await PostgresChain.eventHash(c, sequence: sequence, logger: logger) == hash
     }
 }
 

@@ -7,6 +7,10 @@ import Testing
 
 @testable import CofferPostgres
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The PostgreSQL backend's own edges, beyond the shared contract: the connection deadline
 /// never answers "timed out" for a transaction that runs (it would commit a redemption whose
 /// buyer got a 503), numbers the database hands out are checked, a revocation copied from
@@ -380,25 +384,40 @@ struct PostgresWriterTests {
     /// synchronous standby's confirmation, i.e. until its COMMIT flushed and now waits for the
     /// standby; returns its pid.
     static func waitingForStandby(_ cluster: PostgresCluster, _ name: String, _ condition: String) async throws -> String {
+        try await waitingFor("IPC' AND wait_event = 'SyncRep", cluster, name, condition)
+    }
+
+    /// Waits (20 s at most) until a session of `name` matching `condition` waits on
+    /// `waitType` (pg_stat_activity's wait_event_type); returns its pid.
+    static func waitingFor(_ waitType: String, _ cluster: PostgresCluster, _ name: String, _ condition: String) async throws -> String {
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {
             let pid = try cluster.psql(
-                "SELECT pid FROM pg_stat_activity WHERE datname = '\(name)' AND wait_event = 'SyncRep' AND \(condition) LIMIT 1", database: name)
+                "SELECT pid FROM pg_stat_activity WHERE datname = '\(name)' AND wait_event_type = '\(waitType)' AND \(condition) LIMIT 1",
+                database: name)
             if !pid.isEmpty { return pid }
             try await Task.sleep(for: .milliseconds(20))
         }
         let seen = try cluster.psql(
             "SELECT pid, application_name, state, wait_event, left(query, 60) FROM pg_stat_activity WHERE datname = '\(name)'", database: name)
-        throw PostgresCluster.Failure("no session of \(name) where \(condition) waited for the standby within 20 s: \(seen)")
+        throw PostgresCluster.Failure("no session of \(name) where \(condition) waited (\(waitType)) within 20 s: \(seen)")
     }
 
-    static func standby(_ cluster: PostgresCluster, _ names: String?) throws {
+    /// Sets `synchronous_standby_names` (nil: resets it) and returns once the server runs with
+    /// it: a new session sees it, so the postmaster has reloaded and signalled every session,
+    /// which applies it before its next statement. (pg_reload_conf() only sends the signal.)
+    static func standby(_ cluster: PostgresCluster, _ names: String?) async throws {
         if let names {
             try cluster.psql("ALTER SYSTEM SET synchronous_standby_names = '\(names)'")
         } else {
             try cluster.psql("ALTER SYSTEM RESET synchronous_standby_names")
         }
         try cluster.psql("SELECT pg_reload_conf()")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try cluster.psql("SHOW synchronous_standby_names") != (names ?? "") {
+            guard ContinuousClock.now < deadline else { throw PostgresCluster.Failure("the server did not reload its configuration in 10 s") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 
     @Test("EXECUTE on pg_logical_emit_message revoked while the writer runs: its next batches commit waiting for the flush, answered and flushed")
@@ -438,11 +457,11 @@ struct PostgresWriterTests {
                 """, database: name)
             let url = cluster.url(database: name).replacingOccurrences(of: "//postgres@", with: "//plain@")
             let plain = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: false, logger: Logger(label: "plain"))
-            try Self.standby(cluster, "ghost")
+            try await Self.standby(cluster, "ghost")
             let flushing = Task { try await plain.read { c in try await PostgresChain.flush(c, logger: plain.logger) } }
             var waited: (any Error)?
             do { _ = try await Self.waitingForStandby(cluster, name, "usename = 'plain'") } catch { waited = error }
-            try Self.standby(cluster, nil)
+            try await Self.standby(cluster, nil)
             try await flushing.value
             #expect(waited == nil, "the flush committed a WAL record and waited for the standby: \(String(describing: waited))")
             await ledger.finishWrites()
@@ -457,7 +476,7 @@ struct PostgresWriterTests {
         try await Self.withPrivateCluster { backend, cluster, name in
             let ledger = PostgresLedger(backend, checkpoints: nil)
             #expect(try await ledger.insert(makeRedemption("980")).inserted?.sequence == 1)
-            try Self.standby(cluster, "ghost")
+            try await Self.standby(cluster, "ghost")
             let pending = Task { try await ledger.insert(makeRedemption("981")) }
             var failed: (any Error)?
             do {
@@ -468,7 +487,7 @@ struct PostgresWriterTests {
             } catch {
                 failed = error
             }
-            try Self.standby(cluster, nil)
+            try await Self.standby(cluster, nil)
             let outcome = try await pending.value
             #expect(failed == nil, "\(String(describing: failed))")
             #expect(outcome.inserted?.sequence == 2, "committed, so answered as such: \(outcome)")
@@ -529,5 +548,129 @@ struct PostgresWriterTests {
         #expect(PostgresLedgerWriter.unexpired([stale], deadline: .seconds(10), now: now) == nil)
         let untimed = try #require(PostgresLedgerWriter.unexpired([stale], deadline: nil, now: now))
         #expect(untimed.0.count == 1 && untimed.1 == nil)
+    }
+
+    /// A TCP proxy to PostgreSQL whose SIGUSR1 cuts every connection on the client's side only:
+    /// the server's sessions go on, as after a reset by a NAT or a proxy between them.
+    final class CuttingProxy: Sendable {
+        static let script = """
+            import asyncio, os, signal, sys, threading
+            upstream_port = int(sys.argv[1])
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a spawned child may inherit signals blocked
+            # Gone with the test process: its end of stdin closes then.
+            threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+            live, kept = set(), []
+            async def pipe(r, w):
+                try:
+                    while True:
+                        data = await r.read(65536)
+                        if not data:
+                            break
+                        w.write(data)
+                        await w.drain()
+                except Exception:
+                    pass
+            async def handle(cr, cw):
+                ur, uw = await asyncio.open_connection('127.0.0.1', upstream_port)
+                entry = (cw, uw)
+                live.add(entry)
+                back = asyncio.ensure_future(pipe(ur, cw))
+                await pipe(cr, uw)
+                if entry in live:
+                    live.discard(entry)
+                    uw.close()
+                    back.cancel()
+                    cw.close()
+            def cut():
+                for entry in list(live):
+                    live.discard(entry)
+                    kept.append(entry)
+                    entry[0].transport.abort()
+            async def main():
+                server = await asyncio.start_server(handle, '127.0.0.1', 0)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, cut)
+                print(server.sockets[0].getsockname()[1], flush=True)
+                await server.serve_forever()
+            asyncio.run(main())
+            """
+        let process: Process
+        let port: Int
+        /// The proxy's stdin: it exits when this closes (with the test process, however it ends).
+        private let lifeline = Pipe()
+
+        /// Never the test process's stdout or stderr: a child left holding them would keep
+        /// `swift test` waiting for their end after the tests finished.
+        init(to upstream: Int) throws {
+            process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["python3", "-c", Self.script, String(upstream)]
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            process.standardInput = lifeline
+            try process.run()
+            var line = Data()
+            while !line.contains(UInt8(ascii: "\n")) {
+                let chunk = out.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                line += chunk
+            }
+            port = try #require(Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)), "the proxy did not start")
+        }
+
+        func cut() { kill(process.processIdentifier, SIGUSR1) }
+
+        deinit {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    @Test(
+        "the writer's connection cut on the client's side while its CALL still runs on the server: the check waits for the chain's lock, sees the batch commit, and answers it",
+        .timeLimit(.minutes(1)))
+    func connectionCutWhileTheCallRunsIsAnsweredOnceItCommits() async throws {
+        try await Self.withPrivateCluster { direct, cluster, name in
+            let proxy = try CuttingProxy(to: cluster.port)
+            let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
+            try #require(url != cluster.url(database: name))
+            let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 3, timeouts: true, logger: Logger(label: "proxied"))
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("983")).inserted?.sequence == 1)
+            // A lock the batch's INSERT waits for, held on a direct connection.
+            let (released, release) = AsyncStream<Void>.makeStream()
+            let holding = Task {
+                try await direct.transaction { c in
+                    try await c.query("LOCK TABLE ledger_events IN SHARE MODE", logger: direct.logger)
+                    var waiting = released.makeAsyncIterator()
+                    _ = await waiting.next()
+                }
+            }
+            var failed: (any Error)?
+            do {
+                _ = try await Self.waitingFor("Client", cluster, name, "query LIKE 'LOCK TABLE ledger_events%' AND state = 'idle in transaction'")
+            } catch {
+                failed = error
+            }
+            let pending = Task { try await ledger.insert(makeRedemption("984")) }
+            do {
+                _ = try await Self.waitingFor("Lock", cluster, name, "query LIKE 'CALL coffer_append_commit(%'")
+                proxy.cut()
+                // The check, on a new connection: it waits for the chain's lock, which the
+                // cut-off session holds until its CALL ends.
+                _ = try await Self.waitingFor("Lock", cluster, name, "query LIKE 'SELECT pg_advisory_xact_lock(%'")
+            } catch {
+                failed = error
+            }
+            release.finish()
+            try await holding.value
+            #expect(failed == nil, "\(String(describing: failed))")
+            let outcome = try await pending.value
+            #expect(outcome.inserted?.sequence == 2, "committed by the cut-off session, so answered as such: \(outcome)")
+            #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
+            #expect(try await ledger.insert(makeRedemption("985")).inserted?.sequence == 3)
+            await ledger.finishWrites()
+            await backend.close()
+        }
     }
 }

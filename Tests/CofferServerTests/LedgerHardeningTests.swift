@@ -413,23 +413,28 @@ import Testing
         #expect(caught.status == 1)
         #expect(caught.stdout.contains("checkpointMismatch"), "\(caught.stdout)")
 
-        // Truncated: the tail cut off after the checkpoint at 2 (entries 1 and 2 are
-        // redemptions 1 and 2), its checkpoints with it. The seal still names the old head…
+        // Truncated: the tail cut off after entry 3 (redemptions 1 and 2, attempt 1), its
+        // checkpoints with it. The seal still names the old head…
         let queue = try DatabaseQueue(path: database)
         try await queue.write { db in
             try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
-            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 2; DELETE FROM ledger_checkpoints WHERE sequence > 2")
+            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 3; DELETE FROM ledger_checkpoints WHERE sequence > 3")
             try db.execute(sql: "DROP TRIGGER attempts_no_delete; DROP TRIGGER redemptions_no_delete")
-            try db.execute(sql: "DELETE FROM attempts; DELETE FROM redemptions WHERE sequence > 2")
+            try db.execute(sql: "DELETE FROM attempts WHERE sequence > 1; DELETE FROM redemptions WHERE sequence > 2")
         }
         let sealed = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(sealed.status == 1 && sealed.stdout.contains("truncated"), "the seal covers the cut tail: \(sealed.stdout)")
-        // …so the thief deletes the seal as well, and puts the triggers back: the ledger now
-        // ends on a checkpoint, and without pins nothing is left to tell. (Cut anywhere else,
-        // the entries after the last checkpoint would be covered by no seal: `unsealed`,
-        // forgedAppendsAfterTheSealIsDeletedAreUnsealed.)
+        // …so the thief deletes the seal as well. Entry 3, after the last checkpoint (2), is now
+        // under no signature: `unsealed` without pins; with them, the cut is named `truncated`.
+        try await queue.write { db in try db.execute(sql: "DELETE FROM ledger_head") }
+        let unsealed = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(unsealed.status == 1 && unsealed.stdout.contains("unsealed"), "\(unsealed.stdout)")
+        let named = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
+        #expect(named.status == 1 && named.stdout.contains("\"truncated\""), "\(named.stdout)")
+        // Cut exactly at the checkpoint (entry 3 and its attempt go too) and the triggers put
+        // back: without pins nothing is left to tell.
         try await queue.write { db in
-            try db.execute(sql: "DELETE FROM ledger_head")
+            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 2; DELETE FROM attempts")
             for table in ["ledger_events", "ledger_checkpoints", "attempts", "redemptions"] {
                 try db.execute(
                     sql: "CREATE TRIGGER \(table)_no_delete BEFORE DELETE ON \(table) BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")

@@ -182,7 +182,9 @@ public struct LedgerAudit: Sendable {
                     .unsealed, seal.sequence + 1,
                     "entries \(seal.sequence + 1)–\(last) come after the head the servers last sealed (\(seal.sequence)): appended behind their back")
             }
-        } else if hasKey, last > report.lastCheckpoint ?? 0 {
+        } else if hasKey, last > report.lastCheckpoint ?? 0, maxCheckpoint <= last, maxPinned <= last {
+            // (A signed or pinned checkpoint beyond the end: entries were removed, which
+            // ``finish()`` reports as `truncated` — the diagnosis, not a missing seal.)
             let from = (report.lastCheckpoint ?? 0) + 1
             fail(
                 .unsealed, from,
