@@ -18,15 +18,17 @@ import Testing
 /// left held and never skipped.
 @Suite("PostgreSQL backend edges")
 struct PostgresWriterTests {
-    /// A fresh, migrated database and a backend on it; closed afterwards.
+    /// A fresh, migrated database on `cluster` (the shared one unless given) and a backend on
+    /// it; closed afterwards.
     static func withBackend<T>(
-        poolSize: Int = 2, idle: Duration = .seconds(60), _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
+        poolSize: Int = 2, idle: Duration = .seconds(60), on cluster: PostgresCluster? = nil, timeouts: Bool = true,
+        _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
     ) async throws -> T {
-        let cluster = try PostgresCluster.shared()
+        let cluster = try cluster ?? PostgresCluster.shared()
         let url = try cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         let backend = try await PostgresBackend.open(
-            try PostgresURL(url), poolSize: poolSize, timeouts: true, idle: idle, logger: Logger(label: "edges"))
+            try PostgresURL(url), poolSize: poolSize, timeouts: timeouts, idle: idle, logger: Logger(label: "edges"))
         do {
             try await backend.migrate()
             let result = try await body(backend, cluster, name)
@@ -366,18 +368,7 @@ struct PostgresWriterTests {
     static func withPrivateCluster<T>(_ body: (PostgresBackend, PostgresCluster, String) async throws -> T) async throws -> T {
         let cluster = try PostgresCluster.start()
         defer { try? cluster.destroy() }
-        let url = try cluster.createDatabase()
-        let name = String(try #require(URLComponents(string: url)).path.dropFirst())
-        let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 3, timeouts: false, logger: Logger(label: "private"))
-        do {
-            try await backend.migrate()
-            let result = try await body(backend, cluster, name)
-            await backend.close()
-            return result
-        } catch {
-            await backend.close()
-            throw error
-        }
+        return try await withBackend(poolSize: 3, on: cluster, timeouts: false, body)
     }
 
     /// Waits (20 s at most) until a session of `name` matching `condition` waits for a
