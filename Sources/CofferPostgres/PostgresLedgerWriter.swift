@@ -54,9 +54,10 @@ final class PostgresLedgerWriter: Sendable {
     /// deadline in the queue — the database down or stuck, the batches ahead of it each waiting
     /// for their connection — is answered 503 unwritten: its caller was promised an answer
     /// within the deadline, and a commit after it gave up would answer its every retry 409.
-    /// Nil when no job is left. Without a deadline (tools), every job, no limit.
+    /// Nil when no job is left. Without a deadline (tools), every job, no limit. (The queue
+    /// never hands over an empty batch.)
     static func unexpired(_ queued: [Queued], deadline: Duration?, now: ContinuousClock.Instant) -> ([LedgerWriteJob], Duration?)? {
-        guard let deadline else { return queued.isEmpty ? nil : (queued.map(\.job), nil) }
+        guard let deadline else { return (queued.map(\.job), nil) }
         var jobs: [LedgerWriteJob] = []
         var oldest: ContinuousClock.Instant?
         for item in queued {

@@ -375,23 +375,21 @@ struct PostgresWriterTests {
     /// synchronous standby's confirmation, i.e. until its COMMIT flushed and now waits for the
     /// standby; returns its pid.
     static func waitingForStandby(_ cluster: PostgresCluster, _ name: String, _ condition: String) async throws -> String {
-        try await waitingFor("IPC' AND wait_event = 'SyncRep", cluster, name, condition)
+        try await waitingFor(cluster, name, "wait_event = 'SyncRep' AND \(condition)")
     }
 
-    /// Waits (20 s at most) until a session of `name` matching `condition` waits on
-    /// `waitType` (pg_stat_activity's wait_event_type); returns its pid.
-    static func waitingFor(_ waitType: String, _ cluster: PostgresCluster, _ name: String, _ condition: String) async throws -> String {
+    /// Waits (20 s at most) until a session of `name` matches `condition` (over
+    /// pg_stat_activity); returns its pid.
+    static func waitingFor(_ cluster: PostgresCluster, _ name: String, _ condition: String) async throws -> String {
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {
-            let pid = try cluster.psql(
-                "SELECT pid FROM pg_stat_activity WHERE datname = '\(name)' AND wait_event_type = '\(waitType)' AND \(condition) LIMIT 1",
-                database: name)
+            let pid = try cluster.psql("SELECT pid FROM pg_stat_activity WHERE datname = '\(name)' AND \(condition) LIMIT 1", database: name)
             if !pid.isEmpty { return pid }
             try await Task.sleep(for: .milliseconds(20))
         }
         let seen = try cluster.psql(
             "SELECT pid, application_name, state, wait_event, left(query, 60) FROM pg_stat_activity WHERE datname = '\(name)'", database: name)
-        throw PostgresCluster.Failure("no session of \(name) where \(condition) waited (\(waitType)) within 20 s: \(seen)")
+        throw PostgresCluster.Failure("no session of \(name) where \(condition) within 20 s: \(seen)")
     }
 
     /// Sets `synchronous_standby_names` (nil: resets it) and returns once the server runs with
@@ -639,17 +637,17 @@ struct PostgresWriterTests {
             }
             var failed: (any Error)?
             do {
-                _ = try await Self.waitingFor("Client", cluster, name, "query LIKE 'LOCK TABLE ledger_events%' AND state = 'idle in transaction'")
+                _ = try await Self.waitingFor(cluster, name, "query LIKE 'LOCK TABLE ledger_events%' AND state = 'idle in transaction'")
             } catch {
                 failed = error
             }
             let pending = Task { try await ledger.insert(makeRedemption("984")) }
             do {
-                _ = try await Self.waitingFor("Lock", cluster, name, "query LIKE 'CALL coffer_append_commit(%'")
+                _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'CALL coffer_append_commit(%'")
                 proxy.cut()
                 // The check, on a new connection: it waits for the chain's lock, which the
                 // cut-off session holds until its CALL ends.
-                _ = try await Self.waitingFor("Lock", cluster, name, "query LIKE 'SELECT pg_advisory_xact_lock(%'")
+                _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'SELECT pg_advisory_xact_lock(%'")
             } catch {
                 failed = error
             }
