@@ -32,12 +32,18 @@ public final class PostgresBackend: Sendable {
     /// How long one read or transaction may take, waiting for a connection included: a
     /// database that is down or stuck answers 503 within this time, never holds a request.
     let deadline: Duration?
+    /// The sessions' `statement_timeout` (nil: none). Its timer also ends a wait for
+    /// synchronous standbys inside a CALL, as if they had confirmed:
+    /// ``PostgresChain/flush(_:timer:logger:)``.
+    let statementTimeout: Duration?
+    /// The servers' `statement_timeout`: a statement that takes this long is a stuck database.
+    public static let statementTimeout: Duration = .seconds(15)
     private let running: Task<Void, Never>
 
     /// `started` gets one element from each pool's task just before it calls `run()`.
     private init(
-        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger,
-        started: AsyncStream<Void>.Continuation
+        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?,
+        statementTimeout: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
     ) {
         self.client = client
         self.writer = writer
@@ -46,6 +52,7 @@ public final class PostgresBackend: Sendable {
         self.executor = EventLoopTaskExecutor(loop)
         self.url = url
         self.deadline = deadline
+        self.statementTimeout = statementTimeout
         self.logger = logger
         self.running = Task {
             await withDiscardingTaskGroup { pools in
@@ -65,20 +72,25 @@ public final class PostgresBackend: Sendable {
     /// Connects (at most `poolSize` connections: the ledger writer's own one and `poolSize` − 1
     /// shared by everything else, with 2 at least) and checks the server answers.
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
-    /// `idle`: how long a shared connection may sit idle before it is closed (tests shorten it).
+    /// `idle`: how long a shared connection may sit idle before it is closed, and
+    /// `statementTimeout` the sessions' `statement_timeout` with `timeouts` (tests shorten both).
     public static func open(
-        _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60), logger: Logger
+        _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60),
+        statementTimeout: Duration = PostgresBackend.statementTimeout, logger: Logger
     ) async throws -> PostgresBackend {
-        let shared = try url.clientConfiguration(poolSize: max(1, poolSize - 1), timeouts: timeouts, idle: idle)
+        let shared = try url.clientConfiguration(
+            poolSize: max(1, poolSize - 1), timeouts: timeouts, idle: idle, statementTimeout: statementTimeout)
         // The server's writer session stays open while the server runs (reopened when lost).
         let own = try url.clientConfiguration(
-            poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil, keep: timeouts ? 1 : 0, idle: idle)
+            poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil, keep: timeouts ? 1 : 0, idle: idle,
+            statementTimeout: statementTimeout)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let (started, startedContinuation) = AsyncStream<Void>.makeStream()
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
             writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? .seconds(10) : nil, logger: logger, started: startedContinuation)
+            deadline: timeouts ? .seconds(10) : nil, statementTimeout: timeouts ? statementTimeout : nil, logger: logger,
+            started: startedContinuation)
         // Both pools' tasks are on their way into `run()` before the first lease: the driver
         // warns about a lease before `run()` (a scary line in every tool's output), though the
         // lease itself would wait either way. Eight `Task.yield()`s were not always enough.

@@ -133,18 +133,39 @@ enum PostgresChain {
     /// inside the CALL as the session's `synchronous_commit` says — on: flushed; with
     /// synchronous standbys, as they confirm). For a batch whose CALL failed after its COMMIT,
     /// which migration 0005 makes without waiting for the flush, and for readers that publish
-    /// what they read (``flushed(_:logger:_:)``).
-    static func flush(_ c: PostgresConnection, logger: Logger) async throws {
-        try await c.query("CALL coffer_flush()", logger: logger)
+    /// what they read (``flushed(_:timer:logger:_:)``).
+    ///
+    /// Flushed again, in a new statement, for as long as one ran long enough for the
+    /// session's `statement_timeout` (`timer`, nil: none) to have fired: PostgreSQL ends a
+    /// COMMIT's wait for synchronous standbys when its statement is cancelled — by that timer
+    /// too — and reports the commit done, with only a WARNING (which postgres-nio drops),
+    /// though no standby confirmed it. The timer fires once per statement: the next one waits
+    /// until the standbys confirm, and with its WAL record everything before it.
+    static func flush(_ c: PostgresConnection, timer: Duration?, logger: Logger) async throws {
+        while try await mayHaveBeenCutShort(timer, { try await c.query("CALL coffer_flush()", logger: logger) }) {
+            logger.warning(
+                "a flush ran as long as the statement timeout, which ends a wait for synchronous standbys as if they had confirmed: flushing again")
+        }
     }
 
-    /// Runs the read `body`, then ``flush(_:logger:)``: whatever it read was committed before
+    /// Runs `statement`; whether it ran long enough for the session's `statement_timeout`
+    /// (`timer`, nil: none) to have fired during it — a second short of it (half of a shorter
+    /// one), measured here: the server's timer starts when the statement reaches it, after
+    /// this clock, so a statement it ended took at least `timer` here.
+    static func mayHaveBeenCutShort(_ timer: Duration?, _ statement: () async throws -> Void) async throws -> Bool {
+        let start = ContinuousClock.now
+        try await statement()
+        guard let timer else { return false }
+        return ContinuousClock.now - start >= timer - min(.seconds(1), timer / 2)
+    }
+
+    /// Runs the read `body`, then ``flush(_:timer:logger:)``: whatever it read was committed before
     /// the flush began, so it is durable when this returns — for answers that publish signed
     /// material (checkpoints, the seal, chained events), which must never name a batch that a
     /// crash of the server then loses.
-    static func flushed<T>(_ c: PostgresConnection, logger: Logger, _ body: () async throws -> T) async throws -> T {
+    static func flushed<T>(_ c: PostgresConnection, timer: Duration?, logger: Logger, _ body: () async throws -> T) async throws -> T {
         let result = try await body()
-        try await flush(c, logger: logger)
+        try await flush(c, timer: timer, logger: logger)
         return result
     }
 

@@ -74,9 +74,10 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
     /// requests); tools that read a whole ledger pass false. `name`: the `application_name`
     /// the server shows (`coffer` or `coffer-cli` by default). `keep`: connections kept open
     /// however long they sit idle (the driver closes others after `idle`, 60 s unless a test
-    /// shortens it).
+    /// shortens it). `statementTimeout`: with `timeouts`, the sessions' `statement_timeout`.
     func clientConfiguration(
-        poolSize: Int, timeouts: Bool = true, name: String? = nil, keep: Int = 0, idle: Duration = .seconds(60)
+        poolSize: Int, timeouts: Bool = true, name: String? = nil, keep: Int = 0, idle: Duration = .seconds(60),
+        statementTimeout: Duration = PostgresBackend.statementTimeout
     ) throws -> PostgresClient.Configuration {
         var configuration: PostgresClient.Configuration
         if let socketDirectory {
@@ -94,7 +95,8 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         configuration.options.additionalStartupParameters =
             timeouts
             ? [
-                ("statement_timeout", "15s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "30s"),
+                ("statement_timeout", "\(statementTimeout / .milliseconds(1))ms"), ("lock_timeout", "10s"),
+                ("idle_in_transaction_session_timeout", "30s"),
                 // The writer reads outside a transaction block (PostgresChain.take): its reads
                 // must see the commits made before its lock, whatever the role's default.
                 ("default_transaction_isolation", "read committed"),

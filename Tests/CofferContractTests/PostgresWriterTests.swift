@@ -22,13 +22,14 @@ struct PostgresWriterTests {
     /// it; closed afterwards.
     static func withBackend<T>(
         poolSize: Int = 2, idle: Duration = .seconds(60), on cluster: PostgresCluster? = nil, timeouts: Bool = true,
-        _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
+        statementTimeout: Duration = PostgresBackend.statementTimeout, _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
     ) async throws -> T {
         let cluster = try cluster ?? PostgresCluster.shared()
         let url = try cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         let backend = try await PostgresBackend.open(
-            try PostgresURL(url), poolSize: poolSize, timeouts: timeouts, idle: idle, logger: Logger(label: "edges"))
+            try PostgresURL(url), poolSize: poolSize, timeouts: timeouts, idle: idle, statementTimeout: statementTimeout,
+            logger: Logger(label: "edges"))
         do {
             try await backend.migrate()
             let result = try await body(backend, cluster, name)
@@ -364,11 +365,15 @@ struct PostgresWriterTests {
     }
 
     /// A fresh database on a cluster of this test's own (for settings the whole cluster
-    /// shares: a synchronous standby that never comes), migrated; a backend on it.
-    static func withPrivateCluster<T>(_ body: (PostgresBackend, PostgresCluster, String) async throws -> T) async throws -> T {
+    /// shares: a synchronous standby that never comes), migrated; a backend on it — without
+    /// timeouts unless `statementTimeout` is given (the server's others then apply too).
+    static func withPrivateCluster<T>(
+        statementTimeout: Duration? = nil, _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
+    ) async throws -> T {
         let cluster = try PostgresCluster.start()
         defer { try? cluster.destroy() }
-        return try await withBackend(poolSize: 3, on: cluster, timeouts: false, body)
+        return try await withBackend(
+            poolSize: 3, on: cluster, timeouts: statementTimeout != nil, statementTimeout: statementTimeout ?? PostgresBackend.statementTimeout, body)
     }
 
     /// Waits (20 s at most) until a session of `name` matching `condition` waits for a
@@ -447,7 +452,9 @@ struct PostgresWriterTests {
             let url = cluster.url(database: name).replacingOccurrences(of: "//postgres@", with: "//plain@")
             let plain = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: false, logger: Logger(label: "plain"))
             try await Self.standby(cluster, "ghost")
-            let flushing = Task { try await plain.read { c in try await PostgresChain.flush(c, logger: plain.logger) } }
+            let flushing = Task {
+                try await plain.read { c in try await PostgresChain.flush(c, timer: plain.statementTimeout, logger: plain.logger) }
+            }
             var waited: (any Error)?
             do { _ = try await Self.waitingForStandby(cluster, name, "usename = 'plain'") } catch { waited = error }
             try await Self.standby(cluster, nil)
@@ -484,6 +491,52 @@ struct PostgresWriterTests {
             // The writer opens a new session for its next batch.
             #expect(try await ledger.insert(makeRedemption("982")).inserted?.sequence == 3)
             #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "3")
+            await ledger.finishWrites()
+        }
+    }
+
+    @Test(
+        "a wait for a synchronous standby in a CALL that the statement timeout ended (PostgreSQL reports the commit done) is waited again: no 201, no audit answer until a standby confirms; a plain COMMIT has no timer",
+        .timeLimit(.minutes(1)))
+    func standbyWaitEndedByTheStatementTimeoutIsWaitedAgain() async throws {
+        // A 4 s statement timeout (the servers' is 15 s): the migration runs under it too.
+        try await Self.withPrivateCluster(statementTimeout: .seconds(4)) { backend, cluster, name in
+            let ledger = PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: LedgerAuditContractTests.signer, every: 50))
+            #expect(try await ledger.insert(makeRedemption("975")).inserted?.sequence == 1)
+            try await Self.standby(cluster, "ghost")
+            // Each answer with the time it came.
+            let pending = Task { (try await ledger.insert(makeRedemption("976")), ContinuousClock.now) }
+            let reading = Task { (try await ledger.sealedHead(), ContinuousClock.now) }
+            let key = APIKey(keyId: "k976", name: "ops", role: .admin, secretHash: fakeHash("k976"), createdAt: instant(1))
+            let creating = Task { (try await PostgresKeys(backend).create(key), ContinuousClock.now) }
+            var failed: (any Error)?
+            do {
+                // The batch's CALL waits for the standby until the timer ends that wait; then
+                // the writer waits again, on its own session, in a statement with no timer.
+                let writer = try await Self.waitingForStandby(cluster, name, "query LIKE 'CALL coffer_append_commit(%'")
+                _ = try await Self.waitingForStandby(cluster, name, "query = 'CALL coffer_flush()' AND pid = \(writer)")
+                // The audit read's flush: a second statement on the same session, once the first's timer ended its wait.
+                let reader = try await Self.waitingForStandby(cluster, name, "query = 'CALL coffer_flush()' AND pid <> \(writer)")
+                let first = try cluster.psql("SELECT query_start FROM pg_stat_activity WHERE pid = \(reader)")
+                _ = try await Self.waitingForStandby(cluster, name, "pid = \(reader) AND query_start > '\(first)'::timestamptz")
+                // A transaction's own COMMIT statement waits with no timer (PostgreSQL stops it
+                // before the commit): still waiting, long after the timer would have fired.
+                _ = try await Self.waitingForStandby(cluster, name, "query = 'COMMIT' AND query_start < now() - interval '5 seconds'")
+            } catch {
+                failed = error
+            }
+            let confirmed = ContinuousClock.now
+            try await Self.standby(cluster, nil)
+            let (outcome, redeemedAt) = try await pending.value
+            let (seal, readAt) = try await reading.value
+            let ((), createdAt) = try await creating.value
+            #expect(failed == nil, "\(String(describing: failed))")
+            #expect(outcome.inserted?.sequence == 2, "\(outcome)")
+            #expect(seal != nil)
+            #expect(redeemedAt > confirmed && readAt > confirmed && createdAt > confirmed, "answered before a standby confirmed")
+            #expect(try await PostgresKeys(backend).key(secretHash: key.secretHash)?.keyId == "k976")
+            #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
+            #expect(try Self.chainLocks(cluster, name) == "0")
             await ledger.finishWrites()
         }
     }
