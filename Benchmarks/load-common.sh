@@ -133,10 +133,11 @@ percentiles() {
 # paced connection sends its next request only after the last one's answer, so a stall of
 # L µs delays one request by L where clients arriving on their own schedule would have sent
 # L / INTERVAL_US more behind it: each latency L is recorded again as L − INTERVAL_US,
-# L − 2 × INTERVAL_US, … while above 0, with its count. INTERVAL_US: the time between one
-# connection's requests at the paced rate (connections × 10⁶ / rate). Pipe to percentiles.
+# L − 2 × INTERVAL_US, … while at least INTERVAL_US, with its count. INTERVAL_US: the time
+# between one connection's requests at the paced rate (connections × 10⁶ / rate). Pipe to
+# percentiles.
 corrected() {
     local interval=$1
     shift
-    awk -v iv="$interval" '{print; for (x = $1 - iv; x > 0; x -= iv) print x, $2}' "$@"
+    awk -v iv="$interval" '{print; for (x = $1 - iv; x >= iv; x -= iv) print x, $2}' "$@"
 }

@@ -126,7 +126,7 @@ phase() {
         # omission (each connection's interval: CONNECTIONS × 10⁶ / RATE µs; see corrected in
         # Benchmarks/load-common.sh).
         local co_p99
-        co_p99=$(percentiles <(corrected $((2 * half * 1000000 / rate)) "$OUT/$name-a.txt.hist" "$OUT/$name-b.txt.hist") | awk '{print $6}')
+        co_p99=$(percentiles <(corrected $((half * 1000000 / (rate / 2))) "$OUT/$name-a.txt.hist" "$OUT/$name-b.txt.hist") | awk '{print $6}')
         co=" (corrected for coordinated omission: p99_ms: $co_p99)"
         p99=$(awk -v a="$p99" -v b="$co_p99" 'BEGIN{print (b > a ? b : a)}')
     fi

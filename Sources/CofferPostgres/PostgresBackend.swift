@@ -32,18 +32,14 @@ public final class PostgresBackend: Sendable {
     /// How long one read or transaction may take, waiting for a connection included: a
     /// database that is down or stuck answers 503 within this time, never holds a request.
     let deadline: Duration?
-    /// The sessions' `statement_timeout` (nil: none). Its timer also ends a wait for
-    /// synchronous standbys inside a CALL, as if they had confirmed:
-    /// ``PostgresChain/flush(_:timer:logger:)``.
-    let statementTimeout: Duration?
     /// The servers' `statement_timeout`: a statement that takes this long is a stuck database.
     public static let statementTimeout: Duration = .seconds(15)
     private let running: Task<Void, Never>
 
     /// `started` gets one element from each pool's task just before it calls `run()`.
     private init(
-        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?,
-        statementTimeout: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
+        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger,
+        started: AsyncStream<Void>.Continuation
     ) {
         self.client = client
         self.writer = writer
@@ -52,7 +48,6 @@ public final class PostgresBackend: Sendable {
         self.executor = EventLoopTaskExecutor(loop)
         self.url = url
         self.deadline = deadline
-        self.statementTimeout = statementTimeout
         self.logger = logger
         self.running = Task {
             await withDiscardingTaskGroup { pools in
@@ -89,8 +84,7 @@ public final class PostgresBackend: Sendable {
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
             writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? .seconds(10) : nil, statementTimeout: timeouts ? statementTimeout : nil, logger: logger,
-            started: startedContinuation)
+            deadline: timeouts ? .seconds(10) : nil, logger: logger, started: startedContinuation)
         // Both pools' tasks are on their way into `run()` before the first lease: the driver
         // warns about a lease before `run()` (a scary line in every tool's output), though the
         // lease itself would wait either way. Eight `Task.yield()`s were not always enough.
@@ -106,12 +100,36 @@ public final class PostgresBackend: Sendable {
                 }
             }
             // The server's writer session is made now, not by the first redemption.
-            if timeouts { try await backend.chainTurn { _ = try await $0.query("SELECT 1", logger: backend.logger) } }
+            if timeouts { try await backend.checkWriterSession(asked: statementTimeout) }
         } catch {
             await backend.close()
             throw error
         }
         return backend
+    }
+
+    /// Opens the writer's session and checks the `statement_timeout` in force there: a pooler
+    /// that drops startup parameters leaves the server's or the role's. Under
+    /// ``PostgresChain/shortestTimer`` it could end a batch's wait for synchronous standbys
+    /// unseen (the writer flushes again only after CALLs that took that long): refused.
+    private func checkWriterSession(asked: Duration) async throws {
+        let seconds = try await chainTurn { [logger] c in
+            try await c.column(
+                "SELECT extract(epoch FROM current_setting('statement_timeout')::interval)::float8", Double.self, logger: logger
+            ).first
+        }
+        guard let seconds else { return }
+        let inForce = Duration.milliseconds(Int64((seconds * 1000).rounded()))
+        if inForce > .zero && inForce < PostgresChain.shortestTimer {
+            throw PostgresStoreError.database(
+                "the database sessions run with statement_timeout \(inForce), under \(PostgresChain.shortestTimer): raise it for Coffer's role (a pooler in between drops the \(asked) Coffer asks for)"
+            )
+        }
+        if inForce != asked {
+            logger.warning(
+                "the database sessions run with a statement_timeout other than the one Coffer asks for (a pooler that drops startup parameters?)",
+                metadata: ["asked": "\(asked)", "in force": "\(inForce)"])
+        }
     }
 
     /// Closes every connection.

@@ -128,44 +128,67 @@ enum PostgresChain {
         }
     }
 
-    /// Waits until the server's WAL is flushed through everything committed so far
-    /// (`coffer_flush`, migration 0005: one WAL record in a transaction of its own, committed
-    /// inside the CALL as the session's `synchronous_commit` says — on: flushed; with
-    /// synchronous standbys, as they confirm). For a batch whose CALL failed after its COMMIT,
-    /// which migration 0005 makes without waiting for the flush, and for readers that publish
-    /// what they read (``flushed(_:timer:logger:_:)``).
+    /// Waits until the server's WAL is flushed through everything committed so far: one WAL
+    /// record — the flush record, or without EXECUTE on `pg_logical_emit_message` a row lock
+    /// of the seal (as `coffer_flush`, migration 0006) — in a transaction of its own, whose
+    /// COMMIT waits as the session's `synchronous_commit` says (on: flushed; with synchronous
+    /// standbys, until they confirm). For a batch whose CALL failed after its COMMIT, which
+    /// migration 0005 makes without waiting for the flush, for a CALL that may have had its
+    /// wait cut short (``mayHaveBeenCutShort``), and for readers that publish what they read
+    /// (``flushed(_:logger:_:)``).
     ///
-    /// Flushed again, in a new statement, for as long as one ran long enough for the
-    /// session's `statement_timeout` (`timer`, nil: none) to have fired: PostgreSQL ends a
-    /// COMMIT's wait for synchronous standbys when its statement is cancelled — by that timer
-    /// too — and reports the commit done, with only a WARNING (which postgres-nio drops),
-    /// though no standby confirmed it. The timer fires once per statement: the next one waits
-    /// until the standbys confirm, and with its WAL record everything before it.
-    static func flush(_ c: PostgresConnection, timer: Duration?, logger: Logger) async throws {
-        while try await mayHaveBeenCutShort(timer, { try await c.query("CALL coffer_flush()", logger: logger) }) {
-            logger.warning(
-                "a flush ran as long as the statement timeout, which ends a wait for synchronous standbys as if they had confirmed: flushing again")
+    /// A COMMIT statement of its own, not `CALL coffer_flush()`: PostgreSQL ends a wait for
+    /// synchronous standbys when its statement is cancelled — by `statement_timeout` too — and
+    /// reports the commit done, with only a WARNING (which postgres-nio drops). A COMMIT inside
+    /// a CALL runs under the CALL's timer; a COMMIT statement does not (PostgreSQL stops the
+    /// timer before it commits). Nothing to do on a standby, in a read-only transaction (tools
+    /// reading as the audit role), or where `synchronous_commit` does not wait for flushes.
+    static func flush(_ c: PostgresConnection, logger: Logger) async throws {
+        try await c.query("BEGIN", logger: logger)
+        do {
+            // Which record, in a statement of its own: a statement naming pg_logical_emit_message
+            // or FOR KEY SHARE fails without the privilege or read-only, branch taken or not.
+            let record = try await c.column(
+                """
+                SELECT CASE
+                  WHEN pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'
+                    OR current_setting('synchronous_commit') NOT IN ('on', 'remote_apply', 'remote_write', 'local') THEN 'none'
+                  WHEN coffer_flush_after() THEN 'message' ELSE 'lock' END
+                """, String.self, logger: logger)
+            switch record.first {
+            case "message": try await c.query("SELECT pg_logical_emit_message(true, 'coffer', '')", logger: logger)
+            case "lock": try await c.query("SELECT 1 FROM ledger_head FOR KEY SHARE", logger: logger)
+            default: break
+            }
+            try await c.query("COMMIT", logger: logger)
+        } catch {
+            _ = try? await c.query("ROLLBACK", logger: logger)
+            throw error
         }
     }
 
-    /// Runs `statement`; whether it ran long enough for the session's `statement_timeout`
-    /// (`timer`, nil: none) to have fired during it — a second short of it (half of a shorter
-    /// one), measured here: the server's timer starts when the statement reaches it, after
-    /// this clock, so a statement it ended took at least `timer` here.
-    static func mayHaveBeenCutShort(_ timer: Duration?, _ statement: () async throws -> Void) async throws -> Bool {
+    /// A CALL that ran this long may have had its COMMIT's wait for synchronous standbys ended
+    /// by its statement timeout, reported as done: the writer then ``flush(_:logger:)``es
+    /// before it answers. The instances' sessions run with 15 s, and an instance whose writer
+    /// session runs with less than this refuses to start (``PostgresBackend/open``).
+    static let shortestTimer: Duration = .seconds(1)
+
+    /// Runs `statement`; whether it ran for ``shortestTimer`` or longer, measured here: the
+    /// server's timer starts when the statement reaches it, after this clock, so a statement
+    /// that timer ended took at least that long here.
+    static func mayHaveBeenCutShort(_ statement: () async throws -> Void) async throws -> Bool {
         let start = ContinuousClock.now
         try await statement()
-        guard let timer else { return false }
-        return ContinuousClock.now - start >= timer - min(.seconds(1), timer / 2)
+        return ContinuousClock.now - start >= shortestTimer
     }
 
-    /// Runs the read `body`, then ``flush(_:timer:logger:)``: whatever it read was committed before
+    /// Runs the read `body`, then ``flush(_:logger:)``: whatever it read was committed before
     /// the flush began, so it is durable when this returns — for answers that publish signed
     /// material (checkpoints, the seal, chained events), which must never name a batch that a
     /// crash of the server then loses.
-    static func flushed<T>(_ c: PostgresConnection, timer: Duration?, logger: Logger, _ body: () async throws -> T) async throws -> T {
+    static func flushed<T>(_ c: PostgresConnection, logger: Logger, _ body: () async throws -> T) async throws -> T {
         let result = try await body()
-        try await flush(c, timer: timer, logger: logger)
+        try await flush(c, logger: logger)
         return result
     }
 

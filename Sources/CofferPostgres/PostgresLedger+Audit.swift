@@ -15,11 +15,11 @@ extension PostgresLedger: LedgerAuditRepository {
     }
 
     /// Ledger events after `after`, in order, joined with their rows. Like the checkpoints and
-    /// the seal below, flushed before they are returned (``PostgresChain/flushed(_:timer:logger:_:)``):
+    /// the seal below, flushed before they are returned (``PostgresChain/flushed(_:logger:_:)``):
     /// a writer's batch is visible before its flush (migration 0005).
     public func events(after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await backend.read { c in
-            try await PostgresChain.flushed(c, timer: backend.statementTimeout, logger: backend.logger) {
+            try await PostgresChain.flushed(c, logger: backend.logger) {
                 try await Self.events(c, after: after, limit: limit, logger: backend.logger)
             }
         }
@@ -27,7 +27,7 @@ extension PostgresLedger: LedgerAuditRepository {
 
     public func checkpoints(after: Int64, limit: Int) async throws -> [LedgerCheckpoint] {
         try await backend.read { c in
-            try await PostgresChain.flushed(c, timer: backend.statementTimeout, logger: backend.logger) {
+            try await PostgresChain.flushed(c, logger: backend.logger) {
                 try await PostgresChain.checkpoints(c, after: after, limit: limit, logger: backend.logger)
             }
         }
@@ -35,7 +35,7 @@ extension PostgresLedger: LedgerAuditRepository {
 
     public func latestCheckpoint() async throws -> LedgerCheckpoint? {
         try await backend.read { c in
-            try await PostgresChain.flushed(c, timer: backend.statementTimeout, logger: backend.logger) {
+            try await PostgresChain.flushed(c, logger: backend.logger) {
                 try await PostgresChain.latestCheckpoint(c, logger: backend.logger)
             }
         }
@@ -43,7 +43,7 @@ extension PostgresLedger: LedgerAuditRepository {
 
     public func sealedHead() async throws -> LedgerCheckpoint? {
         try await backend.read { c in
-            try await PostgresChain.flushed(c, timer: backend.statementTimeout, logger: backend.logger) {
+            try await PostgresChain.flushed(c, logger: backend.logger) {
                 try await PostgresChain.sealedHead(c, logger: backend.logger)
             }
         }

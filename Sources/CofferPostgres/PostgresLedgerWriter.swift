@@ -198,17 +198,16 @@ private struct BatchPlan {
             return
         }
         do {
-            // A CALL that ran as long as the statement timeout may have had its wait for
-            // synchronous standbys ended by it, reported as confirmed: flushed again until one is.
-            let cutShort = try await PostgresChain.mayHaveBeenCutShort(backend.statementTimeout) {
+            // A CALL that ran long may have had its wait for synchronous standbys ended by the
+            // statement timeout, reported as done: flushed in a COMMIT statement, which no
+            // timer ends, before anyone is answered.
+            let cutShort = try await PostgresChain.mayHaveBeenCutShort {
                 try await PostgresRows.write(
                     c, redemptions: redemptions, attempts: attempts, linked: linked, release: PostgresChain.lockKey, logger: logger)
             }
             if cutShort {
-                logger.warning(
-                    "a ledger write ran as long as the statement timeout, which ends a wait for synchronous standbys as if they had confirmed: flushing again"
-                )
-                try await PostgresChain.flush(c, timer: backend.statementTimeout, logger: logger)
+                logger.warning("a ledger write took over a second: flushing it in a statement of its own before answering")
+                try await PostgresChain.flush(c, logger: logger)
             }
         } catch {
             // A CALL that failed may still have committed (an error after its COMMIT, the
@@ -233,7 +232,7 @@ private struct BatchPlan {
         let logger = backend.logger
         if !c.isClosed, let answer = try? await Self.committed(c, sequence: sequence, hash: hash, logger: logger) {
             guard answer else { return false }
-            return (try? await PostgresChain.flush(c, timer: backend.statementTimeout, logger: logger)) != nil
+            return (try? await PostgresChain.flush(c, logger: logger)) != nil
         }
         // Up to three tries: what broke this connection (a reset) may have broken the pool's
         // too, and the pool hands out a dead one once before it knows. A slow failure (the
@@ -246,7 +245,7 @@ private struct BatchPlan {
                     return try await Self.committed(c, sequence: sequence, hash: hash, logger: logger)
                 }
                 guard committed else { return false }
-                try await backend.read { c in try await PostgresChain.flush(c, timer: backend.statementTimeout, logger: logger) }
+                try await backend.read { c in try await PostgresChain.flush(c, logger: logger) }
                 return true
             } catch {
                 if ContinuousClock.now - start > .seconds(1) { return false }

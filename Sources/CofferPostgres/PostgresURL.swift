@@ -90,12 +90,14 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         configuration.options.minimumConnections = min(keep, max(1, poolSize))
         configuration.options.connectionIdleTimeout = idle
         configuration.options.connectTimeout = .seconds(5)
+        // Whole milliseconds: PostgreSQL before 12 refuses a fraction in an integer setting.
+        let milliseconds = statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000
         // A statement or lock wait that takes this long is a stuck database: the request gets
         // a 503 instead of holding its client (and the chain's lock) forever.
         configuration.options.additionalStartupParameters =
             timeouts
             ? [
-                ("statement_timeout", "\(statementTimeout / .milliseconds(1))ms"), ("lock_timeout", "10s"),
+                ("statement_timeout", "\(milliseconds)ms"), ("lock_timeout", "10s"),
                 ("idle_in_transaction_session_timeout", "30s"),
                 // The writer reads outside a transaction block (PostgresChain.take): its reads
                 // must see the commits made before its lock, whatever the role's default.

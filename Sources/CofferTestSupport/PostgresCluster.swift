@@ -210,18 +210,25 @@ public final class PostgresCluster: Sendable {
     /// look at or tamper with rows behind the server's back. Throws when psql fails (a SQL
     /// error, or the server is down).
     @discardableResult
-    public func psql(_ sql: String, database: String = "postgres") throws -> String {
+    public func psql(_ sql: String, database: String = "postgres", setting: (name: String, value: String)? = nil) throws -> String {
         let psql: String
         switch server {
         case .owned(let owned): psql = owned.binaries.psql
         case .external(_, let path): psql = path
         }
         let output = try Self.run(
-            psql, ["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", url(database: database), "-c", sql], owned: nil,
+            psql, ["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", Self.url(url(database: database), setting: setting), "-c", sql], owned: nil,
             what: "psql on \(database)")
         var text = output.stdout
         while text.hasSuffix("\n") { text.removeLast() }
         return text
+    }
+
+    /// `url` with `setting` for the session (`options=-c name=value`); `url` itself without one.
+    static func url(_ url: String, setting: (name: String, value: String)?) -> String {
+        guard let setting, var components = URLComponents(string: url) else { return url }
+        components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "options", value: "-c \(setting.name)=\(setting.value)")]
+        return components.string ?? url
     }
 
     // MARK: Faults

@@ -397,9 +397,8 @@ struct PostgresWriterTests {
         throw PostgresCluster.Failure("no session of \(name) where \(condition) within 20 s: \(seen)")
     }
 
-    /// Sets `synchronous_standby_names` (nil: resets it) and returns once the server runs with
-    /// it: a new session sees it, so the postmaster has reloaded and signalled every session,
-    /// which applies it before its next statement. (pg_reload_conf() only sends the signal.)
+    /// Sets `synchronous_standby_names` (nil: resets it) and returns once commits wait for the
+    /// standby (no longer wait). (pg_reload_conf() only sends the signal.)
     static func standby(_ cluster: PostgresCluster, _ names: String?) async throws {
         if let names {
             try cluster.psql("ALTER SYSTEM SET synchronous_standby_names = '\(names)'")
@@ -407,9 +406,18 @@ struct PostgresWriterTests {
             try cluster.psql("ALTER SYSTEM RESET synchronous_standby_names")
         }
         try cluster.psql("SELECT pg_reload_conf()")
+        // Whether a commit waits for standbys is in shared memory, set by the checkpointer once
+        // it has reloaded: a probe commit shows it. Its COMMIT runs inside a DO block, under the
+        // block's 300 ms timer, which ends a wait (reported done): how long it took tells.
+        let probe = """
+            DO $$ DECLARE t timestamptz := clock_timestamp(); BEGIN
+              PERFORM pg_logical_emit_message(true, 'probe', ''); COMMIT;
+              IF (clock_timestamp() - t >= interval '250 ms') IS DISTINCT FROM \(names != nil) THEN RAISE EXCEPTION 'not yet'; END IF;
+            END $$;
+            """
         let deadline = ContinuousClock.now + .seconds(10)
-        while try cluster.psql("SHOW synchronous_standby_names") != (names ?? "") {
-            guard ContinuousClock.now < deadline else { throw PostgresCluster.Failure("the server did not reload its configuration in 10 s") }
+        while (try? cluster.psql(probe, setting: ("statement_timeout", "300ms"))) == nil {
+            guard ContinuousClock.now < deadline else { throw PostgresCluster.Failure("the server did not apply synchronous_standby_names in 10 s") }
             try await Task.sleep(for: .milliseconds(20))
         }
     }
@@ -439,22 +447,14 @@ struct PostgresWriterTests {
         }
     }
 
-    @Test("without the flush record coffer_flush still waits for the flush: it commits a row lock of the seal")
+    @Test("without the flush record the flush still waits for the flush: it commits a row lock of the seal")
     func flushWithoutTheRecordWaits() async throws {
         try await Self.withPrivateCluster { backend, cluster, name in
             let ledger = PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: LedgerAuditContractTests.signer, every: 50))
             #expect(try await ledger.insert(makeRedemption("985")).inserted != nil, "a seal row to lock")
-            try cluster.psql(
-                """
-                CREATE ROLE plain LOGIN; GRANT ALL ON ALL TABLES IN SCHEMA public TO plain;
-                REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
-                """, database: name)
-            let url = cluster.url(database: name).replacingOccurrences(of: "//postgres@", with: "//plain@")
-            let plain = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: false, logger: Logger(label: "plain"))
+            let plain = try await Self.withoutTheFlushRecord(cluster, name, statementTimeout: nil)
             try await Self.standby(cluster, "ghost")
-            let flushing = Task {
-                try await plain.read { c in try await PostgresChain.flush(c, timer: plain.statementTimeout, logger: plain.logger) }
-            }
+            let flushing = Task { try await plain.read { c in try await PostgresChain.flush(c, logger: plain.logger) } }
             var waited: (any Error)?
             do { _ = try await Self.waitingForStandby(cluster, name, "usename = 'plain'") } catch { waited = error }
             try await Self.standby(cluster, nil)
@@ -479,7 +479,7 @@ struct PostgresWriterTests {
                 let writer = try await Self.waitingForStandby(cluster, name, "query LIKE 'CALL coffer_append_commit(%'")
                 try cluster.psql("SELECT pg_terminate_backend(\(writer))")
                 // The check and its flush, on a shared connection: that flush waits for the standby too.
-                _ = try await Self.waitingForStandby(cluster, name, "query = 'CALL coffer_flush()' AND pid <> \(writer)")
+                _ = try await Self.waitingForStandby(cluster, name, "query = 'COMMIT' AND pid <> \(writer)")
             } catch {
                 failed = error
             }
@@ -496,32 +496,30 @@ struct PostgresWriterTests {
     }
 
     @Test(
-        "a wait for a synchronous standby in a CALL that the statement timeout ended (PostgreSQL reports the commit done) is waited again: no 201, no audit answer until a standby confirms; a plain COMMIT has no timer",
-        .timeLimit(.minutes(1)))
-    func standbyWaitEndedByTheStatementTimeoutIsWaitedAgain() async throws {
+        "a batch's wait for a synchronous standby that the statement timeout ended (PostgreSQL reports the commit done) is waited again in a COMMIT statement, which no timer ends; so is an audit read's: nothing answered until a standby confirms",
+        .timeLimit(.minutes(1)), arguments: [true, false])
+    func standbyWaitEndedByTheStatementTimeoutIsWaitedAgain(flushRecord: Bool) async throws {
         // A 4 s statement timeout (the servers' is 15 s): the migration runs under it too.
-        try await Self.withPrivateCluster(statementTimeout: .seconds(4)) { backend, cluster, name in
+        try await Self.withPrivateCluster(statementTimeout: .seconds(4)) { owner, cluster, name in
+            // Without the flush record the batch's own COMMIT waits, under the chain's lock.
+            let backend = flushRecord ? owner : try await Self.withoutTheFlushRecord(cluster, name, statementTimeout: .seconds(4))
             let ledger = PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: LedgerAuditContractTests.signer, every: 50))
             #expect(try await ledger.insert(makeRedemption("975")).inserted?.sequence == 1)
+            #expect(
+                try await backend.read { c in try await c.column("SELECT coffer_flush_after()", Bool.self, logger: backend.logger) } == [flushRecord])
             try await Self.standby(cluster, "ghost")
             // Each answer with the time it came.
             let pending = Task { (try await ledger.insert(makeRedemption("976")), ContinuousClock.now) }
             let reading = Task { (try await ledger.sealedHead(), ContinuousClock.now) }
-            let key = APIKey(keyId: "k976", name: "ops", role: .admin, secretHash: fakeHash("k976"), createdAt: instant(1))
-            let creating = Task { (try await PostgresKeys(backend).create(key), ContinuousClock.now) }
             var failed: (any Error)?
             do {
-                // The batch's CALL waits for the standby until the timer ends that wait; then
-                // the writer waits again, on its own session, in a statement with no timer.
+                // The batch's CALL waits for the standby until its timer ends that wait; then
+                // the writer flushes on its session in a transaction whose COMMIT statement waits.
                 let writer = try await Self.waitingForStandby(cluster, name, "query LIKE 'CALL coffer_append_commit(%'")
-                _ = try await Self.waitingForStandby(cluster, name, "query = 'CALL coffer_flush()' AND pid = \(writer)")
-                // The audit read's flush: a second statement on the same session, once the first's timer ended its wait.
-                let reader = try await Self.waitingForStandby(cluster, name, "query = 'CALL coffer_flush()' AND pid <> \(writer)")
-                let first = try cluster.psql("SELECT query_start FROM pg_stat_activity WHERE pid = \(reader)")
-                _ = try await Self.waitingForStandby(cluster, name, "pid = \(reader) AND query_start > '\(first)'::timestamptz")
-                // A transaction's own COMMIT statement waits with no timer (PostgreSQL stops it
-                // before the commit): still waiting, long after the timer would have fired.
-                _ = try await Self.waitingForStandby(cluster, name, "query = 'COMMIT' AND query_start < now() - interval '5 seconds'")
+                _ = try await Self.waitingForStandby(cluster, name, "query = 'COMMIT' AND pid = \(writer)")
+                // The audit read's flush: a COMMIT statement still waiting long after a timer would have fired.
+                _ = try await Self.waitingForStandby(
+                    cluster, name, "query = 'COMMIT' AND pid <> \(writer) AND query_start < now() - interval '5 seconds'")
             } catch {
                 failed = error
             }
@@ -529,15 +527,49 @@ struct PostgresWriterTests {
             try await Self.standby(cluster, nil)
             let (outcome, redeemedAt) = try await pending.value
             let (seal, readAt) = try await reading.value
-            let ((), createdAt) = try await creating.value
             #expect(failed == nil, "\(String(describing: failed))")
             #expect(outcome.inserted?.sequence == 2, "\(outcome)")
             #expect(seal != nil)
-            #expect(redeemedAt > confirmed && readAt > confirmed && createdAt > confirmed, "answered before a standby confirmed")
-            #expect(try await PostgresKeys(backend).key(secretHash: key.secretHash)?.keyId == "k976")
+            #expect(redeemedAt > confirmed, "redeemed before a standby confirmed")
+            #expect(readAt > confirmed, "the seal answered before a standby confirmed")
             #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
             #expect(try Self.chainLocks(cluster, name) == "0")
             await ledger.finishWrites()
+            if !flushRecord { await backend.close() }
+        }
+    }
+
+    /// A backend on `name` as a role `plain` without EXECUTE on pg_logical_emit_message (revoked
+    /// from PUBLIC), with the servers' timeouts but this `statementTimeout` (nil: none).
+    static func withoutTheFlushRecord(_ cluster: PostgresCluster, _ name: String, statementTimeout: Duration?) async throws -> PostgresBackend {
+        try cluster.psql(
+            """
+            CREATE ROLE plain LOGIN; GRANT ALL ON ALL TABLES IN SCHEMA public TO plain; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO plain;
+            REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
+            """, database: name)
+        let url = cluster.url(database: name).replacingOccurrences(of: "//postgres@", with: "//plain@")
+        try #require(url != cluster.url(database: name), "the test cluster's URL names another user")
+        return try await PostgresBackend.open(
+            try PostgresURL(url), poolSize: 3, timeouts: statementTimeout != nil,
+            statementTimeout: statementTimeout ?? PostgresBackend.statementTimeout,
+            logger: Logger(label: "plain"))
+    }
+
+    @Test(
+        "an instance whose sessions run with a statement timeout under a second refuses to start; one other than it asked for is used, with a warning"
+    )
+    func statementTimeoutInForceIsChecked() async throws {
+        try await Self.withBackend { _, cluster, name in
+            let url = try PostgresURL(cluster.url(database: name))
+            // The server applies what the client asks for at connection: 500 ms is refused.
+            await #expect(throws: PostgresStoreError.self) {
+                let backend = try await PostgresBackend.open(url, poolSize: 2, statementTimeout: .milliseconds(500), logger: Logger(label: "short"))
+                await backend.close()
+            }
+            let backend = try await PostgresBackend.open(url, poolSize: 2, statementTimeout: .milliseconds(1500), logger: Logger(label: "ok"))
+            #expect(
+                try await backend.read { c in try await c.column("SHOW statement_timeout", String.self, logger: backend.logger) } == ["1500ms"])
+            await backend.close()
         }
     }
 
