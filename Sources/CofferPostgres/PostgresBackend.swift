@@ -34,12 +34,16 @@ public final class PostgresBackend: Sendable {
     let deadline: Duration?
     /// The servers' `statement_timeout`: a statement that takes this long is a stuck database.
     public static let statementTimeout: Duration = .seconds(15)
+    /// The `statement_timeout` the sessions ask for (nil: tools, no timeouts).
+    private let askedTimeout: Duration?
+    /// The writer's session last checked (``checkSession(_:)``).
+    private let checkedSession = Mutex<PostgresConnection.ID?>(nil)
     private let running: Task<Void, Never>
 
     /// `started` gets one element from each pool's task just before it calls `run()`.
     private init(
-        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?, logger: Logger,
-        started: AsyncStream<Void>.Continuation
+        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?,
+        askedTimeout: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
     ) {
         self.client = client
         self.writer = writer
@@ -48,6 +52,7 @@ public final class PostgresBackend: Sendable {
         self.executor = EventLoopTaskExecutor(loop)
         self.url = url
         self.deadline = deadline
+        self.askedTimeout = askedTimeout
         self.logger = logger
         self.running = Task {
             await withDiscardingTaskGroup { pools in
@@ -84,7 +89,8 @@ public final class PostgresBackend: Sendable {
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
             writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? .seconds(10) : nil, logger: logger, started: startedContinuation)
+            deadline: timeouts ? .seconds(10) : nil, askedTimeout: timeouts ? statementTimeout : nil, logger: logger,
+            started: startedContinuation)
         // Both pools' tasks are on their way into `run()` before the first lease: the driver
         // warns about a lease before `run()` (a scary line in every tool's output), though the
         // lease itself would wait either way. Eight `Task.yield()`s were not always enough.
@@ -100,7 +106,7 @@ public final class PostgresBackend: Sendable {
                 }
             }
             // The server's writer session is made now, not by the first redemption.
-            if timeouts { try await backend.checkWriterSession(asked: statementTimeout) }
+            if timeouts { try await backend.chainTurn { _ = try await $0.query("SELECT 1", logger: backend.logger) } }
         } catch {
             await backend.close()
             throw error
@@ -108,28 +114,59 @@ public final class PostgresBackend: Sendable {
         return backend
     }
 
-    /// Opens the writer's session and checks the `statement_timeout` in force there: a pooler
-    /// that drops startup parameters leaves the server's or the role's. Under
-    /// ``PostgresChain/shortestTimer`` it could end a batch's wait for synchronous standbys
-    /// unseen (the writer flushes again only after CALLs that took that long): refused.
-    private func checkWriterSession(asked: Duration) async throws {
-        let seconds = try await chainTurn { [logger] c in
-            try await c.column(
-                "SELECT extract(epoch FROM current_setting('statement_timeout')::interval)::float8", Double.self, logger: logger
-            ).first
+    /// Checks a writer session's settings in force before its first batch — at start, and
+    /// again whenever the writer's pool opened a new one after a loss: a pooler that drops
+    /// startup parameters leaves the role's or the server's (which may change, or differ on a
+    /// new primary). Refused (the batch fails, 503) per ``sessionProblem(timeoutSeconds:isolation:asked:)``.
+    private func checkSession(_ c: PostgresConnection) async throws {
+        guard let asked = askedTimeout, checkedSession.withLock({ $0 }) != c.id else { return }
+        let rows = try await c.query(
+            """
+            SELECT extract(epoch FROM current_setting('statement_timeout')::interval)::float8,
+              current_setting('default_transaction_isolation')
+            """, logger: logger)
+        var settings: (Double, String)?
+        for try await row in rows.decode((Double, String).self) { settings = row }
+        guard let (seconds, isolation) = settings else { throw PostgresStoreError.database("the session's settings could not be read") }
+        switch Self.sessionProblem(timeoutSeconds: seconds, isolation: isolation, asked: asked) {
+        case .refused(let problem)?: throw PostgresStoreError.database(problem)
+        case .warning(let problem)?: logger.warning("\(problem)")
+        case nil: break
         }
-        guard let seconds else { return }
-        let inForce = Duration.milliseconds(Int64((seconds * 1000).rounded()))
-        if inForce > .zero && inForce < PostgresChain.shortestTimer {
-            throw PostgresStoreError.database(
-                "the database sessions run with statement_timeout \(inForce), under \(PostgresChain.shortestTimer): raise it for Coffer's role (a pooler in between drops the \(asked) Coffer asks for)"
+        checkedSession.withLock { $0 = c.id }
+    }
+
+    enum SessionProblem: Equatable {
+        case refused(String)
+        case warning(String)
+    }
+
+    /// What is wrong with a writer session that runs with `timeoutSeconds` of
+    /// `statement_timeout` and `isolation` by default, where Coffer asked for `asked` and READ
+    /// COMMITTED. Refused: a timeout under twice ``PostgresChain/shortestTimer`` (it could end
+    /// a batch's wait for synchronous standbys, reported done, in a CALL shorter than the
+    /// writer looks for), or another isolation (the writer's reads outside a transaction
+    /// block must see the commits made before its lock). A warning: another timeout, none
+    /// included (a stuck statement then holds its caller and the chain's lock).
+    static func sessionProblem(timeoutSeconds: Double, isolation: String, asked: Duration) -> SessionProblem? {
+        let inForce = Duration.milliseconds(Int64((max(0, min(timeoutSeconds, 1e9)) * 1000).rounded()))
+        let askedText = "\(asked.components.seconds)s"
+        if inForce > .zero && inForce < PostgresChain.shortestTimer * 2 {
+            return .refused(
+                "the database session runs with statement_timeout \(inForce), under \(PostgresChain.shortestTimer * 2): a pooler dropping the \(askedText) Coffer asks for? Set it for Coffer's role, e.g. ALTER ROLE coffer_app SET statement_timeout = '\(askedText)'"
+            )
+        }
+        if isolation != "read committed" {
+            return .refused(
+                "the database session runs with default_transaction_isolation '\(isolation)': a pooler dropping the 'read committed' Coffer asks for? Set it for Coffer's role, e.g. ALTER ROLE coffer_app SET default_transaction_isolation = 'read committed'"
             )
         }
         if inForce != asked {
-            logger.warning(
-                "the database sessions run with a statement_timeout other than the one Coffer asks for (a pooler that drops startup parameters?)",
-                metadata: ["asked": "\(asked)", "in force": "\(inForce)"])
+            return .warning(
+                "the database session runs with statement_timeout \(inForce == .zero ? "0 (none)" : "\(inForce)"), not the \(askedText) Coffer asks for: a pooler dropping startup parameters?"
+            )
         }
+        return nil
     }
 
     /// Closes every connection.
@@ -236,6 +273,7 @@ public final class PostgresBackend: Sendable {
         do {
             return try await withConnection(deadline: lease, writer: true) { [logger] connection in
                 do {
+                    try await self.checkSession(connection)
                     return try await body(connection)
                 } catch {
                     await PostgresChain.letGo(connection, logger: logger)
@@ -271,7 +309,8 @@ extension PostgresBackend {
             try await connection.query("COMMIT", logger: logger)
             return result
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            // Never a query on a closed connection: postgres-nio may never answer it (PostgresChain.letGo).
+            if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
             throw error
         }
     }

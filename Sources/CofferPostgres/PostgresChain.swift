@@ -143,6 +143,8 @@ enum PostgresChain {
     /// a CALL runs under the CALL's timer; a COMMIT statement does not (PostgreSQL stops the
     /// timer before it commits). Nothing to do on a standby, in a read-only transaction (tools
     /// reading as the audit role), or where `synchronous_commit` does not wait for flushes.
+    /// Called outside a transaction block (its COMMIT would end the caller's); the COMMIT is
+    /// tagged `/* coffer flush */` for pg_stat_activity.
     static func flush(_ c: PostgresConnection, logger: Logger) async throws {
         try await c.query("BEGIN", logger: logger)
         do {
@@ -160,17 +162,18 @@ enum PostgresChain {
             case "lock": try await c.query("SELECT 1 FROM ledger_head FOR KEY SHARE", logger: logger)
             default: break
             }
-            try await c.query("COMMIT", logger: logger)
+            try await c.query("COMMIT /* coffer flush */", logger: logger)
         } catch {
-            _ = try? await c.query("ROLLBACK", logger: logger)
+            // Never a query on a closed connection: postgres-nio may never answer it (letGo).
+            if !c.isClosed { _ = try? await c.query("ROLLBACK", logger: logger) }
             throw error
         }
     }
 
     /// A CALL that ran this long may have had its COMMIT's wait for synchronous standbys ended
     /// by its statement timeout, reported as done: the writer then ``flush(_:logger:)``es
-    /// before it answers. The instances' sessions run with 15 s, and an instance whose writer
-    /// session runs with less than this refuses to start (``PostgresBackend/open``).
+    /// before it answers. The instances' sessions run with 15 s, and the writer refuses a
+    /// session that runs with under twice this (``PostgresBackend/sessionProblem(timeoutSeconds:isolation:asked:)``).
     static let shortestTimer: Duration = .seconds(1)
 
     /// Runs `statement`; whether it ran for ``shortestTimer`` or longer, measured here: the

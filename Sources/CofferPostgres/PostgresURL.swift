@@ -90,8 +90,9 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         configuration.options.minimumConnections = min(keep, max(1, poolSize))
         configuration.options.connectionIdleTimeout = idle
         configuration.options.connectTimeout = .seconds(5)
-        // Whole milliseconds: PostgreSQL before 12 refuses a fraction in an integer setting.
-        let milliseconds = statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000
+        // Whole milliseconds (PostgreSQL before 12 refuses a fraction in an integer setting), 1 at
+        // least (0 would turn the timeout off).
+        let milliseconds = max(1, statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000)
         // A statement or lock wait that takes this long is a stuck database: the request gets
         // a 503 instead of holding its client (and the chain's lock) forever.
         configuration.options.additionalStartupParameters =

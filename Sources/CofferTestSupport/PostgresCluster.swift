@@ -211,17 +211,30 @@ public final class PostgresCluster: Sendable {
     /// error, or the server is down).
     @discardableResult
     public func psql(_ sql: String, database: String = "postgres", setting: (name: String, value: String)? = nil) throws -> String {
-        let psql: String
-        switch server {
-        case .owned(let owned): psql = owned.binaries.psql
-        case .external(_, let path): psql = path
-        }
         let output = try Self.run(
-            psql, ["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", Self.url(url(database: database), setting: setting), "-c", sql], owned: nil,
+            psqlPath, ["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", Self.url(url(database: database), setting: setting), "-c", sql],
+            owned: nil,
             what: "psql on \(database)")
         var text = output.stdout
         while text.hasSuffix("\n") { text.removeLast() }
         return text
+    }
+
+    /// Runs `sql` as ``psql(_:database:setting:)`` does; returns what psql printed on stderr
+    /// (the server's notices and warnings). Throws when psql fails.
+    public func psqlNotices(_ sql: String, database: String = "postgres", setting: (name: String, value: String)? = nil) throws -> String {
+        try Self.run(
+            psqlPath, ["-X", "-A", "-t", "-q", "-d", Self.url(url(database: database), setting: setting), "-c", sql], owned: nil,
+            what: "psql on \(database)"
+        )
+        .stderr
+    }
+
+    private var psqlPath: String {
+        switch server {
+        case .owned(let owned): owned.binaries.psql
+        case .external(_, let path): path
+        }
     }
 
     /// `url` with `setting` for the session (`options=-c name=value`); `url` itself without one.

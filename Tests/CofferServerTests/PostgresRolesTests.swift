@@ -76,6 +76,11 @@ import Testing
             "keys", "create", "--database", url("coffer_app"), "--data-dir", data.path, "--role", "auditor", "--name", "roles",
         ])
         #expect(keys.status == 0, "\(keys.stdout)\(keys.stderr)")
+        // Delivery evidence is written once a second, off the download path.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try cluster.psql("SELECT count(*) > 0 FROM deliveries", database: "coffer") != "t", ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
         let counts = try cluster.psql(
             """
             SELECT (SELECT count(*) FROM redemptions) || ' ' || (SELECT count(*) FROM attempts) || ' ' || (SELECT count(*) FROM purchase_events)
@@ -86,6 +91,10 @@ import Testing
         let verify = try CofferExecutable.run(["ledger", "verify", "--database", url("coffer_audit"), "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
         #expect(verify.stdout.contains("intact"), "\(verify.stdout)")
+        // The export reads events flushed first: none to write for the read-only audit role.
+        let export = try CofferExecutable.run(["ledger", "export", "--database", url("coffer_audit"), "--data-dir", data.path])
+        #expect(export.status == 0, "\(export.stderr)")
+        #expect(export.stdout.split(separator: "\n").count >= 3, "\(export.stdout)")
 
         // What the roles must not do (as the role, through SET ROLE).
         let forbidden = [
