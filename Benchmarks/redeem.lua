@@ -74,6 +74,11 @@ function done(summary, latency, requests)
   end
   local parts = {}
   for k, v in pairs(total) do parts[#parts + 1] = k .. "×" .. v end
+  -- Socket errors wrk counted (a failed connection, read or write; its --timeout) come with no
+  -- answer and no latency: they are listed here, so that a phase with any is not all 201s.
+  for _, k in ipairs({"connect", "read", "write", "timeout"}) do
+    if summary.errors[k] > 0 then parts[#parts + 1] = k .. "-error×" .. summary.errors[k] end
+  end
   table.sort(parts)
   io.write(string.format("statuses: %s\n", table.concat(parts, " ")))
   io.write(string.format("p50_ms: %.2f p90_ms: %.2f p99_ms: %.2f max_ms: %.2f\n",
