@@ -25,9 +25,13 @@ final class PostgresLedgerWriter: Sendable {
     }
 
     private let queue: GroupCommitQueue<Queued>
+    /// Answers 503 the jobs that waited out the deadline while a batch is stuck (the database
+    /// holding its CALL: a lock, a frozen disk, synchronous standbys gone): ``unexpired(_:deadline:now:)``
+    /// sees them only when the next batch starts. Checks once a second; ends at ``finish()``.
+    private let sweeper: Task<Void, Never>?
 
     init(backend: PostgresBackend, checkpoints: CheckpointPolicy?) {
-        queue = GroupCommitQueue(
+        let queue = GroupCommitQueue<Queued>(
             maxBatch: Self.maxBatch,
             write: { queued in
                 guard let (batch, lease) = Self.unexpired(queued, deadline: backend.deadline, now: .now) else { return }
@@ -37,6 +41,16 @@ final class PostgresLedgerWriter: Sendable {
                 }
             },
             refuse: { $0.job.fail(PostgresStoreError.closed) })
+        self.queue = queue
+        sweeper = backend.deadline.map { deadline in
+            Task { [weak queue] in
+                while !Task.isCancelled, let queue {
+                    try? await Task.sleep(for: .seconds(1))
+                    let now = ContinuousClock.now
+                    for item in queue.remove(where: { now - $0.since >= deadline }) { item.job.fail(PostgresStoreError.timedOut(deadline)) }
+                }
+            }
+        }
     }
 
     func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome {
@@ -47,7 +61,10 @@ final class PostgresLedgerWriter: Sendable {
         try await withCheckedThrowingContinuation { queue.submit(Queued(job: .attempt(attempt, $0), since: .now)) }
     }
 
-    func finish() async { await queue.finish() }
+    func finish() async {
+        await queue.finish()
+        sweeper?.cancel()
+    }
 
     /// The jobs of a batch still within `deadline` of being queued, and how long the batch may
     /// wait for its connection: what its oldest job has left. A job that waited out the

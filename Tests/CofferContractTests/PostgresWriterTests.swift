@@ -519,6 +519,13 @@ struct PostgresWriterTests {
                 // The audit read's flush: a COMMIT statement still waiting long after a timer would have fired.
                 _ = try await Self.waitingForStandby(
                     cluster, name, "query = 'COMMIT /* coffer flush */' AND pid <> \(writer) AND query_start < now() - interval '5 seconds'")
+                // A redemption queued behind the stuck batch: answered 503 once it waited out the
+                // 10 s deadline, while the batch still waits, and never written.
+                let queuedAt = ContinuousClock.now
+                let late = await Task { try await ledger.insert(makeRedemption("977")) }.result
+                #expect(throws: PostgresStoreError.self) { try late.get() }
+                #expect(ContinuousClock.now - queuedAt < .seconds(13), "answered by the sweeper, not when the batch ended")
+                _ = try await Self.waitingForStandby(cluster, name, "query = 'COMMIT /* coffer flush */' AND pid = \(writer)")
             } catch {
                 failed = error
             }
@@ -532,6 +539,7 @@ struct PostgresWriterTests {
             #expect(redeemedAt > confirmed, "redeemed before a standby confirmed")
             #expect(readAt > confirmed, "the seal answered before a standby confirmed")
             #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
+            #expect(try await ledger.insert(makeRedemption("977")).inserted?.sequence == 3, "the late one was never written")
             #expect(try Self.chainLocks(cluster, name) == "0")
             await ledger.finishWrites()
             if !flushRecord { await backend.close() }

@@ -44,6 +44,21 @@ public final class GroupCommitQueue<Job: Sendable>: Sendable {
         }
     }
 
+    /// Removes the queued jobs — not yet in a batch — that `picked` picks, in order, for the
+    /// caller to answer: a writer whose batch is stuck answers the jobs that waited too long
+    /// behind it.
+    public func remove(where picked: (Job) -> Bool) -> [Job] {
+        state.withLock { q in
+            var removed: [Job] = []
+            q.jobs.removeAll { job in
+                guard picked(job) else { return false }
+                removed.append(job)
+                return true
+            }
+            return removed
+        }
+    }
+
     /// Stops taking jobs and returns once every queued one is written (at shutdown, before the
     /// storage closes).
     public func finish() async {
