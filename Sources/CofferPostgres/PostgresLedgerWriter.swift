@@ -44,14 +44,17 @@ final class PostgresLedgerWriter: Sendable {
         self.queue = queue
         sweeper = backend.deadline.map { deadline in
             Task { [weak queue] in
-                while !Task.isCancelled, let queue {
+                while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
+                    guard let queue else { return }
                     let now = ContinuousClock.now
                     for item in queue.remove(where: { now - $0.since >= deadline }) { item.job.fail(PostgresStoreError.timedOut(deadline)) }
                 }
             }
         }
     }
+
+    deinit { sweeper?.cancel() }
 
     func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome {
         try await withCheckedThrowingContinuation { queue.submit(Queued(job: .redemption(redemption, refusals, $0), since: .now)) }
