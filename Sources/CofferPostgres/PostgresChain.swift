@@ -134,7 +134,7 @@ enum PostgresChain {
     /// COMMIT waits as the session's `synchronous_commit` says (on: flushed; with synchronous
     /// standbys, until they confirm). For a batch whose CALL failed after its COMMIT, which
     /// migration 0005 makes without waiting for the flush, for a CALL that may have had its
-    /// wait cut short (``mayHaveBeenCutShort``), and for readers that publish what they read
+    /// wait cut short (``shortestTimer``), and for readers that publish what they read
     /// (``flushed(_:logger:_:)``).
     ///
     /// A COMMIT statement of its own, not `CALL coffer_flush()`: PostgreSQL ends a wait for
@@ -174,16 +174,9 @@ enum PostgresChain {
     /// by its statement timeout, reported as done: the writer then ``flush(_:logger:)``es
     /// before it answers. The instances' sessions run with 15 s, and the writer refuses a
     /// session that runs with under twice this (``PostgresBackend/sessionProblem(timeoutSeconds:isolation:asked:)``).
+    /// Measured by the writer from before it sends the CALL: the server's timer starts when the
+    /// statement reaches it, so a CALL that timer ended took at least as long there.
     static let shortestTimer: Duration = .seconds(1)
-
-    /// Runs `statement`; whether it ran for ``shortestTimer`` or longer, measured here: the
-    /// server's timer starts when the statement reaches it, after this clock, so a statement
-    /// that timer ended took at least that long here.
-    static func mayHaveBeenCutShort(_ statement: () async throws -> Void) async throws -> Bool {
-        let start = ContinuousClock.now
-        try await statement()
-        return ContinuousClock.now - start >= shortestTimer
-    }
 
     /// Runs the read `body`, then ``flush(_:logger:)``: whatever it read was committed before
     /// the flush began, so it is durable when this returns — for answers that publish signed

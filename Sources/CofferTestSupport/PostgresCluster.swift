@@ -210,24 +210,23 @@ public final class PostgresCluster: Sendable {
     /// look at or tamper with rows behind the server's back. Throws when psql fails (a SQL
     /// error, or the server is down).
     @discardableResult
-    public func psql(_ sql: String, database: String = "postgres", setting: (name: String, value: String)? = nil) throws -> String {
-        let output = try Self.run(
-            psqlPath, ["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", Self.url(url(database: database), setting: setting), "-c", sql],
-            owned: nil,
-            what: "psql on \(database)")
-        var text = output.stdout
+    public func psql(_ sql: String, database: String = "postgres") throws -> String {
+        var text = try psqlOutput(sql, database: database, setting: nil).stdout
         while text.hasSuffix("\n") { text.removeLast() }
         return text
     }
 
-    /// Runs `sql` as ``psql(_:database:setting:)`` does; returns what psql printed on stderr
-    /// (the server's notices and warnings). Throws when psql fails.
-    public func psqlNotices(_ sql: String, database: String = "postgres", setting: (name: String, value: String)? = nil) throws -> String {
+    /// Runs `sql` as ``psql(_:database:)`` does, in a session with `setting`
+    /// (`options=-c name=value`); returns what psql printed on stderr (the server's notices and
+    /// warnings). Throws when psql fails.
+    public func psqlNotices(_ sql: String, database: String = "postgres", setting: (name: String, value: String)) throws -> String {
+        try psqlOutput(sql, database: database, setting: setting).stderr
+    }
+
+    private func psqlOutput(_ sql: String, database: String, setting: (name: String, value: String)?) throws -> Output {
         try Self.run(
-            psqlPath, ["-X", "-A", "-t", "-q", "-d", Self.url(url(database: database), setting: setting), "-c", sql], owned: nil,
-            what: "psql on \(database)"
-        )
-        .stderr
+            psqlPath, ["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", Self.url(url(database: database), setting: setting), "-c", sql],
+            owned: nil, what: "psql on \(database)")
     }
 
     private var psqlPath: String {
