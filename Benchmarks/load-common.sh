@@ -112,6 +112,29 @@ print("disk flush p50 %.2f ms, p99 %.2f ms, max %.1f ms; %d of %d over 20 ms, %d
 PY
 }
 
+# disk_watch SECONDS DIR: while a phase runs, the stalls of the block device holding DIR, seen
+# through its statistics (Benchmarks/disk_stalls.c, built here on first use): the spans in
+# which it held I/O in flight and completed none, sampled every 2 ms. It adds no I/O and sees
+# the stalls between disk_probe's flushes, which a flush issued 25 times a second misses.
+# Prints one line: how many spans took over 20 ms, the longest, and how long they took beyond
+# 20 ms in all (each span a lower bound); or why it could not (DIR not on a block device).
+disk_watch() {
+    local seconds=$1 dir=$2 dev major minor
+    DISK_STALLS=${DISK_STALLS:-$PWD/.build-release/disk_stalls}
+    if [ ! -x "$DISK_STALLS" ] || [ Benchmarks/disk_stalls.c -nt "$DISK_STALLS" ]; then
+        mkdir -p "$(dirname "$DISK_STALLS")"
+        cc -O2 -o "$DISK_STALLS" Benchmarks/disk_stalls.c || { echo "disk device: disk_stalls.c did not build"; return 0; }
+    fi
+    dev=$(stat -c '%d' "$dir")
+    major=$(((dev >> 8) & 0xfff))
+    minor=$(((dev & 0xff) | ((dev >> 12) & 0xfff00)))
+    if [ ! -r "/sys/dev/block/$major:$minor/stat" ]; then
+        echo "disk device: no statistics for $dir (device $major:$minor is not a block device)"
+        return 0
+    fi
+    "$DISK_STALLS" "/sys/dev/block/$major:$minor/stat" "$seconds"
+}
+
 # field NAME FILE: the value after the first "NAME:" in a wrk output file.
 field() { awk -v k="$1:" '{for (i = 1; i < NF; i++) if ($i == k) {print $(i + 1); exit}}' "$2"; }
 
