@@ -117,7 +117,8 @@ public final class PostgresBackend: Sendable {
     /// Checks a writer session's settings in force before its first batch — at start, and
     /// again whenever the writer's pool opened a new one after a loss: a pooler that drops
     /// startup parameters leaves the role's or the server's (which may change, or differ on a
-    /// new primary). Refused (the batch fails, 503) per ``sessionProblem(timeoutSeconds:isolation:asked:)``.
+    /// new primary). Refused (the batch fails, 503; the session is closed) per
+    /// ``sessionProblem(timeoutSeconds:isolation:asked:)``.
     private func checkSession(_ c: PostgresConnection) async throws {
         guard let asked = askedTimeout, checkedSession.withLock({ $0 }) != c.id else { return }
         let rows = try await c.query(
@@ -129,7 +130,13 @@ public final class PostgresBackend: Sendable {
         for try await row in rows.decode((Double, String).self) { settings = row }
         guard let (seconds, isolation) = settings else { throw PostgresStoreError.database("the session's settings could not be read") }
         switch Self.sessionProblem(timeoutSeconds: seconds, isolation: isolation, asked: asked) {
-        case .refused(let problem)?: throw PostgresStoreError.database(problem)
+        case .refused(let problem)?:
+            // Closed, not kept for the next batch: the writer's pool keeps its one session
+            // open, so a refused one would be refused at every batch until a restart. The
+            // next batch opens a session with the role's settings as they are then, so an
+            // `ALTER ROLE … SET` mends it while the instance runs.
+            try? await c.close()
+            throw PostgresStoreError.database(problem)
         case .warning(let problem)?: logger.warning("\(problem)")
         case nil: break
         }

@@ -658,11 +658,14 @@ struct PostgresWriterTests {
     }
 
     /// A TCP proxy to PostgreSQL whose SIGUSR1 cuts every connection on the client's side only:
-    /// the server's sessions go on, as after a reset by a NAT or a proxy between them.
+    /// the server's sessions go on, as after a reset by a NAT or a proxy between them. While
+    /// the file `stripping` exists, the connections it opens drop the client's startup
+    /// parameters but `user`, `database` and `application_name`, as a pooler told to ignore
+    /// them does (PgBouncer's `ignore_startup_parameters`); it answers an SSLRequest "no".
     final class CuttingProxy: Sendable {
         static let script = """
             import asyncio, os, signal, sys, threading
-            upstream_port = int(sys.argv[1])
+            upstream_port, stripping = int(sys.argv[1]), sys.argv[2]
             signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a spawned child may inherit signals blocked
             # Gone with the test process: its end of stdin closes then.
             threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
@@ -677,8 +680,27 @@ struct PostgresWriterTests {
                         await w.drain()
                 except Exception:
                     pass
+            async def startup(cr, cw):
+                while True:
+                    size = int.from_bytes(await cr.readexactly(4), 'big')
+                    body = await cr.readexactly(size - 4)
+                    if int.from_bytes(body[:4], 'big') not in (80877103, 80877104):  # SSL, GSS
+                        break
+                    cw.write(b'N')
+                    await cw.drain()
+                if os.path.exists(stripping) and int.from_bytes(body[:4], 'big') == 196608:
+                    fields = body[4:].split(b'\\0')
+                    kept = [(k, v) for k, v in zip(fields[0::2], fields[1::2]) if k in (b'user', b'database', b'application_name')]
+                    body = body[:4] + b''.join(k + b'\\0' + v + b'\\0' for k, v in kept) + b'\\0'
+                return (len(body) + 4).to_bytes(4, 'big') + body
             async def handle(cr, cw):
+                try:
+                    first = await startup(cr, cw)
+                except Exception:
+                    cw.close()
+                    return
                 ur, uw = await asyncio.open_connection('127.0.0.1', upstream_port)
+                uw.write(first)
                 entry = (cw, uw)
                 live.add(entry)
                 back = asyncio.ensure_future(pipe(ur, cw))
@@ -707,10 +729,10 @@ struct PostgresWriterTests {
 
         /// Never the test process's stdout or stderr: a child left holding them would keep
         /// `swift test` waiting for their end after the tests finished.
-        init(to upstream: Int) throws {
+        init(to upstream: Int, stripping: String = "/nonexistent") throws {
             process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3", "-c", Self.script, String(upstream)]
+            process.arguments = ["python3", "-c", Self.script, String(upstream), stripping]
             let out = Pipe()
             process.standardOutput = out
             process.standardError = FileHandle.nullDevice
@@ -778,6 +800,60 @@ struct PostgresWriterTests {
             #expect(try await ledger.insert(makeRedemption("985")).inserted?.sequence == 3)
             await ledger.finishWrites()
             await backend.close()
+        }
+    }
+
+    @Test(
+        "a writer session opened after a loss is checked again: one a pooler left with another isolation is refused (503, nothing written) and closed, and an ALTER ROLE mends it without a restart",
+        .timeLimit(.minutes(1)))
+    func sessionOpenedAfterALossIsCheckedAgain() async throws {
+        try await withTemporaryDirectory { folder in
+            try await Self.withBackend { _, cluster, name in
+                let stripping = folder.appendingPathComponent("stripping")
+                let proxy = try CuttingProxy(to: cluster.port, stripping: stripping.path)
+                let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
+                try #require(url != cluster.url(database: name))
+                let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 3, logger: Logger(label: "pooled"))
+                let ledger = PostgresLedger(backend, checkpoints: nil)
+                #expect(try await ledger.insert(makeRedemption("990")).inserted?.sequence == 1)
+                // From now on the proxy drops Coffer's startup parameters, and the role's
+                // default isolation in this database is not READ COMMITTED; every connection
+                // is cut, so the writer opens a new session at its next batch.
+                try cluster.psql("ALTER ROLE ALL IN DATABASE \"\(name)\" SET default_transaction_isolation = 'repeatable read'", database: name)
+                try Data().write(to: stripping)
+                proxy.cut()
+                var refusal: String?
+                let deadline = ContinuousClock.now + .seconds(20)
+                while refusal == nil, ContinuousClock.now < deadline {
+                    do {
+                        let outcome = try await ledger.insert(makeRedemption("991"))
+                        Issue.record("redeemed on a session with the role's isolation: \(outcome)")
+                        break
+                    } catch {
+                        // The first batch may meet the cut connection; the next opens a session.
+                        if "\(error)".contains("default_transaction_isolation 'repeatable read'") {
+                            refusal = "\(error)"
+                        } else {
+                            try await Task.sleep(for: .milliseconds(50))
+                        }
+                    }
+                }
+                #expect(
+                    refusal?.contains("ALTER ROLE coffer_app SET default_transaction_isolation = 'read committed'") == true,
+                    "\(String(describing: refusal))")
+                #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "1", "nothing written by a refused session")
+                // The operator mends the role; the instance goes on without a restart.
+                try cluster.psql("ALTER ROLE ALL IN DATABASE \"\(name)\" RESET default_transaction_isolation", database: name)
+                var mended: Redemption?
+                while mended == nil, ContinuousClock.now < deadline + .seconds(10) {
+                    mended = try? await ledger.insert(makeRedemption("991")).inserted
+                    if mended == nil { try await Task.sleep(for: .milliseconds(50)) }
+                }
+                #expect(mended?.sequence == 2, "redeemed on a new session once the role was mended")
+                #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
+                await ledger.finishWrites()
+                await backend.close()
+            }
         }
     }
 }
