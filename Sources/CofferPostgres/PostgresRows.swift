@@ -8,8 +8,14 @@ import PostgresNIO
 
 extension PostgresRandomAccessRow {
     func value<T: PostgresDecodable>(_ column: String, _ type: T.Type = T.self) throws -> T { try self[column].decode(T.self) }
-    func date(_ column: String) throws -> Date { Date(timeIntervalSince1970: try value(column, Double.self)) }
-    func optionalDate(_ column: String) throws -> Date? { try value(column, Double?.self).map(Date.init(timeIntervalSince1970:)) }
+    func date(_ column: String) throws -> Date { try Self.date(column, try value(column, Double.self)) }
+    func optionalDate(_ column: String) throws -> Date? { try value(column, Double?.self).map { try Self.date(column, $0) } }
+    /// A stored time, refused when out of range (NaN, infinite, ±10¹² s: written behind the
+    /// server's back) as an invalid value, never a trap further on.
+    private static func date(_ column: String, _ seconds: Double) throws -> Date {
+        guard let date = LedgerEntry.storedDate(seconds: seconds) else { throw PostgresStoreError.invalidValue(column: column, value: "\(seconds)") }
+        return date
+    }
 }
 
 extension PostgresConnection {

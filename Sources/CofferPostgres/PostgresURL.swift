@@ -13,7 +13,9 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         case prefer
         /// TLS required, certificate not checked (checked like `verify-ca` when `sslrootcert` is given, as libpq does).
         case require
-        /// TLS required, the certificate chain checked against `sslrootcert` (or the system roots), not the host name.
+        /// TLS required, the certificate chain checked against `sslrootcert` (required: against
+        /// the system's roots, with no host name checked, anyone holding a certificate from a
+        /// public authority could pose as the server), not the host name.
         case verifyCA = "verify-ca"
         /// TLS required, the chain and the host name checked: what a database on another machine needs.
         case verifyFull = "verify-full"
@@ -35,7 +37,9 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         guard let components = URLComponents(string: text), let scheme = components.scheme else { throw .notAURL }
         guard scheme == "postgres" || scheme == "postgresql" else { throw .scheme(scheme) }
         guard let user = components.user, !user.isEmpty else { throw .missing("a user name (postgres://USER@HOST/DB)") }
-        let host = components.host ?? ""
+        // An IPv6 literal without its brackets, as the resolver takes it (`[::1]` → `::1`).
+        var host = components.host ?? ""
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         let database = String(components.path.drop(while: { $0 == "/" }))
         guard !database.isEmpty, !database.contains("/") else { throw .missing("a database name (postgres://USER@HOST/DB)") }
         self.user = user
@@ -49,10 +53,19 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
             case "sslmode":
                 guard let mode = item.value.flatMap(SSLMode.init(rawValue:)) else { throw .sslMode(item.value ?? "") }
                 sslMode = mode
-            case "sslrootcert": rootCertificate = item.value
-            case "host": socketDirectory = item.value
+            case "sslrootcert":
+                guard let file = item.value, !file.isEmpty else { throw .empty(item.name) }
+                rootCertificate = file
+            case "host":
+                // libpq's host= is a socket directory when it starts with a slash; a TCP host
+                // belongs in the URL's authority here.
+                guard let directory = item.value, directory.hasPrefix("/") else { throw .socketDirectory(item.value ?? "") }
+                socketDirectory = directory
             default: throw .parameter(item.name)
             }
+        }
+        if sslMode == .verifyCA && rootCertificate == nil {
+            throw .missing("sslrootcert=FILE, which sslmode=verify-ca checks the server's certificate against")
         }
         guard !host.isEmpty || socketDirectory != nil else { throw .missing("a host (postgres://USER@HOST/DB)") }
         guard (1...65535).contains(port) else { throw .port(port) }
@@ -60,14 +73,15 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
 
     /// The URL with the password replaced by `***`.
     public var description: String {
-        var text = "postgres://\(user)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(sslMode.rawValue)"
+        let authority = host.contains(":") ? "[\(host)]" : host
+        var text = "postgres://\(user)\(password == nil ? "" : ":***")@\(authority):\(port)/\(database)?sslmode=\(sslMode.rawValue)"
         if let rootCertificate { text += "&sslrootcert=\(rootCertificate)" }
         if let socketDirectory { text += "&host=\(socketDirectory)" }
         return text
     }
 
     /// Whether the server is on this machine (loopback or a Unix socket): plain connections are then fine.
-    public var isLocal: Bool { socketDirectory != nil || ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host) }
+    public var isLocal: Bool { socketDirectory != nil || ["localhost", "127.0.0.1", "::1"].contains(host) }
 
     /// The client configuration: TLS per ``sslMode``, `poolSize` connections at most.
     /// `timeouts`: statements, lock waits and idle transactions are cut off (the server's
@@ -142,6 +156,8 @@ public enum PostgresURLError: Error, Sendable, Hashable, CustomStringConvertible
     case parameter(String)
     case port(Int)
     case rootCertificate(String, String)
+    case empty(String)
+    case socketDirectory(String)
 
     public var description: String {
         switch self {
@@ -153,6 +169,9 @@ public enum PostgresURLError: Error, Sendable, Hashable, CustomStringConvertible
         case .parameter(let name): "unsupported URL parameter '\(name)' (supported: sslmode, sslrootcert, host)"
         case .port(let port): "port \(port) is out of range"
         case .rootCertificate(let path, let error): "sslrootcert \(path): \(error)"
+        case .empty(let name): "URL parameter '\(name)' is empty"
+        case .socketDirectory(let value):
+            "host=\(value) is not a socket directory (an absolute path such as /run/postgresql); give a TCP host as postgres://USER@HOST/DB"
         }
     }
 }

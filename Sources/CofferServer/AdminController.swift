@@ -240,6 +240,11 @@ struct AdminController {
             throw Problem(.malformedRequest, "durationSeconds is only for nonRenewing products (an auto-renewable's end is Apple's expiresDate)")
         default: break
         }
+        // An id no upload could have made is unknown without asking the store (a NUL would
+        // reach PostgreSQL, which refuses it: a 503 for a bad request).
+        for id in body.assetIds where !Self.validIdentifier(id) {
+            throw Problem(.unknownAsset, "asset \(LedgerText.escaped(id, maxBytes: 128)) has not been uploaded", status: .unprocessableContent)
+        }
         for id in body.assetIds where try await catalogue.asset(id) == nil {
             throw Problem(.unknownAsset, "asset \(id.prefix(128)) has not been uploaded", status: .unprocessableContent)
         }

@@ -37,7 +37,7 @@ struct AuditController {
         }
         group.get("/deliveries") { request, _ in
             let (after, limit) = try Paging.parse(request)
-            let redemptionId = request.uri.queryParameters.get("redemptionId")
+            let redemptionId = try Self.identifier(request, "redemptionId")
             let items = try await deliveries?.deliveries(redemptionId: redemptionId, after: after, limit: limit) ?? []
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }
@@ -70,15 +70,27 @@ struct AuditController {
         return date
     }
 
+    /// An optional identifier to filter on; 400 when no stored value can be it: every
+    /// identifier the ledger stores, claimed ones included, is 1–128 bytes without control
+    /// characters (``LedgerText``). A `%00` would otherwise reach the database, where
+    /// PostgreSQL refuses the NUL (a 503) and SQLite's binding cuts the value at it.
+    static func identifier(_ request: Request, _ key: String) throws -> String? {
+        guard let value = request.uri.queryParameters.get(key) else { return nil }
+        guard LedgerText.isIdentifier(value) else {
+            throw Problem(.malformedRequest, "\(key) must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
+        }
+        return value
+    }
+
     static func filter(_ request: Request) throws -> AuditFilter {
         let q = request.uri.queryParameters
         var f = AuditFilter()
-        f.transactionId = q.get("transactionId")
-        f.originalTransactionId = q.get("originalTransactionId")
-        f.productId = q.get("productId")
-        f.bundleId = q.get("bundleId")
-        f.playerId = q.get("playerId")
-        f.code = q.get("code")
+        f.transactionId = try identifier(request, "transactionId")
+        f.originalTransactionId = try identifier(request, "originalTransactionId")
+        f.productId = try identifier(request, "productId")
+        f.bundleId = try identifier(request, "bundleId")
+        f.playerId = try identifier(request, "playerId")
+        f.code = try identifier(request, "code")
         f.from = try date(request, "from")
         f.to = try date(request, "to")
         if let limit = q.get("limit") {
@@ -106,7 +118,7 @@ struct AuditController {
         let start = firstPage
         let ledger = self.ledger
         let deliveries = self.deliveries
-        let redemptionId = request.uri.queryParameters.get("redemptionId")
+        let redemptionId = try Self.identifier(request, "redemptionId")
         let body = ResponseBody { writer in
             var filter = start
             if format == "csv" {

@@ -8,6 +8,17 @@ struct HealthController {
     let catalogue: any CatalogueRepository
     let ledgerAudit: any LedgerAuditRepository
     let metrics: CofferMetrics
+    /// `/readyz` answers anyone (a load balancer's probe) and each check reads the database:
+    /// one check at a time, its outcome shared for ``readinessMaxAge``, so a flood of probes
+    /// costs the database one check a second per instance.
+    let readiness = SharedOutcome<Readiness>()
+    static let readinessMaxAge: Duration = .seconds(1)
+
+    enum Readiness: Sendable {
+        case ready
+        case notReady
+        case sealBroken
+    }
 
     func add(to router: Router<CofferRequestContext>) {
         router.get("/healthz") { _, _ in try JSON.response(["status": "ok"]) }
@@ -19,16 +30,41 @@ struct HealthController {
     }
 
     func ready(_ context: CofferRequestContext) async throws -> Response {
-        do {
-            _ = try await catalogue.products()
-        } catch {
-            throw Problem(.notReady, "the database is not answering")
+        let logger = context.logger
+        let (catalogue, ledgerAudit) = (self.catalogue, self.ledgerAudit)
+        switch await readiness.value(
+            maxAge: Self.readinessMaxAge,
+            {
+                do {
+                    _ = try await catalogue.products()
+                } catch {
+                    return .notReady
+                }
+                // Never ready on a ledger changed behind the server's back: it would refuse every write.
+                do { try await ledgerAudit.sealIntact() } catch {
+                    logger.critical("the ledger's seal is broken", metadata: ["error": "\(error)"])
+                    return .sealBroken
+                }
+                return .ready
+            })
+        {
+        case .ready: return try JSON.response(["status": "ready"])
+        case .notReady: throw Problem(.notReady, "the database is not answering")
+        case .sealBroken: throw Problem(.ledgerSealBroken, "the ledger does not end where this server sealed it")
         }
-        // Never ready on a ledger changed behind the server's back: it would refuse every write.
-        do { try await ledgerAudit.sealIntact() } catch {
-            context.logger.critical("the ledger's seal is broken", metadata: ["error": "\(error)"])
-            throw Problem(.ledgerSealBroken, "the ledger does not end where this server sealed it")
-        }
-        return try JSON.response(["status": "ready"])
+    }
+}
+
+/// One computation at a time, its value shared with every caller until it is `maxAge` old
+/// (counted from its start): callers that arrive while it runs wait for it.
+actor SharedOutcome<Value: Sendable> {
+    private var last: (started: ContinuousClock.Instant, task: Task<Value, Never>)?
+
+    func value(maxAge: Duration, _ compute: @escaping @Sendable () async -> Value) async -> Value {
+        let now = ContinuousClock.now
+        if let last, now - last.started < maxAge { return await last.task.value }
+        let task = Task { await compute() }
+        last = (now, task)
+        return await task.value
     }
 }

@@ -581,6 +581,35 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test(
+        "a time no clock gives, written behind the server's back (NaN, infinite), is an invalid value when read: a storage failure for the audit API and verify, never a trap"
+    )
+    func storedTimesOutOfRangeAreInvalidValues() async throws {
+        try await Self.withBackend { backend, cluster, name in
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("995")).inserted?.sequence == 1)
+            #expect(try await ledger.audit(publicKey: nil).problem == nil)
+            func set(_ assignments: String) throws {
+                try cluster.psql(
+                    "ALTER TABLE redemptions DISABLE TRIGGER redemptions_append_only; UPDATE redemptions SET \(assignments); ALTER TABLE redemptions ENABLE TRIGGER redemptions_append_only",
+                    database: name)
+            }
+            for (column, value) in [("redeemed_at", "'NaN'"), ("redeemed_at", "'-Infinity'"), ("purchase_date", "1e300")] {
+                try set("\(column) = \(value)")
+                for read in ["redemptions", "audit"] {
+                    do {
+                        if read == "audit" { _ = try await ledger.audit(publicKey: nil) } else { _ = try await ledger.redemptions(AuditFilter()) }
+                        Issue.record("\(read) read \(column) = \(value)")
+                    } catch {
+                        #expect("\(error)".contains("unexpected value in \(column)"), "\(read), \(column) = \(value): \(error)")
+                    }
+                }
+                try set("redeemed_at = 1700000000, purchase_date = NULL")
+            }
+            await ledger.finishWrites()
+        }
+    }
+
     @Test("what a writer session's settings in force mean: refused, a warning, or fine")
     func sessionProblems() {
         let asked = Duration.seconds(15)

@@ -45,6 +45,22 @@ import Testing
         return audit.finish()
     }
 
+    @Test(
+        "a time no clock gives, from a row written behind the server's back, is hashed as its own text, never trapping; the backends refuse reading one back"
+    )
+    func timesOutOfRangeNeverTrap() {
+        #expect(LedgerEntry.micros(Self.at) == "1700000000123456")
+        #expect(LedgerEntry.micros(Date(timeIntervalSince1970: -1.5)) == "-1500000")
+        for seconds in [Double.nan, .infinity, -.infinity, 1e300, -9.3e12] {
+            let text = LedgerEntry.micros(Date(timeIntervalSince1970: seconds))
+            #expect(Int64(text) == nil, "\(seconds) hashed as \(text), which no honest time is")
+            #expect(LedgerEntry.storedDate(seconds: seconds) == nil, "\(seconds)")
+        }
+        #expect(LedgerEntry.storedDate(seconds: 999_999_999_999) != nil)
+        #expect(LedgerEntry.storedDate(seconds: -999_999_999_999) != nil)
+        #expect(LedgerEntry.storedDate(seconds: 1e12) == nil)
+    }
+
     @Test func canonicalBytesAndHashAreThoseTheREADMESpecifies() {
         var a = Self.attempt(7)
         a.detail = "transaction 1000 was already redeemed\n(é)"

@@ -164,4 +164,43 @@ import Testing
             #expect(try await client.execute(uri: "/v1/audit/export?format=xml", method: .get, headers: auditor).status == .badRequest)
         }
     }
+
+    @Test(
+        "a filter no stored identifier can match — a NUL, a control character, over 128 bytes — is 400, never sent to the database (SQLite cut it at the NUL, PostgreSQL refused it: 503)"
+    )
+    func identifierFiltersAreChecked() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let auditor = h.bearer(h.auditorKey)
+        try await h.app.test(.router) { client in
+            let r = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("11")]))
+            #expect(r.status == .created)
+            let long = String(repeating: "1", count: 129)
+            for query in [
+                "redemptions?transactionId=11%00x", "redemptions?productId=%00", "redemptions?bundleId=a%0Ab", "redemptions?playerId=",
+                "redemptions?originalTransactionId=\(long)", "attempts?code=already%00Redeemed", "deliveries?redemptionId=%00",
+                "export?format=csv&transactionId=11%00", "export?kind=deliveries&redemptionId=%1B",
+            ] {
+                let response = try await client.execute(uri: "/v1/audit/\(query)", method: .get, headers: auditor)
+                #expect(response.status == .badRequest, "\(query): \(response.status)")
+                #expect(Harness.code(response) == "malformedRequest", "\(query)")
+            }
+            let exact = try Harness.json(try await client.execute(uri: "/v1/audit/redemptions?transactionId=11", method: .get, headers: auditor))
+            #expect((exact["items"] as? [Any])?.count == 1)
+            let longest = try await client.execute(
+                uri: "/v1/audit/redemptions?transactionId=\(String(repeating: "1", count: 128))", method: .get, headers: auditor)
+            #expect(longest.status == .ok)
+
+            // An asset id no upload could have made is unknown, without a lookup.
+            let admin = h.bearer(h.adminKey)
+            for id in ["level\u{0}1", "", String(repeating: "a", count: 129)] {
+                let product = try await client.execute(
+                    uri: "/v1/admin/products/com.coffer.demo.levelpack9", method: .put, headers: admin,
+                    body: try Harness.body(["bundleId": Harness.bundle, "type": "consumable", "assetIds": [id], "title": "Pack 9"]))
+                #expect(product.status == .unprocessableContent, "\(id.debugDescription): \(product.status)")
+                #expect(Harness.code(product) == "unknownAsset")
+            }
+        }
+    }
 }

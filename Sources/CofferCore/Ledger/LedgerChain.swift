@@ -118,8 +118,24 @@ public struct LedgerEntry: Sendable, Hashable {
             ])
     }
 
-    /// A date as whole microseconds since 1970-01-01T00:00:00Z, in decimal.
-    public static func micros(_ date: Date) -> String { String(Int64((date.timeIntervalSince1970 * 1_000_000).rounded())) }
+    /// A date as whole microseconds since 1970-01-01T00:00:00Z, in decimal. A time no clock or
+    /// signed payload gives (non-finite, or beyond ``storedDate(seconds:)``: only a row written behind
+    /// the server's back holds one) is hashed as its own text — never an integer's, and
+    /// never a trap.
+    public static func micros(_ date: Date) -> String {
+        let value = (date.timeIntervalSince1970 * 1_000_000).rounded()
+        guard let whole = Int64(exactly: value) else { return "\(value)" }
+        return String(whole)
+    }
+
+    /// The stored times every backend reads back: finite unix seconds under 10¹² in size
+    /// (signed payloads' dates are checked to that on input, `MillisecondDate`); a stored row
+    /// outside it was not written by Coffer. Within it, ``micros(_:)`` and `RFC3339.format`
+    /// cannot overflow.
+    public static func storedDate(seconds: Double) -> Date? {
+        guard seconds.isFinite, abs(seconds) < 1e12 else { return nil }
+        return Date(timeIntervalSince1970: seconds)
+    }
 
     /// The bytes that are hashed:
     ///

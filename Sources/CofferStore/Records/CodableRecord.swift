@@ -1,3 +1,4 @@
+import CofferCore
 import GRDB
 
 /// A record whose row mapping GRDB derives from `Codable`. Its `CodingKeys` name the columns
@@ -20,6 +21,11 @@ import GRDB
 protocol CodableRecord: Codable, FetchableRecord, MutablePersistableRecord {}
 
 extension CodableRecord {
-    static func databaseDateDecodingStrategy(for column: String) -> DatabaseDateDecodingStrategy { .timeIntervalSince1970 }
+    /// Unix seconds, refused (a decoding error, a storage failure) when out of the range
+    /// Coffer writes (``LedgerEntry/storedDate(seconds:)``): a row written behind the server's
+    /// back, never a trap further on.
+    static func databaseDateDecodingStrategy(for column: String) -> DatabaseDateDecodingStrategy {
+        .custom { Double.fromDatabaseValue($0).flatMap(LedgerEntry.storedDate(seconds:)) }
+    }
     static func databaseDateEncodingStrategy(for column: String) -> DatabaseDateEncodingStrategy { .timeIntervalSince1970 }
 }

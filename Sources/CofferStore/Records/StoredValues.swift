@@ -14,12 +14,19 @@ extension Date {
 extension Row {
     /// Decodes a non-null REAL unix-seconds column.
     func date(_ column: Column) throws -> Date {
-        Date(timeIntervalSince1970: try decode(Double.self, forColumn: column))
+        try Self.date(column, try decode(Double.self, forColumn: column))
     }
 
     /// Decodes a nullable REAL unix-seconds column.
     func optionalDate(_ column: Column) throws -> Date? {
-        try decode(Double?.self, forColumn: column).map { Date(timeIntervalSince1970: $0) }
+        try decode(Double?.self, forColumn: column).map { try Self.date(column, $0) }
+    }
+
+    /// A stored time, refused when out of range (infinite, ±10¹² s: written behind the
+    /// server's back) as an invalid value, never a trap further on.
+    private static func date(_ column: Column, _ seconds: Double) throws -> Date {
+        guard let date = LedgerEntry.storedDate(seconds: seconds) else { throw StoreError.invalidValue(column: column.name, value: "\(seconds)") }
+        return date
     }
 
     /// Decodes a TEXT column holding the raw value of `T`.
