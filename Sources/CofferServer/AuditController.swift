@@ -23,7 +23,7 @@ struct AuditController {
             let items = try await ledger.attempts(filter)
             return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
         }
-        group.get("/export") { request, _ in try export(request) }
+        group.get("/export") { request, _ in try await export(request) }
         group.get("/stats/hourly") { request, _ in try await hourly(request) }
         group.get("/revocations") { request, _ in
             let (after, limit) = try Paging.parse(request)
@@ -102,7 +102,7 @@ struct AuditController {
     }
 
     /// Streams every redemption (or attempt, `kind=attempts`) as NDJSON or CSV, page by page.
-    func export(_ request: Request) throws -> Response {
+    func export(_ request: Request) async throws -> Response {
         let format = request.uri.queryParameters.get("format") ?? "ndjson"
         let kind = request.uri.queryParameters.get("kind") ?? "redemptions"
         guard format == "ndjson" || format == "csv" else { throw Problem(.malformedRequest, "format must be ndjson or csv") }
@@ -111,16 +111,37 @@ struct AuditController {
         }
         if kind == "ledger" {
             guard format == "ndjson" else { throw Problem(.malformedRequest, "the ledger export is ndjson") }
-            return ledgerExport.export()
+            return try await ledgerExport.export()
         }
         var firstPage = try Self.filter(request)
         firstPage.limit = 500
-        let start = firstPage
         let ledger = self.ledger
         let deliveries = self.deliveries
         let redemptionId = try Self.identifier(request, "redemptionId")
+        // One page as text: the rows' lines, the last sequence, how many.
+        let page: @Sendable (AuditFilter) async throws -> (text: String, last: Int64?, count: Int) = { filter in
+            var out = ""
+            switch kind {
+            case "deliveries":
+                let rows = try await deliveries?.deliveries(redemptionId: redemptionId, after: filter.after, limit: filter.limit) ?? []
+                for d in rows { out += format == "csv" ? CSV.line(d) : try CSV.json(d) }
+                return (out, rows.last?.sequence, rows.count)
+            case "redemptions":
+                let rows = try await ledger.redemptions(filter)
+                for r in rows { out += format == "csv" ? CSV.line(r) : try CSV.json(r) }
+                return (out, rows.last?.sequence, rows.count)
+            default:
+                let rows = try await ledger.attempts(filter)
+                for a in rows { out += format == "csv" ? CSV.line(a) : try CSV.json(a) }
+                return (out, rows.last?.sequence, rows.count)
+            }
+        }
+        // The first page is read before the 200 goes out: a database that does not answer is
+        // a 503, not a 200 with an empty body. Later pages stream; a failure then cuts the
+        // connection short.
+        let start = firstPage
+        let first = try await page(start)
         let body = ResponseBody { writer in
-            var filter = start
             if format == "csv" {
                 let header =
                     switch kind {
@@ -131,29 +152,13 @@ struct AuditController {
                     }
                 try await writer.write(ByteBuffer(string: header))
             }
+            var filter = start
+            var current = first
             while true {
-                var out = ""
-                let last: Int64?
-                let count: Int
-                if kind == "deliveries" {
-                    let rows = try await deliveries?.deliveries(redemptionId: redemptionId, after: filter.after, limit: filter.limit) ?? []
-                    for d in rows { out += format == "csv" ? CSV.line(d) : try CSV.json(d) }
-                    last = rows.last?.sequence
-                    count = rows.count
-                } else if kind == "redemptions" {
-                    let rows = try await ledger.redemptions(filter)
-                    for r in rows { out += format == "csv" ? CSV.line(r) : try CSV.json(r) }
-                    last = rows.last?.sequence
-                    count = rows.count
-                } else {
-                    let rows = try await ledger.attempts(filter)
-                    for a in rows { out += format == "csv" ? CSV.line(a) : try CSV.json(a) }
-                    last = rows.last?.sequence
-                    count = rows.count
-                }
-                if !out.isEmpty { try await writer.write(ByteBuffer(string: out)) }
-                guard let last, count == filter.limit else { break }
+                if !current.text.isEmpty { try await writer.write(ByteBuffer(string: current.text)) }
+                guard let last = current.last, current.count == filter.limit else { break }
                 filter.after = last
+                current = try await page(filter)
             }
             try await writer.finish(nil)
         }

@@ -42,10 +42,12 @@ struct LedgerController {
     }
 
     /// `GET /v1/audit/export?kind=ledger`: header, every chained entry, then the checkpoints
-    /// up to the last entry written, streamed page by page.
-    func export() -> Response {
+    /// up to the last entry written, streamed page by page. The database is asked once before
+    /// the 200 goes out: one that does not answer is a 503, not a 200 with an empty body.
+    func export() async throws -> Response {
         let ledger = ledgerAudit
         let key = signer.publicKey
+        _ = try await ledger.chainedEntries(after: 0, limit: 1)
         let body = ResponseBody { writer in
             try await ledger.export(publicKey: key, now: Date()) { chunk in try await writer.write(ByteBuffer(string: chunk)) }
             try await writer.finish(nil)

@@ -71,6 +71,27 @@ import Testing
         }
     }
 
+    @Test("an export whose database does not answer is a 503 before anything is sent, not a 200 with an empty body")
+    func exportsAskTheDatabaseBeforeThe200() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let auditor = h.bearer(h.auditorKey)
+        try await h.app.test(.router) { client in
+            let ok = try await client.execute(uri: "/v1/audit/export?kind=ledger", method: .get, headers: auditor)
+            #expect(ok.status == .ok)
+            let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+            try await queue.write { db in
+                try db.execute(sql: "ALTER TABLE redemptions RENAME TO redemptions_moved; ALTER TABLE attempts RENAME TO attempts_moved")
+                try db.execute(sql: "ALTER TABLE ledger_events RENAME TO ledger_events_moved")
+            }
+            for query in ["format=ndjson", "format=csv", "kind=attempts", "kind=ledger"] {
+                let export = try await client.execute(uri: "/v1/audit/export?\(query)", method: .get, headers: auditor)
+                #expect(export.status == .serviceUnavailable, "\(query): \(export.status)")
+                #expect(Harness.code(export) == "storageUnavailable", "\(query)")
+            }
+        }
+    }
+
     @Test func csvCellsCannotBecomeFormulas() {
         #expect(CSV.field("=HYPERLINK(\"http://x\")") == "\"'=HYPERLINK(\"\"http://x\"\")\"")
         #expect(CSV.field("+1") == "\"'+1\"")
