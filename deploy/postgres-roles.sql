@@ -56,11 +56,36 @@ ALTER ROLE coffer_audit IN DATABASE coffer SET default_transaction_read_only = o
 -- standby's flush too; use remote_apply here if you also want the standby to have applied it.
 ALTER ROLE coffer_app IN DATABASE coffer SET synchronous_commit = on;
 -- The writer lets the chain's lock go before its batch is flushed and then waits for the
--- flush with a one-record transaction (pg_logical_emit_message, prefix 'coffer'; EXECUTE is
--- granted to PUBLIC by default; migration 0005). Revoking it is safe, also while instances
--- run (migration 0006): each batch's COMMIT then waits for the flush under the lock, as
--- before 0005. CDC consumers that ask for
--- logical messages can drop the 'coffer' prefix.
+-- flush with a one-record transaction (pg_logical_emit_message, prefix 'coffer'; granted to
+-- coffer_app below, revoked from PUBLIC; migration 0005). Revoking it from coffer_app too is
+-- safe, also while instances run (migration 0006): each batch's COMMIT then waits for the
+-- flush under the lock, as before 0005. CDC consumers that ask for logical messages can drop
+-- the 'coffer' prefix.
+
+-- Advisory locks are the chain's lock and the checkpoint leader's, and PostgreSQL lets every
+-- role take any of them: a session of coffer_audit holding the chain's lock would stop every
+-- append (each gives up after lock_timeout with 503). Only the instances and `coffer migrate`
+-- take them; the same for the flush record (pg_logical_emit_message, which a role that may
+-- only read could otherwise write to the WAL in a BEGIN READ WRITE) and for Coffer's own
+-- functions and procedures (the owner keeps EXECUTE on those it owns).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = 'pg_catalog'::regnamespace
+          AND (p.proname LIKE 'pg\_%advisory\_%lock%' OR p.proname = 'pg_logical_emit_message')
+          AND p.proname NOT LIKE '%unlock%'
+    LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO coffer_owner, coffer_app', f);
+    END LOOP;
+END $$;
+REVOKE EXECUTE ON ALL ROUTINES IN SCHEMA public FROM PUBLIC;
+GRANT EXECUTE ON ALL ROUTINES IN SCHEMA public TO coffer_app;
+-- The audit role's reads ask which flush record they may write (none: it may not write one).
+GRANT EXECUTE ON FUNCTION coffer_flush_after() TO coffer_audit;
 
 -- Optional: cap the connections, at least instances × COFFER_DATABASE_POOL_SIZE (default 10,
 -- 2 at least: one is the ledger writer's own) plus a few for `coffer keys` and `coffer ledger`.

@@ -110,5 +110,27 @@ import Testing
             }
         }
         #expect(try cluster.psql("SET ROLE coffer_app; SHOW synchronous_commit", database: "coffer").hasSuffix("on"))
+        // The audit role can take no advisory lock (the chain's would stop every append), call
+        // none of Coffer's routines, and write no flush record; the instances' role can.
+        let denied = [
+            "SELECT pg_advisory_lock(\(0x636f_6666_6368_6169))", "SELECT pg_try_advisory_xact_lock(1)", "SELECT pg_advisory_lock_shared(1, 2)",
+            "SELECT * FROM coffer_take_chain(1, '{}', '{}')", "BEGIN READ WRITE; SELECT pg_logical_emit_message(true, 'coffer', ''); COMMIT",
+        ]
+        for statement in denied {
+            do {
+                _ = try cluster.psql("SET ROLE coffer_audit; \(statement)", database: "coffer")
+                Issue.record("coffer_audit may: \(statement)")
+            } catch {
+                #expect("\(error)".contains("permission denied"), "\(statement): \(error)")
+            }
+        }
+        #expect(
+            try cluster.psql(
+                "SET ROLE coffer_app; SELECT has_function_privilege('pg_logical_emit_message(boolean,text,text)', 'EXECUTE') AND has_function_privilege('coffer_take_chain(bigint,text[],text[])', 'EXECUTE')",
+                database: "coffer"
+            ).hasSuffix("t"))
+        // The owner still migrates (it takes the migrations' advisory lock).
+        let again = try CofferExecutable.run(["migrate", "--database", url("coffer_owner")])
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
     }
 }
