@@ -162,23 +162,59 @@ extension PostgresLedger: LedgerAuditRepository {
         return found
     }
 
+    /// The append-only triggers as migration 0001 makes them: on their table, BEFORE UPDATE OR
+    /// DELETE FOR EACH ROW (tgtype 1 + 2 + 8 + 16) and BEFORE TRUNCATE (2 + 32), firing in
+    /// ordinary sessions (`tgenabled` O or A: `ENABLE REPLICA TRIGGER` leaves one that never
+    /// fires there). The replay rule's unique indexes as the migrations define them
+    /// (`pg_get_indexdef`, its schema left out): a unique index of that name on other columns
+    /// is no rule.
+    static let appendOnlyTriggerTypes = (row: 27, truncate: 34)
+    static let replayIndexes = [
+        "redemptions_replay": "CREATE UNIQUE INDEX redemptions_replay ON redemptions USING btree (environment, COALESCE(replay_key, transaction_id))",
+        "revocations_key":
+            "CREATE UNIQUE INDEX revocations_key ON revocations USING btree (COALESCE(environment, ''::text), COALESCE(replay_key, transaction_id))",
+        "purchase_events_notification":
+            "CREATE UNIQUE INDEX purchase_events_notification ON purchase_events USING btree (reference) WHERE (source = 'notification'::text)",
+    ]
+
     static func schemaProblems(_ c: PostgresConnection, logger: Logger) async throws -> [String] {
-        let triggers = Set(
-            try await c.column(
-                "SELECT tgname::text FROM pg_trigger WHERE NOT tgisinternal AND tgenabled <> 'D' AND tgfoid = 'coffer_append_only'::regproc",
-                String.self, logger: logger))
+        let triggers = try await c.rows(
+            """
+            SELECT t.tgname::text AS name, r.relname::text AS "table", t.tgtype::int AS type, t.tgenabled::text AS enabled
+            FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
+            WHERE NOT t.tgisinternal AND t.tgfoid = 'coffer_append_only'::regproc
+            """, logger: logger
+        ) { row in
+            (
+                name: try row.value("name", String.self), table: try row.value("table", String.self), type: Int(try row.value("type", Int32.self)),
+                enabled: try row.value("enabled", String.self)
+            )
+        }
         var problems: [String] = []
         for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions", "purchase_events"] {
-            for trigger in ["\(table)_append_only", "\(table)_no_truncate"] where !triggers.contains(trigger) {
-                problems.append("trigger \(trigger) is missing or disabled")
+            for (trigger, type) in [
+                ("\(table)_append_only", Self.appendOnlyTriggerTypes.row), ("\(table)_no_truncate", Self.appendOnlyTriggerTypes.truncate),
+            ]
+            where !triggers.contains(where: { $0.name == trigger && $0.table == table && $0.type == type && ["O", "A"].contains($0.enabled) }) {
+                problems.append("trigger \(trigger) is missing, disabled or altered")
             }
         }
-        let unique = Set(
-            try await c.column(
-                "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indisunique AND i.indisvalid",
-                String.self, logger: logger))
-        for index in ["redemptions_replay", "revocations_key", "purchase_events_notification"] where !unique.contains(index) {
-            problems.append("unique index \(index) is missing or not unique")
+        let indexes = try await c.rows(
+            """
+            SELECT c.relname::text AS name, pg_get_indexdef(i.indexrelid) AS definition, n.nspname::text AS schema
+            FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE i.indisunique AND i.indisvalid AND c.relname = ANY(\(Array(Self.replayIndexes.keys))::text[])
+            """, logger: logger
+        ) { row in
+            let schema = try row.value("schema", String.self)
+            return (
+                name: try row.value("name", String.self),
+                definition: try row.value("definition", String.self).replacingOccurrences(of: " ON \(schema).", with: " ON ")
+            )
+        }
+        for (index, definition) in Self.replayIndexes.sorted(by: { $0.key < $1.key })
+        where !indexes.contains(where: { $0.name == index && $0.definition == definition }) {
+            problems.append("unique index \(index) is missing, not unique or altered")
         }
         return problems
     }

@@ -610,6 +610,44 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test(
+        "the start-up schema check looks past the names: a trigger that fires only on replicas or on fewer events, a replay index of that name on other columns"
+    )
+    func schemaCheckLooksPastTheNames() async throws {
+        try await Self.withBackend { backend, cluster, name in
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.schemaProblems() == [])
+            let alterations = [
+                (
+                    "ALTER TABLE redemptions ENABLE REPLICA TRIGGER redemptions_append_only",
+                    "ALTER TABLE redemptions ENABLE TRIGGER redemptions_append_only", "trigger redemptions_append_only"
+                ),
+                (
+                    "ALTER TABLE attempts DISABLE TRIGGER attempts_no_truncate", "ALTER TABLE attempts ENABLE TRIGGER attempts_no_truncate",
+                    "trigger attempts_no_truncate"
+                ),
+                (
+                    "DROP TRIGGER revocations_append_only ON revocations; CREATE TRIGGER revocations_append_only BEFORE DELETE ON revocations FOR EACH ROW EXECUTE FUNCTION coffer_append_only()",
+                    "DROP TRIGGER revocations_append_only ON revocations; CREATE TRIGGER revocations_append_only BEFORE UPDATE OR DELETE ON revocations FOR EACH ROW EXECUTE FUNCTION coffer_append_only()",
+                    "trigger revocations_append_only"
+                ),
+                (
+                    "DROP INDEX redemptions_replay; CREATE UNIQUE INDEX redemptions_replay ON redemptions (grant_hash)",
+                    "DROP INDEX redemptions_replay; CREATE UNIQUE INDEX redemptions_replay ON redemptions (environment, coalesce(replay_key, transaction_id))",
+                    "unique index redemptions_replay"
+                ),
+            ]
+            for (alter, undo, named) in alterations {
+                try cluster.psql(alter, database: name)
+                let problems = try await ledger.schemaProblems()
+                #expect(problems.count == 1 && problems.first?.hasPrefix(named) == true, "\(alter): \(problems)")
+                try cluster.psql(undo, database: name)
+                #expect(try await ledger.schemaProblems() == [], "undone: \(undo)")
+            }
+            await ledger.finishWrites()
+        }
+    }
+
     @Test("what a writer session's settings in force mean: refused, a warning, or fine")
     func sessionProblems() {
         let asked = Duration.seconds(15)
