@@ -9,6 +9,10 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
     case sealBroken(LedgerIntegrityError)
     /// Append-only triggers or replay-rule unique indexes missing or altered.
     case schemaAltered([String])
+    /// The ledger ends before, or differs at, the data directory's high-water mark (the problem, the mark's path).
+    case behindHighWater(String, String)
+    /// The high-water mark's file is not one.
+    case highWaterUnreadable(String)
 
     public var description: String {
         switch self {
@@ -27,6 +31,16 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
                 checkpoints). Only if you vouch for every entry as it stands, `coffer ledger adopt --reseal` seals it \
                 and records the old seal and the re-sealed range in the chain, where auditors see it.
                 """
+        case .behindHighWater(let problem, let path):
+            return """
+                \(problem). The database was restored from an older backup, failed over to a standby that lost \
+                commits, or put back behind the server's back: the purchases redeemed after that point could be \
+                redeemed again, and refunds recorded after it are gone. The server will not serve from it. Check with \
+                `coffer ledger verify --public-key … --checkpoint …` (your saved checkpoints); once you vouch for the \
+                ledger as it stands, delete \(path) and start again.
+                """
+        case .highWaterUnreadable(let path):
+            return "\(path) is not a ledger high-water mark: delete it (after checking the ledger with `coffer ledger verify`) and start again"
         case .schemaAltered(let problems):
             return """
                 the ledger's schema was altered (\(problems.joined(separator: "; "))): the append-only and replay \

@@ -31,7 +31,8 @@ public struct PostgresStorage: CofferStorage {
     public var dependencies: ServerDependencies {
         ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: adminLog, content: content, tokens: tokens,
-            ledgerSigner: ledgerSigner)
+            ledgerSigner: ledgerSigner,
+            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory).recorder(logger: Logger(label: "coffer.ledger")))
     }
 
     /// Opens the data directory's files, connects to `url`, applies pending migrations (other
@@ -55,6 +56,7 @@ public struct PostgresStorage: CofferStorage {
             let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
             let ledger = PostgresLedger(backend, checkpoints: policy)
             try await ledger.checkStartup()
+            try await ledger.checkHighWater(LedgerHighWaterFile(dataDirectory: configuration.dataDirectory))
             return PostgresStorage(
                 configuration: configuration, backend: backend, catalogue: CachedCatalogue(PostgresCatalogue(backend), maxAge: catalogueMaxAge),
                 ledger: ledger, ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: PostgresKeys(backend),

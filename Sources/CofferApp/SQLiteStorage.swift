@@ -26,7 +26,8 @@ public struct SQLiteStorage: CofferStorage {
     public var dependencies: ServerDependencies {
         ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: adminLog, content: content, tokens: tokens,
-            ledgerSigner: ledgerSigner)
+            ledgerSigner: ledgerSigner,
+            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory).recorder(logger: Logger(label: "coffer.ledger")))
     }
 
     /// Opens (creating when needed) the data directory: database with migrations applied,
@@ -41,7 +42,10 @@ public struct SQLiteStorage: CofferStorage {
         }
         let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
         let ledger = SQLiteLedger(database, checkpoints: policy)
-        do { try await ledger.checkStartup() } catch {
+        do {
+            try await ledger.checkStartup()
+            try await ledger.checkHighWater(LedgerHighWaterFile(dataDirectory: configuration.dataDirectory))
+        } catch {
             try? database.close()
             await ContentStores.close(files.content)
             throw error

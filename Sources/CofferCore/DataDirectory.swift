@@ -7,6 +7,7 @@ import Foundation
 ///     DATA/content/
 ///     DATA/keys/download-tokens.json
 ///     DATA/keys/ledger-signing.key
+///     DATA/ledger-high-water.json
 ///     DATA/sandbox/            (coffer serve --demo)
 public struct DataDirectory: Sendable, Hashable {
     static let ledgerKeyFileName = "ledger-signing.key"
@@ -30,6 +31,8 @@ public struct DataDirectory: Sendable, Hashable {
     public var ledgerKey: String { Self.join(keys, Self.ledgerKeyFileName) }
     /// The ledger signing key handed over by systemd (`LoadCredential=`) in `$CREDENTIALS_DIRECTORY`.
     public static func ledgerKey(inCredentials credentialsDirectory: String) -> String { join(credentialsDirectory, ledgerKeyFileName) }
+    /// The furthest the ledger was seen sealed (``LedgerHighWater``), outside the database.
+    public var ledgerHighWater: String { Self.join(path, "ledger-high-water.json") }
     /// The demo mode's sandbox CA and demo keys.
     public var sandbox: SandboxDirectory { SandboxDirectory(Self.join(path, "sandbox")) }
 

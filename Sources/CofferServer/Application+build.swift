@@ -30,7 +30,9 @@ public func buildApplication(
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "Coffer"),
         // Stopped in reverse order: the server first, then the last checkpoint, then `services`.
         services: services + (dependencies.deliveries.map { [$0] } ?? []) + [
-            CheckpointService(ledger: dependencies.ledgerAudit, interval: .seconds(configuration.checkpointIntervalSeconds), logger: logger)
+            CheckpointService(
+                ledger: dependencies.ledgerAudit, interval: .seconds(configuration.checkpointIntervalSeconds), logger: logger,
+                highWater: dependencies.ledgerHighWater)
         ],
         logger: logger)
 }

@@ -19,12 +19,16 @@ public struct ServerDependencies: Sendable {
     public var deliveries: DeliveryRecorder?
     /// Player identity (nil: not configured).
     public var players: PlayerTokens?
+    /// Raises the data directory's ledger high-water mark to a seal (nil: none kept). The
+    /// checkpoint service hands it the seal at every interval and at shutdown.
+    public var ledgerHighWater: (@Sendable (LedgerCheckpoint) -> Void)?
 
     public init(
         catalogue: any CatalogueRepository, ledger: any LedgerRepository, ledgerAudit: any LedgerAuditRepository, keys: any KeyRepository,
         adminLog: any AdminLogRepository, content: any ContentStore, tokens: TokenSigner, ledgerSigner: LedgerSigner,
-        deliveries: DeliveryRecorder? = nil, players: PlayerTokens? = nil
+        deliveries: DeliveryRecorder? = nil, players: PlayerTokens? = nil, ledgerHighWater: (@Sendable (LedgerCheckpoint) -> Void)? = nil
     ) {
+        self.ledgerHighWater = ledgerHighWater
         self.deliveries = deliveries
         self.players = players
         self.catalogue = catalogue

@@ -7,6 +7,7 @@ import Foundation
 import GRDB
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import Testing
 
 @testable import CofferServer
@@ -448,6 +449,75 @@ import Testing
         #expect(truncated.stdout.contains("\"truncated\""), "\(truncated.stdout)")
         // Not a checkpoint file: a usage error.
         #expect(try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", database]).status == 2)
+    }
+
+    @Test(
+        "a ledger put back to an older copy while stopped — an old backup, a failover that lost commits, an insider's restore — is refused at start: the data directory's high-water mark does not go back"
+    )
+    func aLedgerPutBackIsRefusedAtStart() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let configuration = h.services.configuration
+        let data = DataDirectory(configuration.dataDirectory)
+        var logger = Logger(label: "high-water")
+        logger.logLevel = .critical
+        func mark() throws -> LedgerHighWater? {
+            try FileManager.default.contents(atPath: data.ledgerHighWater).map { try JSONDecoder().decode(LedgerHighWater.self, from: $0) }
+        }
+        try await h.app.test(.router) { client in
+            let created = try await Self.post(client, ["receipt": try Harness.receipt("401")])
+            #expect(created.status == .created)
+        }
+        try await h.services.close()
+        // The thief's (or the old backup's) copy: one redemption.
+        let backup = h.directory.appendingPathComponent("backup")
+        try FileManager.default.createDirectory(at: backup, withIntermediateDirectories: true)
+        let files = ["coffer.sqlite", "coffer.sqlite-wal", "coffer.sqlite-shm"]
+        for name in files where FileManager.default.fileExists(atPath: h.directory.appendingPathComponent(name).path) {
+            try FileManager.default.copyItem(at: h.directory.appendingPathComponent(name), to: backup.appendingPathComponent(name))
+        }
+        // Opened again: the mark is the seal as it stands; two more redemptions, and the
+        // checkpoint service raises it.
+        let reopened = try await SQLiteStorage.open(configuration, logger: logger)
+        #expect(try mark()?.sequence == 1)
+        for id in ["402", "403"] { _ = try await reopened.dependencies.ledger.insert(makeRedemption(id), refusals: nil) }
+        let seal = try #require(try await reopened.dependencies.ledgerAudit.sealedHead())
+        await CheckpointService(
+            ledger: reopened.dependencies.ledgerAudit, interval: .seconds(60), logger: logger, highWater: reopened.dependencies.ledgerHighWater
+        )
+        .checkpoint()
+        #expect(try mark()?.sequence == seal.sequence)
+        #expect(try mark()?.entryHash == seal.entryHash)
+        await reopened.finishWrites()
+        try await reopened.close()
+
+        // The copy put back: refused, naming what went back and what to do.
+        for name in files {
+            try? FileManager.default.removeItem(at: h.directory.appendingPathComponent(name))
+            if FileManager.default.fileExists(atPath: backup.appendingPathComponent(name).path) {
+                try FileManager.default.copyItem(at: backup.appendingPathComponent(name), to: h.directory.appendingPathComponent(name))
+            }
+        }
+        do {
+            let opened = try await SQLiteStorage.open(configuration, logger: logger)
+            try await opened.close()
+            Issue.record("a ledger rolled back from entry \(seal.sequence) to 1 was opened")
+        } catch {
+            #expect("\(error)".contains("the ledger ends before entry \(seal.sequence)"), "\(error)")
+            #expect("\(error)".contains("delete \(data.ledgerHighWater)"), "\(error)")
+        }
+        #expect(try mark()?.sequence == seal.sequence, "a refused start leaves the mark")
+        // A mark the ledger holds, with another entry there: rewritten.
+        let rewritten = LedgerHighWater(sequence: 1, entryHash: String(repeating: "0", count: 64), seenAt: 1_700_000_000)
+        try JSONEncoder().encode(rewritten).write(to: URL(fileURLWithPath: data.ledgerHighWater))
+        await #expect(throws: LedgerStartupError.self) { _ = try await SQLiteStorage.open(configuration, logger: logger) }
+        // Not a mark: refused until deleted. Deleted (the operator vouched for the ledger): it opens.
+        try Data("junk".utf8).write(to: URL(fileURLWithPath: data.ledgerHighWater))
+        await #expect(throws: LedgerStartupError.self) { _ = try await SQLiteStorage.open(configuration, logger: logger) }
+        try FileManager.default.removeItem(atPath: data.ledgerHighWater)
+        let accepted = try await SQLiteStorage.open(configuration, logger: logger)
+        #expect(try mark()?.sequence == 1)
+        try await accepted.close()
     }
 
     /// `ledger verify` never migrates: a database from an older schema is refused as such and left unchanged.

@@ -137,6 +137,63 @@ import Testing
         #expect(try await restarted.waitForExit(seconds: 20) == 0)
     }
 
+    @Test(
+        "a database restored from an older backup is refused at start: the data directory's high-water mark is past its head; deleted on purpose, the instance serves again",
+        .timeLimit(.minutes(2)))
+    func aDatabaseRestoredFromAnOlderBackupIsRefusedAtStart() async throws {
+        let cluster = try PostgresCluster.shared()
+        let url = try cluster.createDatabase()
+        let name = String(try #require(URLComponents(string: url)).path.dropFirst())
+        let root = try makeTemporaryDirectory(prefix: "coffer-highwater")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        func serve(_ body: (TestClient) async throws -> Void) async throws {
+            let server = try await Server(dataDirectory: data, arguments: ["--database", url])
+            let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(30)))
+            client.connect()
+            try await body(client)
+            try await client.shutdown()
+            server.kill(SIGTERM)
+            #expect(try await server.waitForExit(seconds: 20) == 0)
+        }
+        var receipts: [(String, String)] = []
+        try await serve { client in
+            receipts = try Self.receipts(data, first: 920_000, count: 3)
+            let first = try await Self.redeem(client, receipts[0].1)
+            #expect(first.status == .created)
+        }
+        // The backup: a copy of the database as it stands with one redemption.
+        try cluster.psql("CREATE DATABASE \(name)_backup TEMPLATE \(name)")
+        try await serve { client in
+            for (_, body) in receipts.dropFirst() {
+                let later = try await Self.redeem(client, body)
+                #expect(later.status == .created)
+            }
+        }
+        let mark = try JSONDecoder().decode(
+            LedgerHighWater.self, from: try Data(contentsOf: URL(fileURLWithPath: DataDirectory(data.path).ledgerHighWater)))
+        #expect(mark.sequence == Int64(try cluster.psql("SELECT max(sequence) FROM ledger_events", database: name)))
+        // Restored from the backup: the seal agrees with the older chain, the mark does not.
+        try cluster.psql("DROP DATABASE \(name)")
+        try cluster.psql("CREATE DATABASE \(name) TEMPLATE \(name)_backup")
+        try cluster.psql("DROP DATABASE \(name)_backup")
+        let arguments = [
+            "serve", "--demo", "--data-dir", data.path, "--port", "0", "--content", Server.contentDirectory.path, "--database", url,
+        ]
+        let refused = try CofferExecutable.run(arguments)
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("the ledger ends before entry \(mark.sequence)"), "\(refused.stderr)")
+        // The operator checked the ledger and vouches for it: the mark deleted, it serves — and
+        // the purchases redeemed after the backup can be redeemed again, as the README says.
+        try FileManager.default.removeItem(atPath: DataDirectory(data.path).ledgerHighWater)
+        try await serve { client in
+            let kept = try await Self.redeem(client, receipts[0].1)
+            #expect(kept.status == .conflict, "in the backup")
+            let lost = try await Self.redeem(client, receipts[1].1)
+            #expect(lost.status == .created, "redeemed after the backup: lost with the restore")
+        }
+    }
+
     @Test func theDatabaseStoppedMidStormGives503WithRetryAfterAndTheInstanceRecovers() async throws {
         let cluster = try PostgresCluster.start()
         defer { try? cluster.destroy() }
