@@ -112,19 +112,25 @@ print("disk flush p50 %.2f ms, p99 %.2f ms, max %.1f ms; %d of %d over 20 ms, %d
 PY
 }
 
+# build_disk_stalls: builds Benchmarks/disk_stalls.c into .build-release/ (before the phases:
+# a compiler running during one would take its cores) and sets DISK_STALLS.
+build_disk_stalls() {
+    DISK_STALLS=$PWD/.build-release/disk_stalls
+    if [ ! -x "$DISK_STALLS" ] || [ Benchmarks/disk_stalls.c -nt "$DISK_STALLS" ]; then
+        mkdir -p "$(dirname "$DISK_STALLS")"
+        cc -O2 -o "$DISK_STALLS" Benchmarks/disk_stalls.c || { echo "disk_stalls.c did not build: no device line" >&2; DISK_STALLS=; }
+    fi
+}
+
 # disk_watch SECONDS DIR: while a phase runs, the stalls of the block device holding DIR, seen
-# through its statistics (Benchmarks/disk_stalls.c, built here on first use): the spans in
+# through its statistics (Benchmarks/disk_stalls.c, see build_disk_stalls): the spans in
 # which it held I/O in flight and completed none, sampled every 2 ms. It adds no I/O and sees
 # the stalls between disk_probe's flushes, which a flush issued 25 times a second misses.
 # Prints one line: how many spans took over 20 ms, the longest, and how long they took beyond
 # 20 ms in all (each span a lower bound); or why it could not (DIR not on a block device).
 disk_watch() {
     local seconds=$1 dir=$2 dev major minor
-    DISK_STALLS=${DISK_STALLS:-$PWD/.build-release/disk_stalls}
-    if [ ! -x "$DISK_STALLS" ] || [ Benchmarks/disk_stalls.c -nt "$DISK_STALLS" ]; then
-        mkdir -p "$(dirname "$DISK_STALLS")"
-        cc -O2 -o "$DISK_STALLS" Benchmarks/disk_stalls.c || { echo "disk device: disk_stalls.c did not build"; return 0; }
-    fi
+    [ -x "${DISK_STALLS:-}" ] || { echo "disk device: disk_stalls was not built (build_disk_stalls)"; return 0; }
     dev=$(stat -c '%d' "$dir")
     major=$(((dev >> 8) & 0xfff))
     minor=$(((dev & 0xff) | ((dev >> 12) & 0xfff00)))
