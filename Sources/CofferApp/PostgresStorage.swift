@@ -32,7 +32,7 @@ public struct PostgresStorage: CofferStorage {
         ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: adminLog, content: content, tokens: tokens,
             ledgerSigner: ledgerSigner,
-            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory).recorder(logger: Logger(label: "coffer.ledger")))
+            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: ledgerSigner.publicKey))
     }
 
     /// Opens the data directory's files, connects to `url`, applies pending migrations (other
@@ -56,7 +56,7 @@ public struct PostgresStorage: CofferStorage {
             let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
             let ledger = PostgresLedger(backend, checkpoints: policy)
             try await ledger.checkStartup()
-            try await ledger.checkHighWater(LedgerHighWaterFile(dataDirectory: configuration.dataDirectory))
+            try await LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: files.ledgerSigner.publicKey).raise(ledger)
             return PostgresStorage(
                 configuration: configuration, backend: backend, catalogue: CachedCatalogue(PostgresCatalogue(backend), maxAge: catalogueMaxAge),
                 ledger: ledger, ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: PostgresKeys(backend),

@@ -27,7 +27,7 @@ public struct SQLiteStorage: CofferStorage {
         ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: adminLog, content: content, tokens: tokens,
             ledgerSigner: ledgerSigner,
-            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory).recorder(logger: Logger(label: "coffer.ledger")))
+            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: ledgerSigner.publicKey))
     }
 
     /// Opens (creating when needed) the data directory: database with migrations applied,
@@ -44,7 +44,7 @@ public struct SQLiteStorage: CofferStorage {
         let ledger = SQLiteLedger(database, checkpoints: policy)
         do {
             try await ledger.checkStartup()
-            try await ledger.checkHighWater(LedgerHighWaterFile(dataDirectory: configuration.dataDirectory))
+            try await LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: files.ledgerSigner.publicKey).raise(ledger)
         } catch {
             try? database.close()
             await ContentStores.close(files.content)

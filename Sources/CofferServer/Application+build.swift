@@ -48,7 +48,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     router.add(middleware: CanonicalPathMiddleware())
     router.add(middleware: BodyBudgetMiddleware(budget: ByteBudget(capacity: c.bodyBudgetBytes, metrics: metrics)))
 
-    HealthController(catalogue: d.catalogue, ledgerAudit: d.ledgerAudit, metrics: metrics).add(to: router)
+    HealthController(catalogue: d.catalogue, ledgerAudit: d.ledgerAudit, metrics: metrics, highWater: d.ledgerHighWater).add(to: router)
     ConsoleController().add(to: router)
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),

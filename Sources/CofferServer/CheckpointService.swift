@@ -9,7 +9,7 @@ struct CheckpointService: Service {
     let interval: Duration
     let logger: Logger
     /// Raises the ledger's high-water mark to the seal after each checkpoint (nil: none kept).
-    var highWater: (@Sendable (LedgerCheckpoint) -> Void)? = nil
+    var highWater: (any LedgerHighWaterMark)? = nil
 
     func run() async throws {
         // The sleep ends early on graceful shutdown, so the last entries get a checkpoint.
@@ -24,11 +24,17 @@ struct CheckpointService: Service {
             if let c = try await ledger.checkpointHead(now: Date()) {
                 logger.debug("ledger checkpoint", metadata: ["sequence": "\(c.sequence)", "entryHash": "\(c.entryHash)"])
             }
-            if let highWater, let seal = try await ledger.sealedHead() { highWater(seal) }
         } catch is CancellationError {
-            // Cancelled (the server failed to start or is being killed): nothing to sign, nothing to report.
+            return
         } catch {
             logger.error("ledger checkpoint failed", metadata: ["error": "\(error)"])
+        }
+        do { try await highWater?.raise(ledger) } catch is CancellationError {
+            // Cancelled: nothing to report.
+        } catch {
+            // A ledger behind the mark while this server runs (a failover that lost commits, a
+            // restore): /readyz says so too, and the mark stays where it was.
+            logger.critical("the ledger's high-water mark was not raised", metadata: ["error": "\(error)"])
         }
     }
 }

@@ -8,6 +8,8 @@ struct HealthController {
     let catalogue: any CatalogueRepository
     let ledgerAudit: any LedgerAuditRepository
     let metrics: CofferMetrics
+    /// The ledger's high-water mark (nil: none kept): never ready on a ledger behind it.
+    var highWater: (any LedgerHighWaterMark)? = nil
     /// `/readyz` answers anyone (a load balancer's probe) and each check reads the database:
     /// one check at a time, its outcome shared for ``readinessMaxAge``, so a flood of probes
     /// costs the database one check a second per instance.
@@ -18,6 +20,7 @@ struct HealthController {
         case ready
         case notReady
         case sealBroken
+        case wentBack
     }
 
     func add(to router: Router<CofferRequestContext>) {
@@ -31,26 +34,31 @@ struct HealthController {
 
     func ready(_ context: CofferRequestContext) async throws -> Response {
         let logger = context.logger
-        let (catalogue, ledgerAudit) = (self.catalogue, self.ledgerAudit)
-        switch await readiness.value(
-            maxAge: Self.readinessMaxAge,
-            {
-                do {
-                    _ = try await catalogue.products()
-                } catch {
-                    return .notReady
-                }
-                // Never ready on a ledger changed behind the server's back: it would refuse every write.
-                do { try await ledgerAudit.sealIntact() } catch {
-                    logger.critical("the ledger's seal is broken", metadata: ["error": "\(error)"])
-                    return .sealBroken
-                }
-                return .ready
-            })
-        {
+        let (catalogue, ledgerAudit, highWater) = (self.catalogue, self.ledgerAudit, self.highWater)
+        let outcome = await readiness.value(maxAge: Self.readinessMaxAge) { () async -> Readiness in
+            do {
+                _ = try await catalogue.products()
+            } catch {
+                return .notReady
+            }
+            // Never ready on a ledger changed behind the server's back: it would refuse every write.
+            do { try await ledgerAudit.sealIntact() } catch {
+                logger.critical("the ledger's seal is broken", metadata: ["error": "\(error)"])
+                return .sealBroken
+            }
+            // Nor on one put back behind what this data directory saw sealed (a failover that
+            // lost commits, a restore): its seal agrees with it, the mark does not.
+            do { try await highWater?.check(ledgerAudit) } catch {
+                logger.critical("the ledger went back", metadata: ["error": "\(error)"])
+                return .wentBack
+            }
+            return .ready
+        }
+        switch outcome {
         case .ready: return try JSON.response(["status": "ready"])
         case .notReady: throw Problem(.notReady, "the database is not answering")
         case .sealBroken: throw Problem(.ledgerSealBroken, "the ledger does not end where this server sealed it")
+        case .wentBack: throw Problem(.ledgerSealBroken, "the ledger went back behind what this server saw sealed")
         }
     }
 }

@@ -19,14 +19,14 @@ public struct ServerDependencies: Sendable {
     public var deliveries: DeliveryRecorder?
     /// Player identity (nil: not configured).
     public var players: PlayerTokens?
-    /// Raises the data directory's ledger high-water mark to a seal (nil: none kept). The
-    /// checkpoint service hands it the seal at every interval and at shutdown.
-    public var ledgerHighWater: (@Sendable (LedgerCheckpoint) -> Void)?
+    /// The ledger's high-water mark outside the database (nil: none kept): raised by the
+    /// checkpoint service at every interval and at shutdown, checked by `/readyz`.
+    public var ledgerHighWater: (any LedgerHighWaterMark)?
 
     public init(
         catalogue: any CatalogueRepository, ledger: any LedgerRepository, ledgerAudit: any LedgerAuditRepository, keys: any KeyRepository,
         adminLog: any AdminLogRepository, content: any ContentStore, tokens: TokenSigner, ledgerSigner: LedgerSigner,
-        deliveries: DeliveryRecorder? = nil, players: PlayerTokens? = nil, ledgerHighWater: (@Sendable (LedgerCheckpoint) -> Void)? = nil
+        deliveries: DeliveryRecorder? = nil, players: PlayerTokens? = nil, ledgerHighWater: (any LedgerHighWaterMark)? = nil
     ) {
         self.ledgerHighWater = ledgerHighWater
         self.deliveries = deliveries
@@ -40,6 +40,17 @@ public struct ServerDependencies: Sendable {
         self.tokens = tokens
         self.ledgerSigner = ledgerSigner
     }
+}
+
+/// The furthest the ledger was seen sealed, kept outside its database (`DATA/ledger-high-water.json`):
+/// a database put back to an older state brings an older chain and a seal that agree, which
+/// only a mark kept elsewhere can tell.
+public protocol LedgerHighWaterMark: Sendable {
+    /// Throws when `ledger` ends before the mark or holds another entry at its sequence.
+    func check(_ ledger: any LedgerAuditRepository) async throws
+    /// ``check(_:)``, then raises the mark to the ledger's seal when it is further and signed
+    /// by this server's key. Never lowers it, and never moves it onto a chain that fails the check.
+    func raise(_ ledger: any LedgerAuditRepository) async throws
 }
 
 /// The server's own in-process state, shared by the routes of one application: metrics and

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The built `coffer` executable, run the way scripts and operators run it. Test targets that
 /// use it depend on the `coffer` target, so `swift test` builds it first.
@@ -37,7 +38,10 @@ public enum CofferExecutable {
 
     /// Runs `coffer arguments`, writes `stdin` (if any) and closes it, and waits for the exit.
     /// `environment` nil inherits this process's environment.
-    public static func run(_ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil) throws -> Run {
+    /// `timeout`: the process is killed (SIGKILL) once it has run this long — for a command
+    /// expected to refuse and exit (a `serve` that should not start), so that a regression
+    /// fails the test instead of hanging it.
+    public static func run(_ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil, timeout: Duration? = nil) throws -> Run {
         let process = Process()
         process.executableURL = try url
         process.arguments = arguments
@@ -49,11 +53,22 @@ public enum CofferExecutable {
         process.standardError = err
         process.standardInput = input
         try process.run()
+        // Killed only while not yet reaped (its pid could be another process's later; the
+        // moment between the reaping and the flag is too short for the pid to come round).
+        let reaped = Mutex(false)
+        if let timeout {
+            let pid = process.processIdentifier
+            let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                reaped.withLock { if !$0 { kill(pid, SIGKILL) } }
+            }
+        }
         if let stdin { input.fileHandleForWriting.write(stdin) }
         try input.fileHandleForWriting.close()
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
+        reaped.withLock { $0 = true }
         return Run(
             status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
     }

@@ -180,7 +180,7 @@ import Testing
         let arguments = [
             "serve", "--demo", "--data-dir", data.path, "--port", "0", "--content", Server.contentDirectory.path, "--database", url,
         ]
-        let refused = try CofferExecutable.run(arguments)
+        let refused = try CofferExecutable.run(arguments, timeout: .seconds(30))
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("the ledger ends before entry \(mark.sequence)"), "\(refused.stderr)")
         // The operator checked the ledger and vouches for it: the mark deleted, it serves — and
@@ -192,6 +192,93 @@ import Testing
             let lost = try await Self.redeem(client, receipts[1].1)
             #expect(lost.status == .created, "redeemed after the backup: lost with the restore")
         }
+    }
+
+    @Test(
+        "a failover that loses commits while the instances run: not ready, the mark never moves onto the forked chain, and the next start is refused",
+        .timeLimit(.minutes(2)))
+    func aLedgerThatGoesBackWhileRunningIsNotReadyAndNeverRaisesTheMark() async throws {
+        let cluster = try PostgresCluster.shared()
+        let url = try cluster.createDatabase()
+        let name = String(try #require(URLComponents(string: url)).path.dropFirst())
+        let root = try makeTemporaryDirectory(prefix: "coffer-highwater")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        let markPath = DataDirectory(data.path).ledgerHighWater
+        func mark() throws -> LedgerHighWater? {
+            try FileManager.default.contents(atPath: markPath).map { try JSONDecoder().decode(LedgerHighWater.self, from: $0) }
+        }
+        func head() throws -> Int64 { Int64(try cluster.psql("SELECT coalesce(max(sequence), 0) FROM ledger_events", database: name)) ?? -1 }
+        let server = try await Server(dataDirectory: data, arguments: ["--database", url, "--checkpoint-interval", "1"])
+        defer { server.kill(SIGKILL) }
+        let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(30)))
+        client.connect()
+        defer { Task { try? await client.shutdown() } }
+        let receipts = try Self.receipts(data, first: 930_000, count: 8)
+        let first = try await Self.redeem(client, receipts[0].1)
+        #expect(first.status == .created)
+        // What an asynchronous standby holds, one redemption in: the chain to here and its seal.
+        let standbyHead = try head()
+        let standbySeal = try cluster.psql(
+            "SELECT format('%s, %L, %s, %L, %L', sequence, entry_hash, time, key_id, signature) FROM ledger_head", database: name)
+        for (_, body) in receipts[1...2] {
+            let later = try await Self.redeem(client, body)
+            #expect(later.status == .created)
+        }
+        // The mark follows the head, once a second.
+        let reached = try head()
+        let deadline = ContinuousClock.now + .seconds(15)
+        while try (mark()?.sequence ?? 0) < reached, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        let before = try #require(try mark())
+        #expect(before.sequence == reached)
+        #expect(try await client.execute(.init("/readyz", method: .get)).status == .ok)
+
+        // The failover: the promoted standby lacks the last two redemptions — its chain ends
+        // where it did then, under the seal it had then (rows and events past it removed, the
+        // old seal put back, as a superuser whose session fires no triggers).
+        var cut = "SET session_replication_role = replica;"
+        for (kind, table) in [
+            ("redemption", "redemptions"), ("attempt", "attempts"), ("revocation", "revocations"), ("adminAction", "admin_actions"),
+            ("purchaseEvent", "purchase_events"),
+        ] {
+            cut +=
+                " DELETE FROM \(table) WHERE sequence IN (SELECT row_sequence FROM ledger_events WHERE kind = '\(kind)' AND sequence > \(standbyHead));"
+        }
+        cut += " DELETE FROM ledger_events WHERE sequence > \(standbyHead); DELETE FROM ledger_checkpoints WHERE sequence > \(standbyHead);"
+        cut += " UPDATE ledger_head SET (sequence, entry_hash, time, key_id, signature) = (\(standbySeal));"
+        try cluster.psql(cut, database: name)
+        // The instance reconnects and appends on the older chain, past the mark's sequence.
+        var forked = 0
+        for (_, body) in receipts[3...] where forked < 4 {
+            let status = try await Self.redeem(client, body).status
+            if status == .created { forked += 1 } else { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        let forkedHead = try head()
+        #expect(forked == 4 && forkedHead >= before.sequence, "the forked chain passed the mark: head \(forkedHead)")
+        // Not ready; the checkpoint service said why, and left the mark where it was.
+        var ready = try await client.execute(.init("/readyz", method: .get))
+        let readyDeadline = ContinuousClock.now + .seconds(15)
+        while ready.status == .ok, ContinuousClock.now < readyDeadline {
+            try await Task.sleep(for: .milliseconds(200))
+            ready = try await client.execute(.init("/readyz", method: .get))
+        }
+        #expect(ready.status == .serviceUnavailable)
+        #expect(String(buffer: ready.body ?? ByteBuffer()).contains("\"code\":\"ledgerSealBroken\""))
+        let logged = ContinuousClock.now + .seconds(15)
+        while !((try? String(contentsOf: server.log, encoding: .utf8)) ?? "").contains("high-water mark was not raised"), ContinuousClock.now < logged
+        {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(((try? String(contentsOf: server.log, encoding: .utf8)) ?? "").contains("holds another entry \(before.sequence)"))
+        #expect(try mark() == before, "never moved onto the forked chain")
+        server.kill(SIGTERM)
+        _ = try await server.waitForExit(seconds: 20)
+        #expect(try mark() == before)
+        let refused = try CofferExecutable.run(
+            ["serve", "--demo", "--data-dir", data.path, "--port", "0", "--content", Server.contentDirectory.path, "--database", url],
+            timeout: .seconds(30))
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("the ledger holds another entry \(before.sequence)"), "\(refused.stderr)")
     }
 
     @Test func theDatabaseStoppedMidStormGives503WithRetryAfterAndTheInstanceRecovers() async throws {
