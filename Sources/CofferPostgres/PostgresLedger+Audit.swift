@@ -162,13 +162,15 @@ extension PostgresLedger: LedgerAuditRepository {
         return found
     }
 
-    /// The append-only triggers as migration 0001 makes them: on their table, BEFORE UPDATE OR
-    /// DELETE FOR EACH ROW (tgtype 1 + 2 + 8 + 16) and BEFORE TRUNCATE (2 + 32), firing in
+    /// The append-only triggers as migration 0001 makes them: on the table Coffer's queries
+    /// name (`to_regclass`), BEFORE UPDATE OR DELETE FOR EACH ROW (tgtype 1 + 2 + 8 + 16) and
+    /// BEFORE TRUNCATE (2 + 32), with no WHEN condition, column list or arguments, firing in
     /// ordinary sessions (`tgenabled` O or A: `ENABLE REPLICA TRIGGER` leaves one that never
-    /// fires there). The replay rule's unique indexes as the migrations define them
-    /// (`pg_get_indexdef`, its schema left out): a unique index of that name on other columns
-    /// is no rule.
+    /// fires there), calling `coffer_append_only()` as 0001 wrote it. The replay rule's unique
+    /// indexes as the migrations define them (`pg_get_indexdef`, without the schema and storage
+    /// parameters, which a DBA may tune): a unique index of that name on other columns is no rule.
     static let appendOnlyTriggerTypes = (row: 27, truncate: 34)
+    static let appendOnlySource = "BEGIN\n    RAISE EXCEPTION 'the ledger is append-only (% on %)', TG_OP, TG_TABLE_NAME;\nEND"
     static let replayIndexes = [
         "redemptions_replay": "CREATE UNIQUE INDEX redemptions_replay ON redemptions USING btree (environment, COALESCE(replay_key, transaction_id))",
         "revocations_key":
@@ -180,14 +182,16 @@ extension PostgresLedger: LedgerAuditRepository {
     static func schemaProblems(_ c: PostgresConnection, logger: Logger) async throws -> [String] {
         let triggers = try await c.rows(
             """
-            SELECT t.tgname::text AS name, r.relname::text AS "table", t.tgtype::int AS type, t.tgenabled::text AS enabled
+            SELECT t.tgname::text AS name, r.relname::text AS "table", t.tgtype::int AS type, t.tgenabled::text AS enabled,
+              r.oid = to_regclass(quote_ident(r.relname)) AND t.tgqual IS NULL AND t.tgnargs = 0
+                AND coalesce(array_length(t.tgattr::int2[], 1), 0) = 0 AS plain
             FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
             WHERE NOT t.tgisinternal AND t.tgfoid = 'coffer_append_only'::regproc
             """, logger: logger
         ) { row in
             (
                 name: try row.value("name", String.self), table: try row.value("table", String.self), type: Int(try row.value("type", Int32.self)),
-                enabled: try row.value("enabled", String.self)
+                enabled: try row.value("enabled", String.self), plain: try row.value("plain", Bool.self)
             )
         }
         var problems: [String] = []
@@ -195,23 +199,26 @@ extension PostgresLedger: LedgerAuditRepository {
             for (trigger, type) in [
                 ("\(table)_append_only", Self.appendOnlyTriggerTypes.row), ("\(table)_no_truncate", Self.appendOnlyTriggerTypes.truncate),
             ]
-            where !triggers.contains(where: { $0.name == trigger && $0.table == table && $0.type == type && ["O", "A"].contains($0.enabled) }) {
+            where !triggers.contains(where: {
+                $0.name == trigger && $0.table == table && $0.type == type && $0.plain && ["O", "A"].contains($0.enabled)
+            }) {
                 problems.append("trigger \(trigger) is missing, disabled or altered")
             }
         }
+        let source = try await c.column("SELECT prosrc FROM pg_proc WHERE oid = 'coffer_append_only'::regproc", String.self, logger: logger)
+        if source.map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }) != [Self.appendOnlySource] {
+            problems.append("function coffer_append_only was altered")
+        }
         let indexes = try await c.rows(
             """
-            SELECT c.relname::text AS name, pg_get_indexdef(i.indexrelid) AS definition, n.nspname::text AS schema
+            SELECT c.relname::text AS name,
+              regexp_replace(replace(pg_get_indexdef(i.indexrelid), ' ON ' || quote_ident(n.nspname) || '.', ' ON '), ' WITH \\([^)]*\\)', '') AS definition
             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE i.indisunique AND i.indisvalid AND c.relname = ANY(\(Array(Self.replayIndexes.keys))::text[])
+            WHERE i.indisunique AND i.indisvalid AND i.indrelid = to_regclass(quote_ident(
+              CASE c.relname WHEN 'redemptions_replay' THEN 'redemptions' WHEN 'revocations_key' THEN 'revocations' ELSE 'purchase_events' END))
+              AND c.relname = ANY(\(Array(Self.replayIndexes.keys))::text[])
             """, logger: logger
-        ) { row in
-            let schema = try row.value("schema", String.self)
-            return (
-                name: try row.value("name", String.self),
-                definition: try row.value("definition", String.self).replacingOccurrences(of: " ON \(schema).", with: " ON ")
-            )
-        }
+        ) { row in (name: try row.value("name", String.self), definition: try row.value("definition", String.self)) }
         for (index, definition) in Self.replayIndexes.sorted(by: { $0.key < $1.key })
         where !indexes.contains(where: { $0.name == index && $0.definition == definition }) {
             problems.append("unique index \(index) is missing, not unique or altered")

@@ -632,11 +632,29 @@ struct PostgresWriterTests {
                     "trigger revocations_append_only"
                 ),
                 (
+                    "DROP TRIGGER attempts_append_only ON attempts; CREATE TRIGGER attempts_append_only BEFORE UPDATE OR DELETE ON attempts FOR EACH ROW WHEN (false) EXECUTE FUNCTION coffer_append_only()",
+                    "DROP TRIGGER attempts_append_only ON attempts; CREATE TRIGGER attempts_append_only BEFORE UPDATE OR DELETE ON attempts FOR EACH ROW EXECUTE FUNCTION coffer_append_only()",
+                    "trigger attempts_append_only"
+                ),
+                (
+                    "DROP TRIGGER ledger_events_append_only ON ledger_events; CREATE TRIGGER ledger_events_append_only BEFORE UPDATE OF kind OR DELETE ON ledger_events FOR EACH ROW EXECUTE FUNCTION coffer_append_only()",
+                    "DROP TRIGGER ledger_events_append_only ON ledger_events; CREATE TRIGGER ledger_events_append_only BEFORE UPDATE OR DELETE ON ledger_events FOR EACH ROW EXECUTE FUNCTION coffer_append_only()",
+                    "trigger ledger_events_append_only"
+                ),
+                (
+                    "CREATE OR REPLACE FUNCTION coffer_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN OLD; END $$",
+                    "CREATE OR REPLACE FUNCTION coffer_append_only() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n    RAISE EXCEPTION 'the ledger is append-only (% on %)', TG_OP, TG_TABLE_NAME;\nEND\n$$",
+                    "function coffer_append_only"
+                ),
+                (
                     "DROP INDEX redemptions_replay; CREATE UNIQUE INDEX redemptions_replay ON redemptions (grant_hash)",
                     "DROP INDEX redemptions_replay; CREATE UNIQUE INDEX redemptions_replay ON redemptions (environment, coalesce(replay_key, transaction_id))",
                     "unique index redemptions_replay"
                 ),
             ]
+            // What a DBA may tune is no alteration.
+            try cluster.psql("ALTER INDEX redemptions_replay SET (fillfactor = 90)", database: name)
+            #expect(try await ledger.schemaProblems() == [], "a storage parameter")
             for (alter, undo, named) in alterations {
                 try cluster.psql(alter, database: name)
                 let problems = try await ledger.schemaProblems()
