@@ -82,8 +82,24 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO coffer_owner, coffer_app', f);
     END LOOP;
 END $$;
+-- Large objects are stored rows too: a read-only role could fill the disk with them in a
+-- BEGIN READ WRITE. Coffer uses none.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname IN ('lo_create', 'lo_creat', 'lo_from_bytea', 'lo_put', 'lo_open', 'lo_import')
+    LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END $$;
 REVOKE EXECUTE ON ALL ROUTINES IN SCHEMA public FROM PUBLIC;
 GRANT EXECUTE ON ALL ROUTINES IN SCHEMA public TO coffer_app;
+-- …and so for the routines a later migration adds, before this file runs again.
+ALTER DEFAULT PRIVILEGES FOR ROLE coffer_owner REVOKE EXECUTE ON ROUTINES FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES FOR ROLE coffer_owner GRANT EXECUTE ON ROUTINES TO coffer_app;
 -- The audit role's reads ask which flush record they may write (none: it may not write one).
 GRANT EXECUTE ON FUNCTION coffer_flush_after() TO coffer_audit;
 

@@ -115,6 +115,7 @@ import Testing
         let denied = [
             "SELECT pg_advisory_lock(\(0x636f_6666_6368_6169))", "SELECT pg_try_advisory_xact_lock(1)", "SELECT pg_advisory_lock_shared(1, 2)",
             "SELECT * FROM coffer_take_chain(1, '{}', '{}')", "BEGIN READ WRITE; SELECT pg_logical_emit_message(true, 'coffer', ''); COMMIT",
+            "BEGIN READ WRITE; SELECT lo_from_bytea(0, 'x'); COMMIT",
         ]
         for statement in denied {
             do {
