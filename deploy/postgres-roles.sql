@@ -67,32 +67,24 @@ ALTER ROLE coffer_app IN DATABASE coffer SET synchronous_commit = on;
 -- append (each gives up after lock_timeout with 503). Only the instances and `coffer migrate`
 -- take them; the same for the flush record (pg_logical_emit_message, which a role that may
 -- only read could otherwise write to the WAL in a BEGIN READ WRITE) and for Coffer's own
--- functions and procedures (the owner keeps EXECUTE on those it owns).
+-- functions and procedures (the owner keeps EXECUTE on those it owns). Large objects are
+-- stored rows too (a read-only role could fill the disk with them in a BEGIN READ WRITE):
+-- Coffer uses none, so nobody keeps those.
 DO $$
 DECLARE
     f regprocedure;
+    coffer_uses boolean;
 BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p
+    FOR f, coffer_uses IN
+        SELECT p.oid::regprocedure, p.proname NOT LIKE 'lo\_%' FROM pg_proc p
         WHERE p.pronamespace = 'pg_catalog'::regnamespace
-          AND (p.proname LIKE 'pg\_%advisory\_%lock%' OR p.proname = 'pg_logical_emit_message')
-          AND p.proname NOT LIKE '%unlock%'
+          AND ((p.proname LIKE 'pg\_%advisory\_%lock%' AND p.proname NOT LIKE '%unlock%') OR p.proname = 'pg_logical_emit_message'
+               OR p.proname IN ('lo_create', 'lo_creat', 'lo_from_bytea', 'lo_put', 'lo_open', 'lo_import'))
     LOOP
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO coffer_owner, coffer_app', f);
-    END LOOP;
-END $$;
--- Large objects are stored rows too: a read-only role could fill the disk with them in a
--- BEGIN READ WRITE. Coffer uses none.
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p
-        WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname IN ('lo_create', 'lo_creat', 'lo_from_bytea', 'lo_put', 'lo_open', 'lo_import')
-    LOOP
-        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+        IF coffer_uses THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO coffer_owner, coffer_app', f);
+        END IF;
     END LOOP;
 END $$;
 REVOKE EXECUTE ON ALL ROUTINES IN SCHEMA public FROM PUBLIC;

@@ -2,10 +2,13 @@ import CofferCore
 import CofferServer
 import Crypto
 import Foundation
-import Logging
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
 #endif
 
 /// `DATA/ledger-high-water.json` (``LedgerHighWater``): checked and raised at start, at every
@@ -22,12 +25,17 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
         self.key = key
     }
 
-    /// The mark, or nil when there is no file. A file that cannot be read or is not a mark
-    /// is an error (fail closed: the operator deletes it on purpose).
+    /// The mark, or nil when there is no such file. A file that cannot be read or is not a
+    /// mark is an error (fail closed: the operator deletes it on purpose).
     func read() throws -> LedgerHighWater? {
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return nil }
+            throw LedgerStartupError.highWaterUnreadable(path)
+        }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         do {
-            return try JSONDecoder().decode(LedgerHighWater.self, from: try Data(contentsOf: URL(fileURLWithPath: path)))
+            return try JSONDecoder().decode(LedgerHighWater.self, from: try handle.readToEnd() ?? Data())
         } catch {
             throw LedgerStartupError.highWaterUnreadable(path)
         }
@@ -45,32 +53,73 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
     }
 
     func raise(_ ledger: any LedgerAuditRepository) async throws {
+        // The seal first, then the check: a seal read before a failover is one this chain
+        // really had; the check after it makes sure the chain still holds the mark's entry.
+        let seal = try await ledger.sealedHead()
         try await check(ledger)
-        guard let seal = try await ledger.sealedHead(), LedgerHighWater.raises(seal, over: try read()), seal.isSigned(by: key) else { return }
-        try write(LedgerHighWater(sequence: seal.sequence, entryHash: seal.entryHash, seenAt: Int64(Date().timeIntervalSince1970)))
+        guard let seal, seal.isSigned(by: key) else { return }
+        try locked {
+            guard LedgerHighWater.raises(seal, over: try read()) else { return }
+            try write(LedgerHighWater(sequence: seal.sequence, entryHash: seal.entryHash, seenAt: Int64(Date().timeIntervalSince1970)))
+        }
     }
 
-    /// Written whole and durably: a new file, flushed, renamed over the old, the directory
-    /// flushed. Instances sharing the directory may race; each write is a seal one of them saw.
+    /// Runs `body` holding an exclusive lock on `PATH.lock`: instances sharing the data
+    /// directory read and raise the mark one at a time, so none lowers it.
+    private func locked(_ body: () throws -> Void) throws {
+        let fd = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw Self.failure(errno) }
+        defer { close(fd) }
+        while flock(fd, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw Self.failure(errno) }
+        }
+        try body()
+    }
+
+    /// Written whole and durably: a new file of this process's own, flushed, renamed over the
+    /// old, the directory flushed.
     private func write(_ mark: LedgerHighWater) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data = try encoder.encode(mark)
-        let temporary = path + ".\(getpid()).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        let written = data.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd)
+        let temporary = path + ".\(UUID().uuidString).tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw Self.failure(errno) }
+        var failed: Int32 = 0
+        if !writeAll(fd, data) {
+            failed = errno
+        } else if fsync(fd) != 0 {
+            failed = errno
+        }
         close(fd)
-        guard written == data.count, synced == 0, rename(temporary, path) == 0 else {
-            let code = POSIXErrorCode(rawValue: errno) ?? .EIO
+        if failed == 0 && rename(temporary, path) != 0 { failed = errno }
+        guard failed == 0 else {
             unlink(temporary)
-            throw POSIXError(code)
+            throw Self.failure(failed)
         }
         let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directory >= 0 {
             _ = fsync(directory)
             close(directory)
         }
+    }
+
+    private static func failure(_ code: Int32) -> POSIXError { POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO) }
+}
+
+/// Writes all of `data` to `fd`, again after a short write or an interrupted one; false (with
+/// `errno` set) on an error.
+private func writeAll(_ fd: Int32, _ data: Data) -> Bool {
+    data.withUnsafeBytes { buffer in
+        var offset = 0
+        while offset < buffer.count {
+            let n = write(fd, buffer.baseAddress.map { $0 + offset }, buffer.count - offset)
+            if n < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            offset += n
+        }
+        return true
     }
 }

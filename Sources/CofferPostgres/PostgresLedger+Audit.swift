@@ -183,7 +183,7 @@ extension PostgresLedger: LedgerAuditRepository {
         let triggers = try await c.rows(
             """
             SELECT t.tgname::text AS name, r.relname::text AS "table", t.tgtype::int AS type, t.tgenabled::text AS enabled,
-              r.oid = to_regclass(quote_ident(r.relname)) AND t.tgqual IS NULL AND t.tgnargs = 0
+              coalesce(r.oid = to_regclass(quote_ident(r.relname)), false) AND t.tgqual IS NULL AND t.tgnargs = 0
                 AND coalesce(array_length(t.tgattr::int2[], 1), 0) = 0 AS plain
             FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
             WHERE NOT t.tgisinternal AND t.tgfoid = 'coffer_append_only'::regproc

@@ -33,8 +33,9 @@ struct CheckpointService: Service {
             // Cancelled: nothing to report.
         } catch {
             // A ledger behind the mark while this server runs (a failover that lost commits, a
-            // restore): /readyz says so too, and the mark stays where it was.
-            logger.critical("the ledger's high-water mark was not raised", metadata: ["error": "\(error)"])
+            // restore: /readyz says so, critically), or a database that does not answer: the
+            // mark stays where it was.
+            logger.error("the ledger's high-water mark was not raised", metadata: ["error": "\(error)"])
         }
     }
 }
