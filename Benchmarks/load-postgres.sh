@@ -205,9 +205,9 @@ serve pg-b $((PORT + 2)) --data-dir "$OUT/shared" --database "$URL"
 # nothing running). A try measured the disk, not the servers, and is set aside — printed,
 # then run again with fresh receipts, PACED_TRIES times at most — only if all of these hold:
 #   - every answer was a 201 and the rate reached 2,000/s (only the p99 missed);
-#   - the disk itself stalled for at least 50 ms at once (the probe's flushes reach 20–46 ms
-#     on calm runs), and at least as long as the try's p99;
-#   - its stalls over 20 ms took, beyond 20 ms, at least 1% of the try's length in all
+#   - the probe saw the disk itself take at least 50 ms for one flush (its flushes reach
+#     20–46 ms on calm runs), and at least as long as the try's p99;
+#   - the probe's flushes over 20 ms took, beyond 20 ms, at least 1% of the try's length in all
 #     (S × 10 ms): a p99 moves only when 1% of the requests wait, and a request whose commit
 #     meets a stall of D ms waits for its end, so the disk alone kept that share of them
 #     over 20 ms.

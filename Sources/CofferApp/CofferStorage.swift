@@ -63,16 +63,18 @@ protocol StartupCheckedLedger: Sendable {
     func checkSeal(now: Date) async throws
 }
 
-extension StartupCheckedLedger {
+extension StartupCheckedLedger where Self: LedgerAuditRepository {
     /// Start-up never chains a row it did not write: a row outside the chain is either from an
     /// older Coffer (adopt it on purpose) or was inserted behind the server's back. Nor does it
-    /// open a ledger whose schema or seal was altered.
-    func checkStartup() async throws {
+    /// open a ledger whose schema or seal was altered, or one put back behind the data
+    /// directory's `highWater` mark (then raised to the seal as it stands).
+    func checkStartup(highWater: LedgerHighWaterFile) async throws {
         let unchained = try await unchainedRows(limit: 10)
         if !unchained.isEmpty { throw LedgerStartupError.unchainedRows(unchained) }
         let altered = try await schemaProblems()
         if !altered.isEmpty { throw LedgerStartupError.schemaAltered(altered) }
         do { try await checkSeal(now: Date()) } catch let error as LedgerIntegrityError { throw LedgerStartupError.sealBroken(error) }
+        try await highWater.raise(self)
     }
 }
 

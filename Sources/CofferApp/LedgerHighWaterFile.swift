@@ -20,9 +20,10 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
     /// The ledger key's public half: only a seal it signed raises the mark.
     let key: Curve25519.Signing.PublicKey
 
-    init(dataDirectory: String, key: Curve25519.Signing.PublicKey) {
-        path = DataDirectory(dataDirectory).ledgerHighWater
-        self.key = key
+    /// The mark of `configuration`'s data directory, raised only to seals `signer` made.
+    init(_ configuration: CofferConfiguration, signer: LedgerSigner) {
+        path = DataDirectory(configuration.dataDirectory).ledgerHighWater
+        key = signer.publicKey
     }
 
     /// The mark, or nil when there is no such file. A file that cannot be read or is not a

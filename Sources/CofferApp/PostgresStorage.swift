@@ -31,8 +31,7 @@ public struct PostgresStorage: CofferStorage {
     public var dependencies: ServerDependencies {
         ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: adminLog, content: content, tokens: tokens,
-            ledgerSigner: ledgerSigner,
-            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: ledgerSigner.publicKey))
+            ledgerSigner: ledgerSigner, ledgerHighWater: LedgerHighWaterFile(configuration, signer: ledgerSigner))
     }
 
     /// Opens the data directory's files, connects to `url`, applies pending migrations (other
@@ -55,8 +54,7 @@ public struct PostgresStorage: CofferStorage {
             if !applied.isEmpty { logger.info("applied database migrations", metadata: ["migrations": "\(applied)"]) }
             let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
             let ledger = PostgresLedger(backend, checkpoints: policy)
-            try await ledger.checkStartup()
-            try await LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: files.ledgerSigner.publicKey).raise(ledger)
+            try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
             return PostgresStorage(
                 configuration: configuration, backend: backend, catalogue: CachedCatalogue(PostgresCatalogue(backend), maxAge: catalogueMaxAge),
                 ledger: ledger, ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: PostgresKeys(backend),

@@ -26,8 +26,7 @@ public struct SQLiteStorage: CofferStorage {
     public var dependencies: ServerDependencies {
         ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: adminLog, content: content, tokens: tokens,
-            ledgerSigner: ledgerSigner,
-            ledgerHighWater: LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: ledgerSigner.publicKey))
+            ledgerSigner: ledgerSigner, ledgerHighWater: LedgerHighWaterFile(configuration, signer: ledgerSigner))
     }
 
     /// Opens (creating when needed) the data directory: database with migrations applied,
@@ -43,8 +42,7 @@ public struct SQLiteStorage: CofferStorage {
         let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
         let ledger = SQLiteLedger(database, checkpoints: policy)
         do {
-            try await ledger.checkStartup()
-            try await LedgerHighWaterFile(dataDirectory: configuration.dataDirectory, key: files.ledgerSigner.publicKey).raise(ledger)
+            try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
         } catch {
             try? database.close()
             await ContentStores.close(files.content)

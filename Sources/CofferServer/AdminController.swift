@@ -242,11 +242,9 @@ struct AdminController {
         }
         // An id no upload could have made is unknown without asking the store (a NUL would
         // reach PostgreSQL, which refuses it: a 503 for a bad request).
-        for id in body.assetIds where !Self.validIdentifier(id) {
+        for id in body.assetIds {
+            if Self.validIdentifier(id), try await catalogue.asset(id) != nil { continue }
             throw Problem(.unknownAsset, "asset \(LedgerText.escaped(id, maxBytes: 128)) has not been uploaded", status: .unprocessableContent)
-        }
-        for id in body.assetIds where try await catalogue.asset(id) == nil {
-            throw Problem(.unknownAsset, "asset \(id.prefix(128)) has not been uploaded", status: .unprocessableContent)
         }
         let product = Product(
             productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date(),

@@ -92,6 +92,21 @@ import Testing
         }
     }
 
+    @Test(
+        "a stored time outside the range Coffer writes (1e300, written behind the server's back) is a 503 on SQLite's mapped records too, never a 500 or a trap"
+    )
+    func storedTimesOutOfRangeAre503() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in try db.execute(sql: "UPDATE products SET updated_at = 1e300") }
+        try await h.app.test(.router) { client in
+            let products = try await client.execute(uri: "/v1/admin/products", method: .get, headers: h.bearer(h.adminKey))
+            #expect(products.status == .serviceUnavailable)
+            #expect(Harness.code(products) == "storageUnavailable")
+        }
+    }
+
     @Test func csvCellsCannotBecomeFormulas() {
         #expect(CSV.field("=HYPERLINK(\"http://x\")") == "\"'=HYPERLINK(\"\"http://x\"\")\"")
         #expect(CSV.field("+1") == "\"'+1\"")

@@ -169,6 +169,7 @@ import Testing
         let data = root.appendingPathComponent("data")
         func serve(_ body: (TestClient) async throws -> Void) async throws {
             let server = try await Server(dataDirectory: data, arguments: ["--database", url])
+            defer { if server.process.isRunning { server.kill(SIGKILL) } }
             let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(30)))
             client.connect()
             try await body(client)
