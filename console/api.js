@@ -86,19 +86,27 @@ export class Api {
       init.body = JSON.stringify(json);
       init.headers['Content-Type'] = 'application/json';
     }
-    let response;
-    try {
-      response = await fetch(url(path, query), init);
-    } catch (error) {
-      if (error?.name === 'AbortError') throw error;
-      throw ApiError.network(error);
-    }
-    if (!response.ok) {
+    // A read the server turned away for now (503 auditBusy or busy) is asked again after its
+    // Retry-After (1–5 s), up to 3 times: the audit pages share a few places per server.
+    for (let tries = 1; ; tries++) {
+      let response;
+      try {
+        response = await fetch(url(path, query), init);
+      } catch (error) {
+        if (error?.name === 'AbortError') throw error;
+        throw ApiError.network(error);
+      }
+      if (response.ok) return response;
       const problem = await ApiError.from(response);
       if (problem.status === 401 && this.#onUnauthenticated) this.#onUnauthenticated(problem);
+      if (method === 'GET' && problem.status === 503 && ['auditBusy', 'busy'].includes(problem.code) && tries < 3) {
+        const seconds = Math.min(Math.max(Number.parseInt(response.headers.get('Retry-After') ?? '1', 10) || 1, 1), 5);
+        await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+        if (signal?.aborted) throw new DOMException('aborted', 'AbortError');
+        continue;
+      }
       throw problem;
     }
-    return response;
   }
 
   async get(path, query, options) {

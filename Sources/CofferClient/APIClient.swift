@@ -31,7 +31,7 @@ public struct CofferAPIClient: Sendable {
     public let server: String
     let key: String
     let http: HTTPClient
-    /// Attempts of a request the server answered 503 `uploadsBusy`/`busy` (honouring `Retry-After`).
+    /// Attempts of a request the server answered 503 `uploadsBusy`/`busy`/`auditBusy` (honouring `Retry-After`).
     let attempts: Int
 
     /// Runs `body` with a client of `server` (an `http://` or `https://` base URL), shutting the
@@ -166,11 +166,15 @@ public struct CofferAPIClient: Sendable {
     public func download(
         _ path: String, query: [(String, String)], progress: @escaping @Sendable (Int64) -> Void, into sink: (ByteBuffer) throws -> Void
     ) async throws -> Int64 {
-        let response = try await execute(request(.GET, path, query), timeout: .hours(24))
-        guard response.status == .ok else {
-            let bytes = try await Self.collect(response, limit: 1 << 20)
-            try Self.check(response, bytes)
-            throw ClientError.transport("unexpected \(response.status.code) from \(path)")
+        // A busy server is asked again (after its Retry-After) before the first byte arrives.
+        let response = try await retrying {
+            let response = try await self.execute(self.request(.GET, path, query), timeout: .hours(24))
+            guard response.status == .ok else {
+                let bytes = try await Self.collect(response, limit: 1 << 20)
+                try Self.check(response, bytes)
+                throw ClientError.transport("unexpected \(response.status.code) from \(path)")
+            }
+            return response
         }
         var written: Int64 = 0
         for try await chunk in response.body {
@@ -188,7 +192,7 @@ public struct CofferAPIClient: Sendable {
     }
 
     /// Runs `attempt`, again after `Retry-After` (at most 30 s) while the server answers 503
-    /// `uploadsBusy` or `busy`, up to ``attempts`` times.
+    /// `uploadsBusy`, `busy` or `auditBusy`, up to ``attempts`` times.
     func retrying<T: Sendable>(_ attempt: @Sendable () async throws -> T) async throws -> T {
         var tries = 0
         while true {
@@ -221,7 +225,7 @@ public struct CofferAPIClient: Sendable {
         let error = ClientError.problem(
             status: status, code: problem?.code ?? "http\(status)",
             detail: problem?.detail ?? problem?.title ?? String(response.status.reasonPhrase))
-        if status == 503, ["uploadsBusy", "busy"].contains(problem?.code) {
+        if status == 503, ["uploadsBusy", "busy", "auditBusy"].contains(problem?.code) {
             let seconds = response.headers.first(name: "Retry-After").flatMap(Int.init) ?? 1
             throw RetryAfter.wait(min(max(seconds, 1), 30), error)
         }

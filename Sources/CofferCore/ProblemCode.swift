@@ -21,7 +21,7 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
     case playerTokenRequired, playerTokenInvalid, playerTokenRejected, accountMismatch, entitlementExpired, familySharingNotAllowed
     case upgradedTransaction
     // The server's state: 503, always with `Retry-After`.
-    case storageUnavailable, busy, uploadsBusy, notReady, ledgerSealBroken, contentStoreUnavailable
+    case storageUnavailable, busy, uploadsBusy, auditBusy, notReady, ledgerSealBroken, contentStoreUnavailable
     // The object store behind the server refused or answered wrongly: 502.
     case contentStoreError
     case internalError
@@ -49,7 +49,7 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
         case .rateLimited, .tooManyDownloads: 429
         case .httpError, .internalError: 500
         case .contentStoreError: 502
-        case .storageUnavailable, .busy, .uploadsBusy, .notReady, .ledgerSealBroken, .contentStoreUnavailable: 503
+        case .storageUnavailable, .busy, .uploadsBusy, .auditBusy, .notReady, .ledgerSealBroken, .contentStoreUnavailable: 503
         }
     }
 

@@ -86,7 +86,15 @@ public struct PostgresDeliveries: DeliveryRepository {
 
     public init(_ backend: PostgresBackend) { self.backend = backend }
 
-    /// Adds every report in one statement (an upsert of the unnested reports).
+    /// Key of the advisory lock a batch holds until it commits ("coffdlvr"). Rows are numbered
+    /// by an identity, handed out when inserted: without the lock, another instance's batch
+    /// could take a smaller number and commit after a larger one was read, and an auditor's
+    /// `sequence > cursor` page would skip that row for good. Under it numbers are handed out
+    /// in commit order (batches are small and once a second per instance).
+    static let numberingLock: Int64 = 0x636f_6666_646c_7672
+
+    /// Adds every report in one statement (an upsert of the unnested reports), under
+    /// ``numberingLock``.
     public func record(_ reports: [Delivery]) async throws {
         // One row per key in a statement: ON CONFLICT cannot touch a row twice.
         var merged: [String: Delivery] = [:]
@@ -103,6 +111,7 @@ public struct PostgresDeliveries: DeliveryRepository {
         let rows = order.compactMap { merged[$0] }
         guard !rows.isEmpty else { return }
         try await backend.transaction { c in
+            try await c.query("SELECT pg_advisory_xact_lock(\(Self.numberingLock))", logger: backend.logger)
             try await c.query(
                 """
                 INSERT INTO deliveries (redemption_id, asset_id, sha256, first_at, last_at, downloads, completed, bytes_served, complete)

@@ -132,6 +132,9 @@ extension CofferConfiguration {
         databaseURL = try await reader.string(.database)
         databasePoolSize =
             try await reader.integer(.databasePoolSize, in: 1...1000) { _ in "database-pool-size must be 1–1000 connections" } ?? databasePoolSize
+        auditConcurrency =
+            try await reader.integer(.auditConcurrency, in: 1...1000) { _ in "audit-concurrency must be 1–1000 requests" }
+            ?? Self.defaultAuditConcurrency(databasePoolSize: databaseURL == nil ? nil : databasePoolSize)
         roots = try await reader.list(.roots) ?? []
         environments = try await reader.list(.environments) ?? []
     }

@@ -78,6 +78,19 @@ public struct CofferConfiguration: Sendable {
     public var databaseURL: String?
     /// Connections each instance opens to the database at most.
     public var databasePoolSize = 10
+    /// `/v1/audit` requests in progress at once on this instance (an export until its body
+    /// ends); more get 503 `auditBusy` with `Retry-After`. Audit reads scan and page the
+    /// ledger: the limit keeps an auditor's key from holding the database's connections (or
+    /// SQLite's readers) that redemptions need. Default: 4, and on PostgreSQL at most half
+    /// the pool's shared connections (``defaultAuditConcurrency(databasePoolSize:)``).
+    public var auditConcurrency = 4
+
+    /// The default of ``auditConcurrency``: 4, and on PostgreSQL at most half the connections
+    /// the pool shares (one of `databasePoolSize` is the ledger writer's own), at least 1.
+    public static func defaultAuditConcurrency(databasePoolSize: Int?) -> Int {
+        guard let databasePoolSize else { return 4 }
+        return min(4, max(1, (databasePoolSize - 1) / 2))
+    }
     /// Where asset bytes live: `s3://BUCKET[/PREFIX]` (an S3-compatible bucket shared by
     /// several instances); nil: `DATA/content/`.
     public var contentStore: String?

@@ -65,6 +65,8 @@ public struct CofferSetting: Sendable, Hashable {
     public static let database = Self("database", .string, flag: "--database", environment: "COFFER_DATABASE_URL", isSecret: true)
     public static let databasePoolSize = Self(
         "databasePoolSize", .integer, flag: "--database-pool-size", environment: "COFFER_DATABASE_POOL_SIZE")
+    public static let auditConcurrency = Self(
+        "auditConcurrency", .integer, flag: "--audit-concurrency", environment: "COFFER_AUDIT_CONCURRENCY")
     public static let contentStore = Self("contentStore", .string, flag: "--content-store", environment: "COFFER_CONTENT_STORE")
     public static let s3Endpoint = Self("s3Endpoint", .string, flag: "--s3-endpoint", environment: "COFFER_S3_ENDPOINT")
     public static let s3Region = Self("s3Region", .string, flag: "--s3-region", environment: "COFFER_S3_REGION")
@@ -87,7 +89,8 @@ public struct CofferSetting: Sendable, Hashable {
     public static let all: [CofferSetting] = [
         host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
         rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
-        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, trustedProxies, contentStore, s3Endpoint,
+        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, auditConcurrency, trustedProxies, contentStore,
+        s3Endpoint,
         s3Region, s3PartSize, contentCacheSize, downloadMode, playerKeys, playerIssuer, playerAudience, playerAccountClaim, partialRefunds, tokenKey,
         config,
     ]

@@ -276,3 +276,68 @@ final class WriteStallHandler: ChannelInboundHandler, RemovableChannelHandler {
 
 @available(*, unavailable)
 extension WriteStallHandler: Sendable {}
+
+/// At most ``Gate/capacity`` `/v1/audit` requests in progress on this instance
+/// (``CofferConfiguration/auditConcurrency``); more get 503 `auditBusy` with `Retry-After`.
+/// Audit reads scan and page the ledger; without a limit, one auditor key could hold every
+/// database connection (or SQLite reader) that redemptions need, each up to the statement
+/// timeout. Runs after the key check: only authenticated requests take a place.
+///
+/// A streamed answer (an export: no `Content-Length`) keeps its place until its body has
+/// been written or failed — or, when the body never runs, until the response is dropped
+/// (``AuditPlace`` leaves on deinit). Any other answer gives it back when the handler returns.
+struct AuditConcurrencyMiddleware: RouterMiddleware {
+    typealias Context = CofferRequestContext
+    let gate: Gate
+    let metrics: CofferMetrics?
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard let place = AuditPlace(gate, metrics: metrics) else {
+            metrics?.auditBusy.increment()
+            context.logger.notice("audit request refused: audit concurrency reached", metadata: ["limit": "\(gate.capacity)"])
+            throw Problem(
+                .auditBusy, "\(gate.capacity) audit requests are in progress on this server; retry in 1 s", headers: [.retryAfter: "1"])
+        }
+        var response: Response
+        do { response = try await next(request, context) } catch {
+            place.leave()
+            throw error
+        }
+        guard response.body.contentLength == nil else {
+            place.leave()
+            return response
+        }
+        let body = response.body
+        response.body = ResponseBody { writer in
+            defer { place.leave() }
+            try await body.write(writer)
+        }
+        return response
+    }
+}
+
+/// One request's place in the audit ``Gate``: left exactly once.
+final class AuditPlace: Sendable {
+    private let gate: Gate
+    private let metrics: CofferMetrics?
+    private let left = Mutex(false)
+
+    init?(_ gate: Gate, metrics: CofferMetrics?) {
+        guard gate.enter() else { return nil }
+        self.gate = gate
+        self.metrics = metrics
+        metrics?.auditInFlight.increment()
+    }
+
+    func leave() {
+        let first = left.withLock { left -> Bool in
+            defer { left = true }
+            return !left
+        }
+        guard first else { return }
+        gate.leave()
+        metrics?.auditInFlight.decrement()
+    }
+
+    deinit { leave() }
+}

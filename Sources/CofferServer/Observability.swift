@@ -15,6 +15,8 @@ public final class CofferMetrics: Sendable {
     let downloadStalls: Counter
     let bodyBytesReserved: Gauge
     let busy: Counter
+    let auditInFlight: Gauge
+    let auditBusy: Counter
 
     public init() {
         downloads = registry.makeCounter(descriptor: Self.name("downloads_total", "Downloads served (including HEAD and ranges)"))
@@ -25,6 +27,10 @@ public final class CofferMetrics: Sendable {
         bodyBytesReserved = registry.makeGauge(
             descriptor: Self.name("request_body_bytes_reserved", "Request-body bytes reserved from the in-flight body budget"))
         busy = registry.makeCounter(descriptor: Self.name("busy_total", "Requests refused with 503 busy (body budget spent)"))
+        auditInFlight = registry.makeGauge(
+            descriptor: Self.name("audit_requests_in_flight", "/v1/audit requests in progress (exports until their body ends)"))
+        auditBusy = registry.makeCounter(
+            descriptor: Self.name("audit_busy_total", "/v1/audit requests refused with 503 auditBusy (audit concurrency reached)"))
         verificationSeconds = registry.makeDurationHistogram(
             descriptor: Self.name("redemption_seconds", "Time to verify and redeem a purchase"),
             buckets: [

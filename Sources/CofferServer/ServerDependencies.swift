@@ -59,12 +59,18 @@ public struct ServerRuntime: Sendable {
     public let metrics: CofferMetrics
     /// Uploads in progress (``CofferConfiguration/maxConcurrentUploads``).
     let uploads: Gate
+    /// `/v1/audit` requests in progress (``CofferConfiguration/auditConcurrency``).
+    let audits: Gate
 
     public init(_ configuration: CofferConfiguration, metrics: CofferMetrics = CofferMetrics()) {
         self.metrics = metrics
         self.uploads = Gate(capacity: configuration.maxConcurrentUploads)
+        self.audits = Gate(capacity: configuration.auditConcurrency)
     }
 
     /// Uploads in progress now (tests wait on it instead of sleeping).
     public var uploadsInProgress: Int { uploads.inUse }
+
+    /// Audit requests in progress now (tests wait on it instead of sleeping).
+    public var auditsInProgress: Int { audits.inUse }
 }

@@ -11,6 +11,7 @@ public enum EmbeddedMigrations {
         (name: "0002_ledger_chain", sql: sql0002),
         (name: "0003_hardening", sql: sql0003),
         (name: "0004_players", sql: sql0004),
+        (name: "0005_attempts_product_index", sql: sql0005),
     ]
 }
 
@@ -354,5 +355,15 @@ private let sql0004 = #"""
         complete INTEGER NOT NULL CHECK (complete IN (0, 1)),
         UNIQUE (redemption_id, asset_id, sha256)
     );
+
+    """#
+
+/// The SQL of migrations/0005_attempts_product_index.sql.
+private let sql0005 = #"""
+    -- 0005_attempts_product_index: GET /v1/audit/attempts?productId=… (and the attempts export
+    -- with that filter) had no index to use: every page read the whole attempts table, which
+    -- grows with every refused request. With this one a product's attempts are found directly,
+    -- in ledger order (an index on one column also holds the rowid, the sequence).
+    CREATE INDEX attempts_product_id ON attempts (product_id);
 
     """#

@@ -24,7 +24,8 @@ extension ServeCommand {
             (.rateRedemptionBurst, rateRedemptionBurst), (.rateAuthFailures, rateAuthFailures), (.rateNotifications, rateNotifications),
             (.rateNotificationBurst, rateNotificationBurst), (.downloadStallTimeout, downloadStallTimeout),
             (.downloadsPerAddress, downloadsPerAddress), (.bodyBudget, bodyBudget), (.checkpointEvery, checkpointEvery),
-            (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize), (.s3PartSize, s3PartSize),
+            (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize), (.auditConcurrency, auditConcurrency),
+            (.s3PartSize, s3PartSize),
             (.contentCacheSize, contentCacheSize),
         ]
         let lists: [(CofferSetting, [String])] = [

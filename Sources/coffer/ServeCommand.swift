@@ -68,6 +68,12 @@ struct ServeCommand: AsyncParsableCommand {
         help: "Connections to PostgreSQL per instance at most, the ledger writer's own one included (2 at least). Default: 10.")
     var databasePoolSize: Int?
     @Option(
+        name: .customLong("audit-concurrency"),
+        help:
+            "/v1/audit requests in progress at once on this instance (an export until it ends), then 503 auditBusy (1–1000). Default: 4 (PostgreSQL: at most half the pool)."
+    )
+    var auditConcurrency: Int?
+    @Option(
         name: .customLong("content-store"),
         help:
             "Where asset bytes live: s3://BUCKET[/PREFIX], an S3-compatible bucket several instances share (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN). Default: DATA/content/."
@@ -163,6 +169,7 @@ extension ServeCommand {
         /// The database URL with its password replaced by `***`.
         var database: String?
         var databasePoolSize: Int
+        var auditConcurrency: Int
         var contentStore: String?
         var s3Endpoint: String?
         var s3Region: String
@@ -187,7 +194,8 @@ extension ServeCommand {
             rateNotifications: c.notificationsPerMinute, rateNotificationBurst: c.notificationBurst,
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },
-            databasePoolSize: c.databasePoolSize, contentStore: c.contentStore, s3Endpoint: c.s3Endpoint, s3Region: c.s3Region,
+            databasePoolSize: c.databasePoolSize, auditConcurrency: c.auditConcurrency, contentStore: c.contentStore, s3Endpoint: c.s3Endpoint,
+            s3Region: c.s3Region,
             s3PartSize: c.s3PartSize, contentCacheSize: c.contentCacheSize, downloadMode: c.downloadMode.rawValue, playerKeys: c.playerKeyFiles,
             playerIssuer: c.playerIssuer,
             playerAudience: c.playerAudience, playerAccountClaim: c.playerAccountClaim,

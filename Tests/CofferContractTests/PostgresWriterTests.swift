@@ -328,6 +328,58 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test("delivery batches of two instances are numbered in the order they commit: an audit page never passes a row committed later")
+    func deliveriesAreNumberedInCommitOrder() async throws {
+        try await Self.withBackend(poolSize: 3) { backend, cluster, name in
+            let digest = String(repeating: "a", count: 64)
+            // Another instance's batch: its row inserted (numbered), not yet committed.
+            let other = try await PostgresBackend.open(
+                try PostgresURL(cluster.url(database: name)), poolSize: 2, timeouts: true, logger: Logger(label: "other"))
+            defer { Task { await other.close() } }
+            let (committing, commit) = AsyncStream.makeStream(of: Void.self)
+            let (inserted, insertedSignal) = AsyncStream.makeStream(of: Void.self)
+            let otherBatch = Task {
+                try await other.transaction { c in
+                    try await c.query("SELECT pg_advisory_xact_lock(\(PostgresDeliveries.numberingLock))", logger: other.logger)
+                    try await c.query(
+                        """
+                        INSERT INTO deliveries (redemption_id, asset_id, sha256, first_at, last_at, downloads, completed, bytes_served, complete)
+                        VALUES ('r-early', 'a', \(digest), 1, 1, 1, 1, 1, true)
+                        """, logger: other.logger)
+                    insertedSignal.yield()
+                    for await _ in committing { break }
+                }
+            }
+            for await _ in inserted { break }
+            // This instance's batch waits for it instead of taking the next number and
+            // committing first.
+            let deliveries = PostgresDeliveries(backend)
+            let late = Delivery(
+                redemptionId: "r-late", assetId: "a", sha256: digest, firstAt: Date(timeIntervalSince1970: 2), lastAt: Date(timeIntervalSince1970: 2),
+                downloads: 1, completed: 1, bytesServed: 1, complete: true)
+            let ours = Task { try await deliveries.record([late]) }
+            var waited = 0
+            while try cluster.psql(
+                """
+                SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = '\(name)'
+                  AND ((l.classid::bigint << 32) | l.objid::bigint) = \(PostgresDeliveries.numberingLock)
+                """, database: name) != "1"
+            {
+                waited += 1
+                try #require(waited < 2000, "this instance's batch never waited for the other's")
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await deliveries.deliveries(redemptionId: nil, after: 0, limit: 10).isEmpty)
+            commit.yield()
+            try await otherBatch.value
+            try await ours.value
+            let page = try await deliveries.deliveries(redemptionId: nil, after: 0, limit: 10)
+            #expect(page.map(\.redemptionId) == ["r-early", "r-late"])
+            #expect(page.map(\.sequence) == page.map(\.sequence).sorted())
+        }
+    }
+
     @Test("two instances' writers, revocations and admin actions at once: each purchase redeemed once, one chain that verifies")
     func mixedAppendersOnTwoBackends() async throws {
         let signer = LedgerAuditContractTests.signer

@@ -66,6 +66,7 @@ struct ProblemCodeTests {
         ("storageUnavailable", 503),
         ("busy", 503),
         ("uploadsBusy", 503),
+        ("auditBusy", 503),
         ("notReady", 503),
         ("ledgerSealBroken", 503),
         ("contentStoreUnavailable", 503),
@@ -87,7 +88,7 @@ struct ProblemCodeTests {
         }
         // The server's own state is 503 (with Retry-After); nothing else is.
         let unavailable = ProblemCode.allCases.filter { $0.status == 503 }
-        #expect(Set(unavailable) == [.storageUnavailable, .busy, .uploadsBusy, .notReady, .ledgerSealBroken, .contentStoreUnavailable])
+        #expect(Set(unavailable) == [.storageUnavailable, .busy, .uploadsBusy, .auditBusy, .notReady, .ledgerSealBroken, .contentStoreUnavailable])
     }
 
     @Test func verificationCodesMapByName() {

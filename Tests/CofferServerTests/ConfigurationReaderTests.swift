@@ -104,6 +104,7 @@ struct ConfigurationReaderTests {
         ("COFFER_BODY_BUDGET", "1000", "body-budget must be ≥ 8388608 bytes"),
         ("COFFER_ACCEL_REDIRECT", "/a/../", "accel-redirect must be a path like /_coffer/"),
         ("COFFER_CHECKPOINT_EVERY", "0", "checkpoint-every must be 1–1000000 entries"),
+        ("COFFER_AUDIT_CONCURRENCY", "0", "audit-concurrency must be 1–1000 requests"),
         ("COFFER_CHECKPOINT_INTERVAL", "86401", "checkpoint-interval must be 1–86400 seconds"),
         ("COFFER_CONTENT_STORE", "/srv/content", "content-store must be s3://BUCKET[/PREFIX]"),
         ("COFFER_S3_ENDPOINT", "http://127.0.0.1:9000", "s3-endpoint is set but content-store is not"),
@@ -115,6 +116,22 @@ struct ConfigurationReaderTests {
     func badValuesNameTheirSetting(variable: String, value: String, message: String) async throws {
         let error = await #expect(throws: CofferConfigurationError.self) { try await Self.configuration(environment: [variable: value]) }
         #expect(error?.description.contains(message) == true, "\(String(describing: error))")
+    }
+
+    /// The audit limit: 4 on SQLite; on PostgreSQL at most half the pool's shared connections
+    /// (one of the pool is the ledger writer's), at least 1; a value set stands.
+    @Test func auditConcurrencyFollowsThePoolUnlessSet() async throws {
+        let url = "postgres://coffer@127.0.0.1:5432/coffer"
+        #expect(try await Self.configuration().auditConcurrency == 4)
+        #expect(try await Self.configuration(environment: ["COFFER_DATABASE_POOL_SIZE": "3"]).auditConcurrency == 4, "SQLite: no pool")
+        for (pool, expected) in [("10", 4), ("20", 4), ("7", 3), ("3", 1), ("1", 1)] {
+            let read = try await Self.configuration(environment: ["COFFER_DATABASE_URL": url, "COFFER_DATABASE_POOL_SIZE": pool])
+            #expect(read.auditConcurrency == expected, "pool \(pool)")
+        }
+        let set = try await Self.configuration(
+            environment: ["COFFER_DATABASE_URL": url, "COFFER_DATABASE_POOL_SIZE": "3", "COFFER_AUDIT_CONCURRENCY": "6"])
+        #expect(set.auditConcurrency == 6)
+        #expect(try await Self.configuration(flags: [.auditConcurrency: .int(2)]).auditConcurrency == 2)
     }
 
     /// The object store and the download modes: accel-redirect alone still means accel (as

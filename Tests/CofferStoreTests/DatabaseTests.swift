@@ -1,6 +1,7 @@
 import CofferCore
 import CofferTestSupport
 import Foundation
+import GRDB
 import Testing
 
 @testable import CofferStore
@@ -58,6 +59,23 @@ struct DatabaseTests {
             let indexes = try db.fetchInt(sql: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'redemptions_%'")
             // replay (environment, key), transaction id, original transaction id, product, bundle, date, player.
             #expect(indexes == 7)
+        }
+    }
+
+    @Test("a product's attempts are read through attempts_product_id (migration 0005), not by walking the table")
+    func attemptsOfAProductUseTheirIndex() async throws {
+        try await withTemporaryDirectory { dir in
+            let db = try CofferDatabase(path: dir.appendingPathComponent("ledger.sqlite").path)
+            var filter = AuditFilter()
+            filter.productId = "p7"
+            filter.after = 20000
+            filter.limit = 100
+            let request = AttemptRecord.audit(filter)
+            let plan = try await db.pool.read { db in
+                let statement = try request.makePreparedRequest(db).statement
+                return try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + statement.sql, arguments: statement.arguments).map { $0["detail"] as String }
+            }.joined(separator: "\n")
+            #expect(plan.contains("attempts_product_id"), "\(plan)")
         }
     }
 
