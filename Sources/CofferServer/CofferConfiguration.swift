@@ -78,8 +78,8 @@ public struct CofferConfiguration: Sendable {
     public var databaseURL: String?
     /// Connections each instance opens to the database at most.
     public var databasePoolSize = 10
-    /// `/v1/audit` requests in progress at once on this instance (an export until its body
-    /// ends); more get 503 `auditBusy` with `Retry-After`. Audit reads scan and page the
+    /// `/v1/audit` requests reading the database at once on this instance (an export while it
+    /// reads a page, not while its client reads); more get 503 `auditBusy` with `Retry-After`. Audit reads scan and page the
     /// ledger: the limit keeps an auditor's key from holding the database's connections (or
     /// SQLite's readers) that redemptions need. Default: 4, and on PostgreSQL at most half
     /// the pool's shared connections (``defaultAuditConcurrency(databasePoolSize:)``).

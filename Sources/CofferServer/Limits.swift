@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
@@ -277,19 +278,23 @@ final class WriteStallHandler: ChannelInboundHandler, RemovableChannelHandler {
 @available(*, unavailable)
 extension WriteStallHandler: Sendable {}
 
-/// At most ``Gate/capacity`` `/v1/audit` requests in progress on this instance
-/// (``CofferConfiguration/auditConcurrency``); more get 503 `auditBusy` with `Retry-After`.
-/// Audit reads scan and page the ledger; without a limit, one auditor key could hold every
-/// database connection (or SQLite reader) that redemptions need, each up to the statement
-/// timeout. Runs after the key check: only authenticated requests take a place.
+/// At most ``Gate/capacity`` `/v1/audit` requests reading the database at once on this
+/// instance (``CofferConfiguration/auditConcurrency``); more get 503 `auditBusy` with
+/// `Retry-After`. Audit reads scan and page the ledger; without a limit, one auditor key could
+/// hold every database connection (or SQLite reader) that players' requests need, each up to
+/// the statement timeout. Runs after the key check: only authenticated requests take a place.
 ///
-/// A streamed answer (an export: no `Content-Length`) keeps its place until its body has
-/// been written or failed — or, when the body never runs, until the response is dropped
-/// (``AuditPlace`` leaves on deinit). Any other answer gives it back when the handler returns.
+/// A request holds its place while its handler runs. A streamed answer (an export: no
+/// `Content-Length`) then holds it only while it reads: each chunk is written to the client
+/// without it (a slow reader holds no place), and the next page waits its turn for one,
+/// ahead of new requests (``AuditPlaceWriter``). When the body never runs, the place is
+/// given back when the response is dropped (``AuditPlace`` leaves on deinit).
 struct AuditConcurrencyMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let gate: Gate
     let metrics: CofferMetrics?
+    /// How long a streamed answer's next page waits for a place before the stream is cut.
+    var pageWait: Duration = .seconds(30)
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let place = AuditPlace(gate, metrics: metrics) else {
@@ -308,20 +313,56 @@ struct AuditConcurrencyMiddleware: RouterMiddleware {
             return response
         }
         let body = response.body
+        let (pageWait, logger) = (self.pageWait, context.logger)
         response.body = ResponseBody { writer in
             defer { place.leave() }
-            try await body.write(writer)
+            do { try await body.write(AuditPlaceWriter(base: writer, place: place, wait: pageWait)) } catch let busy as AuditPlace.Busy {
+                logger.notice("audit export cut: no place came free in time", metadata: ["seconds": "\(busy.waited)"])
+                throw busy
+            }
         }
         return response
     }
 }
 
-/// One request's place in the audit ``Gate``: left exactly once.
+/// Writes a streamed audit answer without holding its place: the place is given back while a
+/// chunk goes to the client and taken again, waiting its turn, before the body reads on.
+struct AuditPlaceWriter: ResponseBodyWriter {
+    var base: any ResponseBodyWriter
+    let place: AuditPlace
+    let wait: Duration
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        place.pause()
+        try await base.write(buffer)
+        try await place.resume(within: wait)
+    }
+
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
+        place.leave()
+        try await base.finish(trailingHeaders)
+    }
+}
+
+/// One request's place in the audit ``Gate``: held from the start, given back for a while
+/// (``pause()``) and taken again (``resume(within:)``), given back for good once (``leave()``,
+/// or deinit).
 final class AuditPlace: Sendable {
+    /// No place came free within the wait: the stream is cut.
+    struct Busy: Error {
+        var waited: Duration
+    }
+
+    private struct State {
+        var held = true
+        var done = false
+    }
+
     private let gate: Gate
     private let metrics: CofferMetrics?
-    private let left = Mutex(false)
+    private let state = Mutex(State())
 
+    /// A place now, or nil when every place is taken (or others wait for one).
     init?(_ gate: Gate, metrics: CofferMetrics?) {
         guard gate.enter() else { return nil }
         self.gate = gate
@@ -329,12 +370,33 @@ final class AuditPlace: Sendable {
         metrics?.auditInFlight.increment()
     }
 
-    func leave() {
-        let first = left.withLock { left -> Bool in
-            defer { left = true }
-            return !left
+    /// Gives the place back until ``resume(within:)``.
+    func pause() { release(done: false) }
+
+    /// Takes a place again, behind those already waiting, within `wait`; throws ``Busy`` when
+    /// none came free.
+    func resume(within wait: Duration) async throws {
+        guard await gate.enter(within: wait) else { throw Busy(waited: wait) }
+        let keep = state.withLock { state -> Bool in
+            guard !state.done, !state.held else { return false }
+            state.held = true
+            return true
         }
-        guard first else { return }
+        if keep { metrics?.auditInFlight.increment() } else { gate.leave() }
+    }
+
+    /// Gives the place back for good.
+    func leave() { release(done: true) }
+
+    private func release(done: Bool) {
+        let held = state.withLock { state -> Bool in
+            defer {
+                state.held = false
+                if done { state.done = true }
+            }
+            return state.held
+        }
+        guard held else { return }
         gate.leave()
         metrics?.auditInFlight.decrement()
     }

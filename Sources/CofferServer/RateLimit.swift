@@ -133,23 +133,91 @@ extension Problem {
     }
 }
 
-/// A counting gate: at most `capacity` holders at once, no waiting (the caller answers 503).
+/// A counting gate: at most `capacity` holders at once. ``enter()`` never waits (the caller
+/// answers 503); ``enter(within:)`` waits its turn, first come first served, for a while. A
+/// place given back goes to the first waiter, and ``enter()`` refuses while anyone waits.
 final class Gate: Sendable {
+    private struct Waiter {
+        let id: UInt64
+        let continuation: CheckedContinuation<Bool, Never>
+    }
+
+    private struct State {
+        var holders = 0
+        var waiters: [Waiter] = []
+        var nextId: UInt64 = 0
+    }
+
     let capacity: Int
-    private let holders = Mutex(0)
+    private let state = Mutex(State())
 
     init(capacity: Int) { self.capacity = max(1, capacity) }
 
+    /// A place now, or false.
     func enter() -> Bool {
-        holders.withLock { n in
-            guard n < capacity else { return false }
-            n += 1
+        state.withLock { state in
+            guard state.holders < capacity, state.waiters.isEmpty else { return false }
+            state.holders += 1
             return true
         }
     }
 
-    func leave() { holders.withLock { $0 = max(0, $0 - 1) } }
+    /// A place, waiting behind earlier waiters for at most `wait`; false when none came free in
+    /// time or the task was cancelled.
+    func enter(within wait: Duration) async -> Bool {
+        let id = state.withLock { state in
+            defer { state.nextId &+= 1 }
+            return state.nextId
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                enum Now { case entered, refused, waiting }
+                let now = state.withLock { state -> Now in
+                    if Task.isCancelled { return .refused }
+                    if state.holders < capacity, state.waiters.isEmpty {
+                        state.holders += 1
+                        return .entered
+                    }
+                    state.waiters.append(Waiter(id: id, continuation: continuation))
+                    return .waiting
+                }
+                switch now {
+                case .entered: continuation.resume(returning: true)
+                case .refused: continuation.resume(returning: false)
+                case .waiting:
+                    Task { [self] in
+                        try? await Task.sleep(for: wait)
+                        giveUp(id)
+                    }
+                }
+            }
+        } onCancel: {
+            giveUp(id)
+        }
+    }
+
+    /// Answers waiter `id` false, if it still waits.
+    private func giveUp(_ id: UInt64) {
+        let waiter = state.withLock { state -> Waiter? in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return state.waiters.remove(at: index)
+        }
+        waiter?.continuation.resume(returning: false)
+    }
+
+    /// Gives a place back: to the first waiter, when there is one.
+    func leave() {
+        let next = state.withLock { state -> Waiter? in
+            if !state.waiters.isEmpty { return state.waiters.removeFirst() }
+            state.holders = max(0, state.holders - 1)
+            return nil
+        }
+        next?.continuation.resume(returning: true)
+    }
 
     /// Holders now (tests wait on it instead of sleeping).
-    var inUse: Int { holders.withLock { $0 } }
+    var inUse: Int { state.withLock { $0.holders } }
+
+    /// Waiters now.
+    var waiting: Int { state.withLock { $0.waiters.count } }
 }

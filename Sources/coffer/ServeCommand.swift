@@ -70,7 +70,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(
         name: .customLong("audit-concurrency"),
         help:
-            "/v1/audit requests in progress at once on this instance (an export until it ends), then 503 auditBusy (1–1000). Default: 4 (PostgreSQL: at most half the pool)."
+            "/v1/audit requests reading the database at once on this instance (an export while it reads a page), then 503 auditBusy (1–1000). Default: 4 (PostgreSQL: at most half the pool)."
     )
     var auditConcurrency: Int?
     @Option(

@@ -1,6 +1,5 @@
 import CofferApp
 import CofferCore
-import CofferServer
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -9,6 +8,8 @@ import Logging
 import NIOCore
 import Synchronization
 import Testing
+
+@testable import CofferServer
 
 /// A ledger whose audit pages (`redemptions(_:)`) can be held until the test lets them go:
 /// `passing` calls go through first — the first of them answered with a full page of copies
@@ -144,9 +145,9 @@ final class HeldLedger: LedgerRepository {
         }
     }
 
-    /// An export keeps its place while its body streams, not only while its handler runs; a
-    /// client that goes away mid-export gives it back once the stream ends.
-    @Test func anExportHoldsItsPlaceUntilItsBodyEnds() async throws {
+    /// An export keeps its place while it reads a later page, not only while its handler
+    /// runs; a client that goes away mid-export gives it back once the stream ends.
+    @Test func anExportHoldsItsPlaceWhileItReadsAPage() async throws {
         let h = try await Harness.make(configure: { $0.auditConcurrency = 1 })
         defer { h.cleanUp() }
         let ledger = HeldLedger(h.services.ledger, passing: 1)
@@ -160,7 +161,7 @@ final class HeldLedger: LedgerRepository {
             #expect(await eventually(seconds: 20) { ledger.held == 1 })
             let head = await export.readHead(seconds: 10)
             #expect(head.hasPrefix("HTTP/1.1 200"), "\(head.prefix(120))")
-            #expect(h.runtime.auditsInProgress == 1, "the handler has returned; the body still streams")
+            #expect(h.runtime.auditsInProgress == 1, "the handler has returned; the body reads its second page")
             let busy = try await client.execute(uri: "/v1/audit/public-key", method: .get, headers: h.bearer(h.auditorKey))
             #expect(busy.status == .serviceUnavailable && Harness.code(busy) == "auditBusy")
 
@@ -173,4 +174,87 @@ final class HeldLedger: LedgerRepository {
             #expect(after.status == .ok)
         }
     }
+
+    /// A streamed answer holds no place while its client reads a chunk: another audit request
+    /// gets it; the stream's next page then waits its turn, ahead of new requests.
+    @Test func aStreamHoldsNoPlaceWhileItsClientReads() async throws {
+        let gate = Gate(capacity: 1)
+        let place = try #require(AuditPlace(gate, metrics: nil))
+        let client = SlowClient()
+        let streaming = Task {
+            var writer = AuditPlaceWriter(base: client, place: place, wait: .seconds(60))
+            try await writer.write(ByteBuffer(string: "page 1"))
+            return gate.inUse
+        }
+        #expect(await eventually(seconds: 20) { client.reading })
+        #expect(gate.inUse == 0, "the place is free while the client reads")
+        let other = try #require(AuditPlace(gate, metrics: nil), "another audit request takes it")
+        client.finishReading()
+        #expect(await eventually(seconds: 20) { gate.waiting == 1 }, "the stream waits for its next page")
+        #expect(AuditPlace(gate, metrics: nil) == nil, "a new request does not pass the waiting stream")
+        other.leave()
+        #expect(try await streaming.value == 1, "the stream holds the place again")
+        place.leave()
+        place.leave()
+        #expect(gate.inUse == 0 && gate.waiting == 0)
+    }
+
+    /// A wait for a place ends false when none comes free in time or its task is cancelled,
+    /// and leaves nothing behind; a paused place that cannot come back is ``AuditPlace/Busy``.
+    @Test func aWaitForAPlaceEndsWhenNoneComesOrItIsCancelled() async throws {
+        let gate = Gate(capacity: 1)
+        #expect(gate.enter())
+        #expect(await gate.enter(within: .milliseconds(50)) == false)
+        #expect(gate.waiting == 0)
+        let cancelled = Task { await gate.enter(within: .seconds(600)) }
+        #expect(await eventually(seconds: 20) { gate.waiting == 1 })
+        cancelled.cancel()
+        #expect(await cancelled.value == false)
+        #expect(gate.waiting == 0 && gate.inUse == 1)
+        gate.leave()
+
+        let place = try #require(AuditPlace(gate, metrics: nil))
+        place.pause()
+        #expect(gate.enter())
+        await #expect(throws: AuditPlace.Busy.self) { try await place.resume(within: .milliseconds(50)) }
+        gate.leave()
+        #expect(gate.inUse == 0)
+    }
+}
+
+/// A client that takes its time reading one chunk: ``write(_:)`` returns once
+/// ``finishReading()`` is called.
+final class SlowClient: ResponseBodyWriter, Sendable {
+    private struct State {
+        var reading = false
+        var done = false
+        var waiting: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    var reading: Bool { state.withLock { $0.reading } }
+
+    func write(_ buffer: ByteBuffer) async throws {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> Bool in
+                state.reading = true
+                if state.done { return true }
+                state.waiting = continuation
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    func finishReading() {
+        let waiting = state.withLock { state in
+            state.done = true
+            defer { state.waiting = nil }
+            return state.waiting
+        }
+        waiting?.resume()
+    }
+
+    func finish(_ trailingHeaders: HTTPFields?) async throws {}
 }
