@@ -78,7 +78,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
             middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin], failures: authFailures, metrics: metrics)))
     let audit = router.group("/v1/audit")
         .add(middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin, .auditor], failures: authFailures, metrics: metrics))
-        .add(middleware: AuditConcurrencyMiddleware(gate: runtime.audits, metrics: metrics))
+        .add(middleware: AuditConcurrencyMiddleware(gate: runtime.audits, streams: runtime.auditStreams, metrics: metrics))
     let ledger = LedgerController(ledgerAudit: d.ledgerAudit, signer: d.ledgerSigner)
     AuditController(ledger: d.ledger, deliveries: d.deliveries?.repository, ledgerExport: ledger).add(to: audit)
     ledger.add(to: audit)

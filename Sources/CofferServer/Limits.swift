@@ -287,21 +287,23 @@ extension WriteStallHandler: Sendable {}
 /// A request holds its place while its handler runs. A streamed answer (an export: no
 /// `Content-Length`) then holds it only while it reads: each chunk is written to the client
 /// without it (a slow reader holds no place), and the next page waits its turn for one,
-/// ahead of new requests (``AuditPlaceWriter``). When the body never runs, the place is
-/// given back when the response is dropped (``AuditPlace`` leaves on deinit).
+/// ahead of new requests (``AuditPlaceWriter``) — up to ``pageWait``, then the stream is cut
+/// (the client sees a 200 closed early). At most ``streams`` exports stream at once. When the
+/// body never runs, both are given back when the response is dropped (``AuditPlace`` leaves on
+/// deinit).
 struct AuditConcurrencyMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let gate: Gate
+    /// Streamed answers open at once (twice the places): beyond it an export is refused up
+    /// front (503) rather than let in to wait for its pages, and cut when they come too late.
+    let streams: Gate
     let metrics: CofferMetrics?
     /// How long a streamed answer's next page waits for a place before the stream is cut.
     var pageWait: Duration = .seconds(30)
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let place = AuditPlace(gate, metrics: metrics) else {
-            metrics?.auditBusy.increment()
-            context.logger.notice("audit request refused: audit concurrency reached", metadata: ["limit": "\(gate.capacity)"])
-            throw Problem(
-                .auditBusy, "\(gate.capacity) audit requests are in progress on this server; retry in 1 s", headers: [.retryAfter: "1"])
+            throw busy(context, "\(gate.capacity) audit requests are reading the database on this server")
         }
         var response: Response
         do { response = try await next(request, context) } catch {
@@ -312,16 +314,29 @@ struct AuditConcurrencyMiddleware: RouterMiddleware {
             place.leave()
             return response
         }
+        guard let stream = AuditPlace(streams, metrics: nil) else {
+            place.leave()
+            throw busy(context, "\(streams.capacity) audit exports are streaming from this server")
+        }
         let body = response.body
         let (pageWait, logger) = (self.pageWait, context.logger)
         response.body = ResponseBody { writer in
-            defer { place.leave() }
+            defer {
+                place.leave()
+                stream.leave()
+            }
             do { try await body.write(AuditPlaceWriter(base: writer, place: place, wait: pageWait)) } catch let busy as AuditPlace.Busy {
-                logger.notice("audit export cut: no place came free in time", metadata: ["seconds": "\(busy.waited)"])
+                logger.notice("audit export cut: no place came free in time", metadata: ["seconds": "\(busy.waited.components.seconds)"])
                 throw busy
             }
         }
         return response
+    }
+
+    private func busy(_ context: Context, _ what: String) -> Problem {
+        metrics?.auditBusy.increment()
+        context.logger.notice("audit request refused", metadata: ["reason": "\(what)"])
+        return Problem(.auditBusy, "\(what); retry in 1 s", headers: [.retryAfter: "1"])
     }
 }
 
@@ -376,7 +391,10 @@ final class AuditPlace: Sendable {
     /// Takes a place again, behind those already waiting, within `wait`; throws ``Busy`` when
     /// none came free.
     func resume(within wait: Duration) async throws {
-        guard await gate.enter(within: wait) else { throw Busy(waited: wait) }
+        guard await gate.enter(within: wait) else {
+            try Task.checkCancellation()
+            throw Busy(waited: wait)
+        }
         let keep = state.withLock { state -> Bool in
             guard !state.done, !state.held else { return false }
             state.held = true

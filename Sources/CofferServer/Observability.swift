@@ -28,7 +28,7 @@ public final class CofferMetrics: Sendable {
             descriptor: Self.name("request_body_bytes_reserved", "Request-body bytes reserved from the in-flight body budget"))
         busy = registry.makeCounter(descriptor: Self.name("busy_total", "Requests refused with 503 busy (body budget spent)"))
         auditInFlight = registry.makeGauge(
-            descriptor: Self.name("audit_requests_in_flight", "/v1/audit requests in progress (exports until their body ends)"))
+            descriptor: Self.name("audit_requests_in_flight", "/v1/audit requests reading the database (an export while it reads a page)"))
         auditBusy = registry.makeCounter(
             descriptor: Self.name("audit_busy_total", "/v1/audit requests refused with 503 auditBusy (audit concurrency reached)"))
         verificationSeconds = registry.makeDurationHistogram(

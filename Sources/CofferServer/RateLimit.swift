@@ -146,6 +146,8 @@ final class Gate: Sendable {
         var holders = 0
         var waiters: [Waiter] = []
         var nextId: UInt64 = 0
+        /// Each waiter's deadline, cancelled once it is answered.
+        var timers: [UInt64: Task<Void, Never>] = [:]
     }
 
     let capacity: Int
@@ -185,10 +187,16 @@ final class Gate: Sendable {
                 case .entered: continuation.resume(returning: true)
                 case .refused: continuation.resume(returning: false)
                 case .waiting:
-                    Task { [self] in
-                        try? await Task.sleep(for: wait)
+                    let timer = Task { [self] in
+                        do { try await Task.sleep(for: wait) } catch { return }
                         giveUp(id)
                     }
+                    let answered = state.withLock { state -> Bool in
+                        guard state.waiters.contains(where: { $0.id == id }) else { return true }
+                        state.timers[id] = timer
+                        return false
+                    }
+                    if answered { timer.cancel() }
                 }
             }
         } onCancel: {
@@ -198,20 +206,25 @@ final class Gate: Sendable {
 
     /// Answers waiter `id` false, if it still waits.
     private func giveUp(_ id: UInt64) {
-        let waiter = state.withLock { state -> Waiter? in
-            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return state.waiters.remove(at: index)
+        let (waiter, timer) = state.withLock { state -> (Waiter?, Task<Void, Never>?) in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return (nil, nil) }
+            return (state.waiters.remove(at: index), state.timers.removeValue(forKey: id))
         }
+        timer?.cancel()
         waiter?.continuation.resume(returning: false)
     }
 
     /// Gives a place back: to the first waiter, when there is one.
     func leave() {
-        let next = state.withLock { state -> Waiter? in
-            if !state.waiters.isEmpty { return state.waiters.removeFirst() }
+        let (next, timer) = state.withLock { state -> (Waiter?, Task<Void, Never>?) in
+            if !state.waiters.isEmpty {
+                let first = state.waiters.removeFirst()
+                return (first, state.timers.removeValue(forKey: first.id))
+            }
             state.holders = max(0, state.holders - 1)
-            return nil
+            return (nil, nil)
         }
+        timer?.cancel()
         next?.continuation.resume(returning: true)
     }
 

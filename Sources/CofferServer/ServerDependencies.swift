@@ -59,13 +59,16 @@ public struct ServerRuntime: Sendable {
     public let metrics: CofferMetrics
     /// Uploads in progress (``CofferConfiguration/maxConcurrentUploads``).
     let uploads: Gate
-    /// `/v1/audit` requests in progress (``CofferConfiguration/auditConcurrency``).
+    /// `/v1/audit` requests reading the database (``CofferConfiguration/auditConcurrency``)…
     let audits: Gate
+    /// …and audit exports streaming (twice as many).
+    let auditStreams: Gate
 
     public init(_ configuration: CofferConfiguration, metrics: CofferMetrics = CofferMetrics()) {
         self.metrics = metrics
         self.uploads = Gate(capacity: configuration.maxConcurrentUploads)
         self.audits = Gate(capacity: configuration.auditConcurrency)
+        self.auditStreams = Gate(capacity: 2 * configuration.auditConcurrency)
     }
 
     /// Uploads in progress now (tests wait on it instead of sleeping).
@@ -73,4 +76,7 @@ public struct ServerRuntime: Sendable {
 
     /// Audit requests in progress now (tests wait on it instead of sleeping).
     public var auditsInProgress: Int { audits.inUse }
+
+    /// Audit exports streaming now.
+    public var auditStreamsInProgress: Int { auditStreams.inUse }
 }

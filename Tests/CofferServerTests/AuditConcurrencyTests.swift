@@ -24,15 +24,21 @@ final class HeldLedger: LedgerRepository {
 
     let base: any LedgerRepository
     let passing: Int
+    /// Every call answers a full page (an export that never ends); nothing is held.
+    let endless: Bool
     private let state = Mutex(State())
 
-    init(_ base: any LedgerRepository, passing: Int = 0) {
+    init(_ base: any LedgerRepository, passing: Int = 0, endless: Bool = false) {
         self.base = base
         self.passing = passing
+        self.endless = endless
     }
 
     /// Calls waiting now.
     var held: Int { state.withLock { $0.waiting.count } }
+
+    /// Calls of `redemptions(_:)` so far.
+    var calls: Int { state.withLock { $0.calls } }
 
     func release() {
         let waiting = state.withLock { state in
@@ -48,7 +54,7 @@ final class HeldLedger: LedgerRepository {
             state.calls += 1
             return state.calls
         }
-        if call == 1, passing > 0 {
+        if endless || (call == 1 && passing > 0) {
             let first = try await base.redemptions(AuditFilter())
             return first.isEmpty ? [] : Array(repeating: first[0], count: filter.limit)
         }
@@ -165,13 +171,49 @@ final class HeldLedger: LedgerRepository {
             let busy = try await client.execute(uri: "/v1/audit/public-key", method: .get, headers: h.bearer(h.auditorKey))
             #expect(busy.status == .serviceUnavailable && Harness.code(busy) == "auditBusy")
 
-            // The client goes away; the place is given back when the stream ends (its next
-            // write fails).
+            // The client goes away; the place is given back when the stream ends.
             shutdown(export.fd, Int32(SHUT_RDWR))
             ledger.release()
             #expect(await eventually(seconds: 20) { h.runtime.auditsInProgress == 0 })
             let after = try await client.execute(uri: "/v1/audit/public-key", method: .get, headers: h.bearer(h.auditorKey))
             #expect(after.status == .ok)
+        }
+    }
+
+    /// Exports whose clients read nothing hold no place (other audit requests are answered),
+    /// and no more than twice the places stream at once: the next export is 503 `auditBusy`
+    /// before its 200.
+    @Test func slowReadersHoldNoPlaceAndExportsStreamTwiceThePlacesAtMost() async throws {
+        let h = try await Harness.make(configure: { $0.auditConcurrency = 1 })
+        defer { h.cleanUp() }
+        let ledger = HeldLedger(h.services.ledger, endless: true)
+        try await Self.application(h, ledger: ledger).test(.live) { client in
+            let port = try #require(client.port)
+            let redeemed = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("79")]))
+            #expect(redeemed.status == .created)
+            // Two exports that never end, to clients that read nothing: their writes stop once
+            // the connections' buffers are full.
+            var stalled: [RawConnection] = []
+            for _ in 0..<2 {
+                stalled.append(try Self.get("/v1/audit/export?format=ndjson", key: h.auditorKey, port: port))
+                // Stalled: no page read for 300 ms (a stream still writing reads hundreds a second).
+                #expect(
+                    await eventually(seconds: 60) {
+                        let before = ledger.calls
+                        try? await Task.sleep(for: .milliseconds(300))
+                        return ledger.calls == before && h.runtime.auditStreamsInProgress == stalled.count && h.runtime.auditsInProgress == 0
+                    })
+            }
+            // (A raw connection: were the third let in, its export would never end.)
+            let third = try Self.get("/v1/audit/export?format=csv", key: h.auditorKey, port: port)
+            let head = await third.readHead(seconds: 20).lowercased()
+            #expect(head.hasPrefix("http/1.1 503") && head.contains("retry-after: 1"), "\(head.prefix(200))")
+            let page = try await client.execute(uri: "/v1/audit/revocations", method: .get, headers: h.bearer(h.auditorKey))
+            #expect(page.status == .ok, "the place is free while the exports' clients read nothing")
+            // Closed with unread data, the connections are reset: the stalled writes fail.
+            stalled.removeAll()
+            #expect(await eventually(seconds: 60) { h.runtime.auditStreamsInProgress == 0 && h.runtime.auditsInProgress == 0 })
         }
     }
 
@@ -191,8 +233,8 @@ final class HeldLedger: LedgerRepository {
         let other = try #require(AuditPlace(gate, metrics: nil), "another audit request takes it")
         client.finishReading()
         #expect(await eventually(seconds: 20) { gate.waiting == 1 }, "the stream waits for its next page")
-        #expect(AuditPlace(gate, metrics: nil) == nil, "a new request does not pass the waiting stream")
         other.leave()
+        #expect(AuditPlace(gate, metrics: nil) == nil, "the place went to the waiting stream, not to a new request")
         #expect(try await streaming.value == 1, "the stream holds the place again")
         place.leave()
         place.leave()
