@@ -175,7 +175,7 @@ let package = Package(
             name: "CofferContractTests",
             dependencies: [
                 "CofferCore", "CofferStore", "CofferPostgres", "CofferS3", "CofferTestSupport", .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"), .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

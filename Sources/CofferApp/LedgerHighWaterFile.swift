@@ -86,17 +86,15 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
         let temporary = path + ".\(UUID().uuidString).tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { throw Self.failure(errno) }
-        var failed: Int32 = 0
-        if !writeAll(fd, data) {
-            failed = errno
-        } else if fsync(fd) != 0 {
-            failed = errno
-        }
-        close(fd)
-        if failed == 0 && rename(temporary, path) != 0 { failed = errno }
-        guard failed == 0 else {
+        let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        do {
+            try file.write(contentsOf: data)
+            try file.synchronize()
+            try file.close()
+            guard rename(temporary, path) == 0 else { throw Self.failure(errno) }
+        } catch {
             unlink(temporary)
-            throw Self.failure(failed)
+            throw error
         }
         let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directory >= 0 {
@@ -106,21 +104,4 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
     }
 
     private static func failure(_ code: Int32) -> POSIXError { POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO) }
-}
-
-/// Writes all of `data` to `fd`, again after a short write or an interrupted one; false (with
-/// `errno` set) on an error.
-private func writeAll(_ fd: Int32, _ data: Data) -> Bool {
-    data.withUnsafeBytes { buffer in
-        var offset = 0
-        while offset < buffer.count {
-            let n = write(fd, buffer.baseAddress.map { $0 + offset }, buffer.count - offset)
-            if n < 0 {
-                if errno == EINTR { continue }
-                return false
-            }
-            offset += n
-        }
-        return true
-    }
 }

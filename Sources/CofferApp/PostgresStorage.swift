@@ -44,8 +44,7 @@ public struct PostgresStorage: CofferStorage {
                 "the database is on another machine and sslmode is \(url.sslMode.rawValue): use sslmode=verify-full (and sslrootcert) so nobody in between can read or alter the ledger"
             )
         }
-        // The pool shares all but the writer's connection (1 at least).
-        let shared = max(1, configuration.databasePoolSize - 1)
+        let shared = configuration.databaseSharedConnections
         if configuration.auditConcurrency >= shared {
             logger.warning(
                 "audit-concurrency \(configuration.auditConcurrency) lets audit requests hold all \(shared) shared database connection(s) (database-pool-size \(configuration.databasePoolSize)): key checks, replays and grant exchanges may wait behind auditors' scans; raise database-pool-size or lower audit-concurrency"

@@ -134,7 +134,7 @@ extension CofferConfiguration {
             try await reader.integer(.databasePoolSize, in: 1...1000) { _ in "database-pool-size must be 1–1000 connections" } ?? databasePoolSize
         auditConcurrency =
             try await reader.integer(.auditConcurrency, in: 1...1000) { _ in "audit-concurrency must be 1–1000 requests" }
-            ?? Self.defaultAuditConcurrency(databasePoolSize: databaseURL == nil ? nil : databasePoolSize)
+            ?? (databaseURL == nil ? auditConcurrency : min(auditConcurrency, max(1, databaseSharedConnections / 2)))
         roots = try await reader.list(.roots) ?? []
         environments = try await reader.list(.environments) ?? []
     }

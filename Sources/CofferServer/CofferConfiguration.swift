@@ -78,19 +78,15 @@ public struct CofferConfiguration: Sendable {
     public var databaseURL: String?
     /// Connections each instance opens to the database at most.
     public var databasePoolSize = 10
+    /// The connections of the pool that everything but the ledger writer shares (one of
+    /// ``databasePoolSize`` is the writer's own; 1 at least).
+    public var databaseSharedConnections: Int { max(1, databasePoolSize - 1) }
     /// `/v1/audit` requests reading the database at once on this instance (an export while it
-    /// reads a page, not while its client reads); more get 503 `auditBusy` with `Retry-After`. Audit reads scan and page the
-    /// ledger: the limit keeps an auditor's key from holding the database's connections (or
-    /// SQLite's readers) that redemptions need. Default: 4, and on PostgreSQL at most half
-    /// the pool's shared connections (``defaultAuditConcurrency(databasePoolSize:)``).
+    /// reads a page, not while its client reads); more get 503 `auditBusy` with `Retry-After`.
+    /// Audit reads scan and page the ledger: the limit keeps an auditor's key from holding the
+    /// database connections (or SQLite readers) that players' requests need. Default: 4, and
+    /// on PostgreSQL half of ``databaseSharedConnections`` when that is less (1 at least).
     public var auditConcurrency = 4
-
-    /// The default of ``auditConcurrency``: 4, and on PostgreSQL at most half the connections
-    /// the pool shares (one of `databasePoolSize` is the ledger writer's own), at least 1.
-    public static func defaultAuditConcurrency(databasePoolSize: Int?) -> Int {
-        guard let databasePoolSize else { return 4 }
-        return min(4, max(1, (databasePoolSize - 1) / 2))
-    }
     /// Where asset bytes live: `s3://BUCKET[/PREFIX]` (an S3-compatible bucket shared by
     /// several instances); nil: `DATA/content/`.
     public var contentStore: String?
