@@ -17,6 +17,21 @@ import Testing
         #expect(url == expected)
     }
 
+    @Test func version4UUIDKeepsTheBitsAndSetsVersionAndVariant() {
+        // Every bit set, then none: only the version (4) and variant (10) bits are forced.
+        #expect(UUID.version4(high: .max, low: .max).uuidString == "FFFFFFFF-FFFF-4FFF-BFFF-FFFFFFFFFFFF")
+        #expect(UUID.version4(high: 0, low: 0).uuidString == "00000000-0000-4000-8000-000000000000")
+        #expect(
+            UUID.version4(high: 0x0123_4567_89AB_CDEF, low: 0xFEDC_BA98_7654_3210).uuidString == "01234567-89AB-4DEF-BEDC-BA9876543210")
+        let ids = (0..<64).map { _ in Vault.randomRedemptionId() }
+        #expect(Set(ids).count == 64)
+        for id in ids {
+            #expect(UUID(uuidString: id) != nil && id == id.lowercased())
+            let chars = Array(id)
+            #expect(chars[14] == "4" && "89ab".contains(chars[19]), "version 4, RFC variant: \(id)")
+        }
+    }
+
     @Test func base64RejectsWhatItShould() {
         #expect(Base64.decode("QQ=") == nil, "short padding")
         #expect(Base64.decode("QQ===") == nil, "extra padding")

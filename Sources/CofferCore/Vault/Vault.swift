@@ -215,7 +215,7 @@ public struct Vault: Sendable {
         }
         let grant = Self.randomSecret()
         let row = Redemption(
-            redemptionId: UUID().uuidString.lowercased(), transactionId: purchase.transactionId,
+            redemptionId: Self.randomRedemptionId(), transactionId: purchase.transactionId,
             originalTransactionId: purchase.originalTransactionId, productId: purchase.productId, bundleId: purchase.bundleId,
             environment: environment, purchaseDate: purchase.purchaseDate, quantity: purchase.quantity,
             receiptSHA256: proofHash, sourceFormat: purchase.format, redeemedAt: now, clientAddress: request.clientAddress,
@@ -553,6 +553,17 @@ public struct Vault: Sendable {
     /// Runs a storage call, turning its failure into a 503-class ``VaultFailure``.
     func storage<T>(_ body: () async throws -> T) async throws(VaultFailure) -> T {
         do { return try await body() } catch { throw VaultFailure(.storageUnavailable, "storage failed: \(error)") }
+    }
+
+    /// A random (version 4) UUID, lowercased: a redemption's id. Drawn from
+    /// `SystemRandomNumberGenerator` (one `getrandom` call): Foundation's `UUID()` on Linux
+    /// opens, reads and closes `/dev/urandom` on every call — about 2% of the server's CPU
+    /// per redemption in a profile of the paced PostgreSQL load (2026-11-27).
+    static func randomRedemptionId() -> String {
+        var rng = SystemRandomNumberGenerator()
+        let high = rng.next() as UInt64
+        let low = rng.next() as UInt64
+        return UUID.version4(high: high, low: low).uuidString.lowercased()
     }
 
     /// 32 random bytes, base64url.
