@@ -15,7 +15,10 @@
 #                 (default 3; 1 with DATABASE_URL, whose disk the probe cannot see); any
 #                 other miss is final. Every try is printed;
 #   pg-sat      — the two instances as fast as they go.
-# Then `coffer ledger verify --database URL` on the shared ledger.
+# Then `coffer ledger verify --database URL` on the shared ledger. The two PostgreSQL instances
+# share this host's cores as the README's `--event-loops` row says: PG_EVENT_LOOPS HTTP
+# event loops each (default: the cores divided between the two, 1 at least); the SQLite
+# instance, alone on the host, keeps its default (one per core).
 #
 #   Benchmarks/load-postgres.sh
 #   SECONDS_EACH=20 CONNECTIONS=64 RATE=2500 Benchmarks/load-postgres.sh
@@ -48,6 +51,7 @@ TRIES=${PACED_TRIES:-$([ -n "${DATABASE_URL:-}" ] && echo 1 || echo 3)}
 # receipts (409s): no goal counts a phase with any answer but 201.
 N=${RECEIPTS:-$((S * ((RATE + 50) * TRIES + 6000)))}
 PORT=${PORT:-18490}
+LOOPS=${PG_EVENT_LOOPS:-$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1))}
 OUT=.build-release/load-postgres
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
 half=$((C / 2))
@@ -198,8 +202,8 @@ rm -f "$OUT/shared/sandbox/demo-keys.json"
 "$BIN" migrate --database "$URL" >/dev/null
 # What the SQLite phase and the set-up wrote goes to the disk now, not during the phases.
 sync
-serve pg-a $((PORT + 1)) --data-dir "$OUT/shared" --database "$URL"
-serve pg-b $((PORT + 2)) --data-dir "$OUT/shared" --database "$URL"
+serve pg-a $((PORT + 1)) --data-dir "$OUT/shared" --database "$URL" --event-loops "$LOOPS"
+serve pg-b $((PORT + 2)) --data-dir "$OUT/shared" --database "$URL" --event-loops "$LOOPS"
 # The paced goal, judged per try. No durable write can be answered before the disk has
 # flushed it, and this machine's disk is shared (it stalls for 50–1,600 ms at times with
 # nothing running). A try measured the disk, not the servers, and is set aside — printed,

@@ -4,6 +4,7 @@ import CofferServer
 import Configuration
 import Hummingbird
 import Logging
+import NIOPosix
 
 /// The server `coffer serve` runs, from its settings: the configuration read from `reader`
 /// (``CofferServer/CofferConfiguration/reader(commandLine:environment:)`` gives the flags,
@@ -39,15 +40,20 @@ public func buildApplication(
         metadata: [
             "address": "\(configuration.host):\(configuration.port)", "data": "\(configuration.dataDirectory)",
             "database": "\(storage.databaseDescription)", "bundleIds": "\(configuration.bundleIds.sorted())",
+            "eventLoops": "\(configuration.eventLoops.map(String.init) ?? "one per core")",
             "players": "\(players.map { "issuer \($0.issuer), audience \($0.audience)" } ?? "off")",
             "anchors": "\(configuration.anchors.map { "\($0.certificate.commonName ?? "?") → \($0.environments.sorted().map(\.rawValue))" })",
         ])
     var dependencies = storage.dependencies
     dependencies.deliveries = DeliveryRecorder(repository: storage.deliveryRepository, logger: logger)
     dependencies.players = players
+    // `--event-loops`: the server's own group, shut down last (the first service stops last).
+    let loops = configuration.eventLoops.map { MultiThreadedEventLoopGroup(numberOfThreads: $0) }
     return buildApplication(
-        configuration, dependencies: dependencies, services: [StorageService(storage, logger: logger), LedgerWriterService(storage)],
-        logger: logger)
+        configuration, dependencies: dependencies,
+        services: (loops.map { [EventLoopGroupService($0, logger: logger)] } ?? []) + [
+            StorageService(storage, logger: logger), LedgerWriterService(storage),
+        ], eventLoopGroup: loops, logger: logger)
 }
 
 /// Opens the configured storage; a failure names what could not be opened (``StorageOpenError``).

@@ -10,10 +10,12 @@ import ServiceLifecycle
 ///
 /// `services` run beside the server and are stopped after it and after the last checkpoint,
 /// in reverse order: the composition root passes the database close, then the ledger writer
-/// (so the writer finishes its queue before the database closes).
+/// (so the writer finishes its queue before the database closes). The server runs on
+/// `eventLoopGroup` (``CofferConfiguration/eventLoops``; its owner shuts it down), or on
+/// NIO's shared group, one loop per core.
 public func buildApplication(
     _ configuration: CofferConfiguration, dependencies: ServerDependencies, runtime: ServerRuntime? = nil, services: [any Service] = [],
-    logger: Logger
+    eventLoopGroup: (any EventLoopGroup)? = nil, logger: Logger
 ) -> some ApplicationProtocol {
     // A connection the peer stops reading is closed after twice the download stall timeout
     // (downloads are closed by their own watchdog first, which logs the client address).
@@ -34,6 +36,7 @@ public func buildApplication(
                 ledger: dependencies.ledgerAudit, interval: .seconds(configuration.checkpointIntervalSeconds), logger: logger,
                 highWater: dependencies.ledgerHighWater)
         ],
+        eventLoopGroupProvider: eventLoopGroup.map { .shared($0) } ?? .singleton,
         logger: logger)
 }
 

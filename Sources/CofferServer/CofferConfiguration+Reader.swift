@@ -75,6 +75,7 @@ extension CofferConfiguration {
     private mutating func readServer(_ reader: ConfigReader) async throws {
         host = try await reader.string(.host) ?? host
         port = try await reader.integer(.port, in: 0...65535) { "port \($0) is out of range" } ?? port
+        eventLoops = try await reader.integer(.eventLoops, in: 1...256) { _ in "event-loops must be 1–256 threads" }
         dataDirectory = try await reader.string(.dataDirectory) ?? dataDirectory
         bundleIds = Set(try await reader.list(.bundleIds) ?? [])
         appAppleId = try await reader.integer(.appAppleId).map(Int64.init)

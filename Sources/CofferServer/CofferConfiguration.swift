@@ -87,6 +87,11 @@ public struct CofferConfiguration: Sendable {
     /// database connections (or SQLite readers) that players' requests need. Default: 4, and
     /// on PostgreSQL half of ``databaseSharedConnections`` when that is less (1 at least).
     public var auditConcurrency = 4
+    /// The HTTP server's event-loop threads; nil: one per core (NIO's shared group). Several
+    /// instances on one host each take their share of the cores rather than each starting one
+    /// thread per core: fewer threads than cores contend for them, fewer wake-ups and task
+    /// switches (`Benchmarks/README.md`).
+    public var eventLoops: Int?
     /// Where asset bytes live: `s3://BUCKET[/PREFIX]` (an S3-compatible bucket shared by
     /// several instances); nil: `DATA/content/`.
     public var contentStore: String?

@@ -67,6 +67,7 @@ public struct CofferSetting: Sendable, Hashable {
         "databasePoolSize", .integer, flag: "--database-pool-size", environment: "COFFER_DATABASE_POOL_SIZE")
     public static let auditConcurrency = Self(
         "auditConcurrency", .integer, flag: "--audit-concurrency", environment: "COFFER_AUDIT_CONCURRENCY")
+    public static let eventLoops = Self("eventLoops", .integer, flag: "--event-loops", environment: "COFFER_EVENT_LOOPS")
     public static let contentStore = Self("contentStore", .string, flag: "--content-store", environment: "COFFER_CONTENT_STORE")
     public static let s3Endpoint = Self("s3Endpoint", .string, flag: "--s3-endpoint", environment: "COFFER_S3_ENDPOINT")
     public static let s3Region = Self("s3Region", .string, flag: "--s3-region", environment: "COFFER_S3_REGION")
@@ -89,7 +90,8 @@ public struct CofferSetting: Sendable, Hashable {
     public static let all: [CofferSetting] = [
         host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
         rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
-        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, auditConcurrency, trustedProxies, contentStore,
+        accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, auditConcurrency, eventLoops, trustedProxies,
+        contentStore,
         s3Endpoint,
         s3Region, s3PartSize, contentCacheSize, downloadMode, playerKeys, playerIssuer, playerAudience, playerAccountClaim, partialRefunds, tokenKey,
         config,

@@ -25,6 +25,7 @@ extension ServeCommand {
             (.rateNotificationBurst, rateNotificationBurst), (.downloadStallTimeout, downloadStallTimeout),
             (.downloadsPerAddress, downloadsPerAddress), (.bodyBudget, bodyBudget), (.checkpointEvery, checkpointEvery),
             (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize), (.auditConcurrency, auditConcurrency),
+            (.eventLoops, eventLoops),
             (.s3PartSize, s3PartSize),
             (.contentCacheSize, contentCacheSize),
         ]

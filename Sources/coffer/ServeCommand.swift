@@ -74,6 +74,12 @@ struct ServeCommand: AsyncParsableCommand {
     )
     var auditConcurrency: Int?
     @Option(
+        name: .customLong("event-loops"),
+        help:
+            "HTTP event-loop threads (1–256). Several instances on one host: give each its share of the cores. Default: one per core."
+    )
+    var eventLoops: Int?
+    @Option(
         name: .customLong("content-store"),
         help:
             "Where asset bytes live: s3://BUCKET[/PREFIX], an S3-compatible bucket several instances share (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN). Default: DATA/content/."
@@ -170,6 +176,7 @@ extension ServeCommand {
         var database: String?
         var databasePoolSize: Int
         var auditConcurrency: Int
+        var eventLoops: Int?
         var contentStore: String?
         var s3Endpoint: String?
         var s3Region: String
@@ -194,7 +201,8 @@ extension ServeCommand {
             rateNotifications: c.notificationsPerMinute, rateNotificationBurst: c.notificationBurst,
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },
-            databasePoolSize: c.databasePoolSize, auditConcurrency: c.auditConcurrency, contentStore: c.contentStore, s3Endpoint: c.s3Endpoint,
+            databasePoolSize: c.databasePoolSize, auditConcurrency: c.auditConcurrency, eventLoops: c.eventLoops,
+            contentStore: c.contentStore, s3Endpoint: c.s3Endpoint,
             s3Region: c.s3Region,
             s3PartSize: c.s3PartSize, contentCacheSize: c.contentCacheSize, downloadMode: c.downloadMode.rawValue, playerKeys: c.playerKeyFiles,
             playerIssuer: c.playerIssuer,

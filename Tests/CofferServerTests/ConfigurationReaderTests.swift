@@ -8,6 +8,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Logging
+import NIOPosix
 import Testing
 
 /// The configuration pipeline as a library: `CofferConfiguration.reader(commandLine:environment:)`
@@ -105,6 +106,7 @@ struct ConfigurationReaderTests {
         ("COFFER_ACCEL_REDIRECT", "/a/../", "accel-redirect must be a path like /_coffer/"),
         ("COFFER_CHECKPOINT_EVERY", "0", "checkpoint-every must be 1–1000000 entries"),
         ("COFFER_AUDIT_CONCURRENCY", "0", "audit-concurrency must be 1–1000 requests"),
+        ("COFFER_EVENT_LOOPS", "0", "event-loops must be 1–256 threads"), ("COFFER_EVENT_LOOPS", "257", "event-loops must be 1–256 threads"),
         ("COFFER_CHECKPOINT_INTERVAL", "86401", "checkpoint-interval must be 1–86400 seconds"),
         ("COFFER_CONTENT_STORE", "/srv/content", "content-store must be s3://BUCKET[/PREFIX]"),
         ("COFFER_S3_ENDPOINT", "http://127.0.0.1:9000", "s3-endpoint is set but content-store is not"),
@@ -214,6 +216,47 @@ struct ConfigurationReaderTests {
             #expect(FileManager.default.fileExists(atPath: DataDirectory(data).database))
             #expect(FileManager.default.fileExists(atPath: DataDirectory(data).tokenKeys))
             #expect(FileManager.default.fileExists(atPath: DataDirectory(data).ledgerKey))
+        }
+    }
+
+    /// `--event-loops N`: the server runs on a group of its own with N loops, which is shut down
+    /// with the server; without it, on NIO's shared group (one loop per core).
+    @Test func eventLoopsGiveTheServerItsOwnGroup() async throws {
+        try await withTemporaryDirectory(prefix: "coffer-loops") { directory in
+            var logger = Logger(label: "coffer-test")
+            logger.logLevel = .warning
+            for loops in [1, 3] {
+                let reader = try await CofferConfiguration.reader(
+                    commandLine: Self.flags([
+                        .dataDirectory: .string(directory.appendingPathComponent("data-\(loops)").path), .port: .int(0), .eventLoops: .int(loops),
+                    ]),
+                    environment: ["COFFER_BUNDLE_IDS": "com.x"])
+                let app = try await buildApplication(reader: reader, logger: logger)
+                let group = app.eventLoopGroup
+                #expect(group !== MultiThreadedEventLoopGroup.singleton)
+                // Each loop's thread, by its kernel id (its entry in /proc/self/task while it runs).
+                var threads: [String] = []
+                for loop in group.makeIterator() {
+                    // "/proc/thread-self" links to "PID/task/TID".
+                    let link = try await loop.submit { try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self") }.get()
+                    threads.append(try #require(link.split(separator: "/").last.map(String.init)))
+                }
+                #expect(threads.count == loops && Set(threads).count == loops)
+                for tid in threads { #expect(FileManager.default.fileExists(atPath: "/proc/self/task/\(tid)")) }
+                try await app.test(.live) { client in
+                    try await client.execute(uri: "/healthz", method: .get) { #expect($0.status == .ok) }
+                }
+                // Shut down with the server (NIO joins a group's threads before its shutdown returns).
+                for tid in threads { #expect(!FileManager.default.fileExists(atPath: "/proc/self/task/\(tid)"), "thread \(tid) still runs") }
+            }
+            let reader = try await CofferConfiguration.reader(
+                commandLine: Self.flags([.dataDirectory: .string(directory.appendingPathComponent("data").path), .port: .int(0)]),
+                environment: ["COFFER_BUNDLE_IDS": "com.x"])
+            let app = try await buildApplication(reader: reader, logger: logger)
+            #expect(app.eventLoopGroup === MultiThreadedEventLoopGroup.singleton)
+            try await app.test(.router) { client in
+                try await client.execute(uri: "/healthz", method: .get) { #expect($0.status == .ok) }
+            }
         }
     }
 

@@ -64,6 +64,7 @@ struct ConfigurationTableTests {
         ),
         "databasePoolSize": (31, 32, 33),
         "auditConcurrency": (41, 42, 43),
+        "eventLoops": (1, 2, 3),
         "contentStore": ("s3://flag-bucket/flag", "s3://env-bucket", "s3://file-bucket/a/b"),
         "s3Endpoint": ("http://flag.example:9000", "https://env.example", "http://file.example:9001"),
         "s3Region": ("eu-west-1", "auto", "us-west-2"), "s3PartSize": (5_242_880, 6_291_456, 7_340_032),
