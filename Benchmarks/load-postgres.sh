@@ -51,7 +51,8 @@ TRIES=${PACED_TRIES:-$([ -n "${DATABASE_URL:-}" ] && echo 1 || echo 3)}
 # receipts (409s): no goal counts a phase with any answer but 201.
 N=${RECEIPTS:-$((S * ((RATE + 50) * TRIES + 6000)))}
 PORT=${PORT:-18490}
-LOOPS=${PG_EVENT_LOOPS:-$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1))}
+cores=$(nproc)
+LOOPS=${PG_EVENT_LOOPS:-$((cores / 2 < 1 ? 1 : cores / 2 > 256 ? 256 : cores / 2))}
 OUT=.build-release/load-postgres
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 2; }
 half=$((C / 2))

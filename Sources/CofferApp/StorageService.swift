@@ -1,10 +1,11 @@
 import Logging
 import ServiceLifecycle
 
-/// Closes the storage when the server shuts down. Handed to ``buildApplication`` first, so the
-/// service group stops it last: after the HTTP server (every in-flight request answered) and
-/// the checkpoint service (the last checkpoint signed). Then the ledger's queued writes are
-/// finished and the database is closed.
+/// Closes the storage when the server shuts down. Handed to ``buildApplication`` first (after
+/// ``EventLoopGroupService``, when there is one), so the service group stops it last but that
+/// one: after the HTTP server (every in-flight request answered) and the checkpoint service
+/// (the last checkpoint signed). Then the ledger's queued writes are finished and the
+/// database is closed.
 public struct StorageService: Service {
     let storage: any CofferStorage
     let logger: Logger

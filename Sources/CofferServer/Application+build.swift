@@ -9,10 +9,11 @@ import ServiceLifecycle
 /// composition root, `CofferApp`) and the tests call this same function.
 ///
 /// `services` run beside the server and are stopped after it and after the last checkpoint,
-/// in reverse order: the composition root passes the database close, then the ledger writer
-/// (so the writer finishes its queue before the database closes). The server runs on
-/// `eventLoopGroup` (``CofferConfiguration/eventLoops``; its owner shuts it down), or on
-/// NIO's shared group, one loop per core.
+/// in reverse order: the composition root passes the event loops' shutdown (with
+/// `--event-loops`), the database close, then the ledger writer (so the writer finishes its
+/// queue before the database closes). The server runs on `eventLoopGroup`
+/// (``CofferConfiguration/eventLoops``; its owner shuts it down), or on NIO's shared group,
+/// one loop per core.
 public func buildApplication(
     _ configuration: CofferConfiguration, dependencies: ServerDependencies, runtime: ServerRuntime? = nil, services: [any Service] = [],
     eventLoopGroup: (any EventLoopGroup)? = nil, logger: Logger

@@ -89,8 +89,8 @@ public struct CofferConfiguration: Sendable {
     public var auditConcurrency = 4
     /// The HTTP server's event-loop threads; nil: one per core (NIO's shared group). Several
     /// instances on one host each take their share of the cores rather than each starting one
-    /// thread per core: fewer threads than cores contend for them, fewer wake-ups and task
-    /// switches (`Benchmarks/README.md`).
+    /// HTTP thread per core (a few per cent less CPU per redemption for two instances on two
+    /// cores, within that machine's noise: `Benchmarks/README.md`).
     public var eventLoops: Int?
     /// Where asset bytes live: `s3://BUCKET[/PREFIX]` (an S3-compatible bucket shared by
     /// several instances); nil: `DATA/content/`.

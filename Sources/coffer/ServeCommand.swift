@@ -141,7 +141,11 @@ struct ServeCommand: AsyncParsableCommand {
     }
 
     static func serve(_ app: some ApplicationProtocol, logger: Logger) async throws {
-        try await app.runService()
+        do { try await app.runService() } catch {
+            await shutDownEventLoops(of: app, logger: logger)
+            throw error
+        }
+        await shutDownEventLoops(of: app, logger: logger)
         logger.info("Coffer stopped")
     }
 }

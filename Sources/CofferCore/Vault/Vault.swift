@@ -556,9 +556,10 @@ public struct Vault: Sendable {
     }
 
     /// A random (version 4) UUID, lowercased: a redemption's id. Drawn from
-    /// `SystemRandomNumberGenerator` (one `getrandom` call): Foundation's `UUID()` on Linux
-    /// opens, reads and closes `/dev/urandom` on every call — about 2% of the server's CPU
-    /// per redemption in a profile of the paced PostgreSQL load (2026-11-27).
+    /// `SystemRandomNumberGenerator` (two 8-byte `getrandom` calls): Foundation's `UUID()` on
+    /// Linux opens, reads and closes `/dev/urandom` on every call — 2% of the server's samples
+    /// in a profile of the paced PostgreSQL load (2026-11-27), a saving below that machine's
+    /// noise in CPU per request (Benchmarks/README.md).
     static func randomRedemptionId() -> String {
         var rng = SystemRandomNumberGenerator()
         let high = rng.next() as UInt64
