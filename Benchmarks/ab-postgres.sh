@@ -50,13 +50,7 @@ trap cleanup EXIT
     read -r URL
 } < <(scripts/postgres-throwaway.sh start "$OUT/cluster")
 # WAL segments to reuse, as a server in service has (load-postgres.sh, WARM_WAL).
-warm=${WARM_WAL:-40}
-psql "$URL" -qAtX -v ON_ERROR_STOP=1 >/dev/null <<SQL
-CREATE TABLE coffer_bench_warm (x int);
-DO \$\$ BEGIN FOR i IN 1..$warm LOOP INSERT INTO coffer_bench_warm VALUES (i); PERFORM pg_switch_wal(); END LOOP; END \$\$;
-DROP TABLE coffer_bench_warm;
-CHECKPOINT;
-SQL
+warm_wal "$URL" "${WARM_WAL:-40}"
 "$A_BIN" migrate --database "$URL" >/dev/null
 
 # serve NAME PORT BIN ENV ARGS: an instance of a pair in the background, its pid appended to SERVERS.
@@ -80,21 +74,6 @@ rate=$RATE
 per_phase=$([ "$MODE" = sat ] && echo 4500 || echo $((RATE + 100)))
 mint_bodies "$OUT/shared/sandbox" $((ROUNDS * 2 * S * per_phase + 10000)) "$OUT" 2
 
-tick=$(getconf CLK_TCK)
-postgres_pids() {
-    local pm
-    pm=$(head -1 "$OUT/cluster/data/postmaster.pid")
-    echo "$pm" $(ps -o pid= --ppid "$pm")
-}
-ticks() {
-    local pid
-    for pid in "$@"; do [ -r "/proc/$pid/stat" ] && awk -v p="$pid" '{print p, $14 + $15}' "/proc/$pid/stat"; done
-    return 0
-}
-spent() {
-    awk -v k="$tick" 'NR == FNR {if (NF == 2) before[$1] = $2; next} NF == 2 {s += $2 - ($1 in before ? before[$1] : 0)} END {print s / k}' \
-        <(echo "$1") <(echo "$2")
-}
 commits() { psql "$URL" -qAtX -c "SELECT sum(xact_commit) FROM pg_stat_database"; }
 per_1000() { awk -v used="$1" -v n="$2" -v s="$S" 'BEGIN{printf "%.3f", used / (n * s) * 1000}'; }
 
@@ -104,7 +83,7 @@ for round in $(seq 1 "$ROUNDS"); do
         if [ "$pair" = A ]; then first=$((PORT + 1)) pids=$pids_a; else first=$((PORT + 3)) pids=$pids_b; fi
         # shellcheck disable=SC2086 # pids is a word list
         coffer_before=$(ticks $pids)
-        pg_before=$(ticks $(postgres_pids))
+        pg_before=$(ticks $(postgres_pids "$OUT/cluster"))
         x0=$(commits)
         disk_probe "$S" "$OUT" >"$OUT/disk.txt" &
         probe=$!
@@ -116,7 +95,7 @@ for round in $(seq 1 "$ROUNDS"); do
         x1=$(commits)
         # shellcheck disable=SC2086
         coffer_used=$(spent "$coffer_before" "$(ticks $pids)")
-        pg_used=$(spent "$pg_before" "$(ticks $(postgres_pids))")
+        pg_used=$(spent "$pg_before" "$(ticks $(postgres_pids "$OUT/cluster"))")
         n=$(($(field rate "$OUT/$pair-a.txt") + $(field rate "$OUT/$pair-b.txt")))
         qa=$(field requests "$OUT/$pair-a.txt")
         qb=$(field requests "$OUT/$pair-b.txt")

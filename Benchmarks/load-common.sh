@@ -170,3 +170,37 @@ corrected() {
     shift
     awk -v iv="$interval" '{print; for (x = $1 - iv; x >= iv; x -= iv) print x, $2}' "$@"
 }
+
+# postgres_pids CLUSTER: the PostgreSQL server's processes of a throwaway cluster
+# (scripts/postgres-throwaway.sh): the postmaster and its children (backends, WAL writer…).
+postgres_pids() {
+    [ -f "$1/data/postmaster.pid" ] || return 0
+    local pm
+    pm=$(head -1 "$1/data/postmaster.pid")
+    echo "$pm" $(ps -o pid= --ppid "$pm")
+}
+
+# ticks PID…: "PID TICKS" per live process (user + system clock ticks used so far).
+ticks() {
+    local pid
+    for pid in "$@"; do [ -r "/proc/$pid/stat" ] && awk -v p="$pid" '{print p, $14 + $15}' "/proc/$pid/stat"; done
+    return 0
+}
+
+# spent BEFORE AFTER: CPU seconds used between two `ticks` outputs. A process that started
+# in between (a backend for a new connection) counts in full; one that ended is not seen.
+spent() {
+    awk -v k="$(getconf CLK_TCK)" 'NR == FNR {if (NF == 2) before[$1] = $2; next} NF == 2 {s += $2 - ($1 in before ? before[$1] : 0)} END {print s / k}' \
+        <(echo "$1") <(echo "$2")
+}
+
+# warm_wal URL SEGMENTS: writes SEGMENTS WAL segments and checkpoints, so that the server has
+# segments to reuse, as one in service has (see load-postgres.sh, WARM_WAL).
+warm_wal() {
+    psql "$1" -qAtX -v ON_ERROR_STOP=1 >/dev/null <<SQL
+CREATE TABLE coffer_bench_warm (x int);
+DO \$\$ BEGIN FOR i IN 1..$2 LOOP INSERT INTO coffer_bench_warm VALUES (i); PERFORM pg_switch_wal(); END LOOP; END \$\$;
+DROP TABLE coffer_bench_warm;
+CHECKPOINT;
+SQL
+}

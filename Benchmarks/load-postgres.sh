@@ -81,34 +81,13 @@ serve() {
     wait_healthy "$port" $! || { cat "$OUT/$name.log" >&2; exit 1; }
 }
 
-tick=$(getconf CLK_TCK)
-# The PostgreSQL server's processes: the postmaster and its children (backends, WAL writer…).
-postgres_pids() {
-    [ -f "$OUT/cluster/data/postmaster.pid" ] || return 0
-    local pm
-    pm=$(head -1 "$OUT/cluster/data/postmaster.pid")
-    echo "$pm" $(ps -o pid= --ppid "$pm")
-}
-# ticks PID…: "PID TICKS" per live process (user + system clock ticks used so far).
-ticks() {
-    local pid
-    for pid in "$@"; do [ -r "/proc/$pid/stat" ] && awk -v p="$pid" '{print p, $14 + $15}' "/proc/$pid/stat"; done
-    return 0
-}
-# spent BEFORE AFTER: CPU seconds used between two `ticks` outputs. A process that started
-# in between (a backend for a new connection) counts in full; one that ended is not seen.
-spent() {
-    awk -v k="$tick" 'NR == FNR {if (NF == 2) before[$1] = $2; next} NF == 2 {s += $2 - ($1 in before ? before[$1] : 0)} END {print s / k}' \
-        <(echo "$1") <(echo "$2")
-}
-
 # phase NAME PORT_A PORT_B START RATE: both wrk processes at once, bodies-1 to PORT_A and
 # bodies-2 to PORT_B, from body START of each; RATE in total (0: saturate). Prints one line.
 phase() {
     local name=$1 port_a=$2 port_b=$3 start=$4 rate=$5
     local coffer_before pg_before coffer_used pg_used
     coffer_before=$(ticks "${SERVERS[@]}")
-    pg_before=$(ticks $(postgres_pids))
+    pg_before=$(ticks $(postgres_pids "$OUT/cluster"))
     echo "$name start $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     disk_probe "$S" "$OUT" >"$OUT/$name-disk.txt" &
     local probe=$!
@@ -122,7 +101,7 @@ phase() {
     wait "$probe" || echo "disk probe failed" >"$OUT/$name-disk.txt"
     wait "$watch" || echo "disk device: disk_stalls failed" >"$OUT/$name-device.txt"
     coffer_used=$(spent "$coffer_before" "$(ticks "${SERVERS[@]}")")
-    pg_used=$(spent "$pg_before" "$(ticks $(postgres_pids))")
+    pg_used=$(spent "$pg_before" "$(ticks $(postgres_pids "$OUT/cluster"))")
     local ra rb
     ra=$(field rate "$OUT/$name-a.txt")
     rb=$(field rate "$OUT/$name-b.txt")
@@ -182,12 +161,7 @@ else
     # WARM_WAL=0: a cold cluster.
     warm=${WARM_WAL:-$(((S * (18 * TRIES + 32) * 25 + 999) / 1000))}
     if [ "$warm" -gt 0 ]; then
-        psql "$URL" -qAtX -v ON_ERROR_STOP=1 >/dev/null <<SQL
-CREATE TABLE coffer_bench_warm (x int);
-DO \$\$ BEGIN FOR i IN 1..$warm LOOP INSERT INTO coffer_bench_warm VALUES (i); PERFORM pg_switch_wal(); END LOOP; END \$\$;
-DROP TABLE coffer_bench_warm;
-CHECKPOINT;
-SQL
+        warm_wal "$URL" "$warm"
         echo "WAL: $warm segments written and checkpointed for reuse (WARM_WAL=0: a cold cluster); $(psql "$URL" -qAtX -c "SELECT count(*) FROM pg_ls_waldir()") in pg_wal" >&2
     fi
     # PG_LOG=1: the server logs every statement slower than 10 ms and every autovacuum run
