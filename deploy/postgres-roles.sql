@@ -5,8 +5,8 @@
 --   coffer_owner  owns the tables: runs `coffer migrate` and `coffer ledger copy`. No instance
 --                 connects as it.
 --   coffer_app    `coffer serve` and `coffer keys`: reads, appends to the ledger, edits the
---                 catalogue and the API keys, rewrites the seal. No DDL; no UPDATE or DELETE
---                 on the ledger.
+--                 catalogue, adds, signs and revokes API keys, rewrites the seal. No DDL; no UPDATE or
+--                 DELETE on the ledger.
 --   coffer_audit  read-only, for `coffer ledger verify|export --database` (optional: delete
 --                 its lines if you don't create it).
 --
@@ -39,8 +39,15 @@ GRANT SELECT, INSERT, UPDATE ON ledger_head TO coffer_app;
 -- Delivery evidence: one counted row per redemption, asset and digest, updated as downloads
 -- finish (not chained).
 GRANT SELECT, INSERT, UPDATE ON deliveries TO coffer_app;
--- The catalogue (admin API) and the API keys (`coffer keys`).
-GRANT SELECT, INSERT, UPDATE, DELETE ON products, assets, api_keys TO coffer_app;
+-- The catalogue (admin API).
+GRANT SELECT, INSERT, UPDATE, DELETE ON products, assets TO coffer_app;
+-- The API keys (`coffer keys`): added, revoked once, and (made before keys were signed) signed
+-- once by `coffer keys adopt --sign`; never changed otherwise or deleted (the table's guard
+-- trigger refuses that to every role too, migration 0007). A key is used only when the ledger
+-- signing key, which this role does not hold, signed it.
+REVOKE UPDATE, DELETE, TRUNCATE ON api_keys FROM coffer_app;
+GRANT SELECT, INSERT ON api_keys TO coffer_app;
+GRANT UPDATE (revoked_at, signature) ON api_keys TO coffer_app;
 -- `serve` reads which migrations were applied; only `coffer migrate` records one.
 GRANT SELECT ON coffer_migrations TO coffer_app;
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON coffer_migrations FROM coffer_app;

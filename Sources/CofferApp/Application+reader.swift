@@ -31,7 +31,16 @@ public func buildApplication(
             keyFiles: configuration.playerKeyFiles, issuer: issuer, audience: audience, accountClaim: configuration.playerAccountClaim)
     }
     let storage = try await openStorage(configuration, logger: logger)
-    do { try await prepare(storage) } catch {
+    do {
+        try await prepare(storage)
+        // Keys from before keys were signed are refused: say so once, at start, with their names.
+        let unsigned = try await storage.keyRepository.unsigned()
+        if !unsigned.isEmpty {
+            logger.warning(
+                "\(unsigned.count) live API key(s) carry no signature and are refused: made before keys were signed, or written into the database outside Coffer. Check them with `coffer keys adopt`, then sign them with `coffer keys adopt --sign` (or revoke them)",
+                metadata: ["keys": "\(unsigned.map { "\($0.role.rawValue) '\($0.name)' (\($0.keyId))" })"])
+        }
+    } catch {
         try? await storage.close()
         throw error
     }

@@ -35,8 +35,9 @@ public struct PostgresImporter {
         for k in keys {
             try await c.query(
                 """
-                INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at)
-                VALUES (\(k.keyId), \(k.name), \(k.role.rawValue), \(k.secretHash), \(k.createdAt.timeIntervalSince1970), \(k.revokedAt?.timeIntervalSince1970))
+                INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at, signature)
+                VALUES (\(k.keyId), \(k.name), \(k.role.rawValue), \(k.secretHash), \(k.createdAt.timeIntervalSince1970), \(k.revokedAt?.timeIntervalSince1970),
+                  \(k.signature))
                 """, logger: logger)
         }
     }

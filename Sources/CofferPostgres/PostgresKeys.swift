@@ -13,9 +13,9 @@ public struct PostgresKeys: KeyRepository {
         try await backend.transaction { c in
             try await c.query(
                 """
-                INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at)
+                INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at, signature)
                 VALUES (\(key.keyId), \(key.name), \(key.role.rawValue), \(key.secretHash), \(key.createdAt.timeIntervalSince1970),
-                  \(key.revokedAt?.timeIntervalSince1970))
+                  \(key.revokedAt?.timeIntervalSince1970), \(key.signature))
                 """, logger: backend.logger)
         }
     }
@@ -36,11 +36,26 @@ public struct PostgresKeys: KeyRepository {
         }
     }
 
+    public func unsigned() async throws -> [APIKey] {
+        try await backend.read { c in
+            try await c.rows(
+                "SELECT * FROM api_keys WHERE signature IS NULL AND revoked_at IS NULL ORDER BY created_at, key_id", logger: backend.logger, Self.key)
+        }
+    }
+
+    public func sign(keyId: String, signature: String) async throws -> Bool {
+        try await backend.transaction { c in
+            !(try await c.column(
+                "UPDATE api_keys SET signature = \(signature) WHERE key_id = \(keyId) AND signature IS NULL RETURNING key_id", String.self,
+                logger: backend.logger)).isEmpty
+        }
+    }
+
     static func key(_ row: PostgresRandomAccessRow) throws -> APIKey {
         let role = try row.value("role", String.self)
         guard let known = Role(rawValue: role) else { throw PostgresStoreError.invalidValue(column: "api_keys.role", value: role) }
         return APIKey(
             keyId: try row.value("key_id"), name: try row.value("name"), role: known, secretHash: try row.value("secret_hash"),
-            createdAt: try row.date("created_at"), revokedAt: try row.optionalDate("revoked_at"))
+            createdAt: try row.date("created_at"), revokedAt: try row.optionalDate("revoked_at"), signature: try row.value("signature"))
     }
 }

@@ -79,19 +79,26 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
         bodyTimeout: c.bodyTimeout, bundleIds: c.bundleIds
     ).add(
         to: router.group("/v1/admin").add(
-            middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin], failures: authFailures, metrics: metrics)))
+            middleware: APIKeyMiddleware(keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: [.admin], failures: authFailures, metrics: metrics)
+        ))
     let audit = router.group("/v1/audit")
-        .add(middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin, .auditor], failures: authFailures, metrics: metrics))
+        .add(
+            middleware: APIKeyMiddleware(
+                keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: [.admin, .auditor], failures: authFailures, metrics: metrics)
+        )
         .add(middleware: AuditConcurrencyMiddleware(gate: runtime.audits, streams: runtime.auditStreams, metrics: metrics))
     let ledger = LedgerController(ledgerAudit: d.ledgerAudit, signer: d.ledgerSigner)
     AuditController(ledger: d.ledger, deliveries: d.deliveries?.repository, ledgerExport: ledger).add(to: audit)
     ledger.add(to: audit)
     // Which key is this: the console and scripts learn their role without probing for a 403.
-    router.group("/v1/whoami").add(middleware: APIKeyMiddleware(keys: d.keys, roles: [.admin, .auditor], failures: authFailures, metrics: metrics))
-        .get { _, context in
-            guard let key = context.identity else { throw Problem(.unauthenticated, "send Authorization: Bearer <key>") }
-            return try JSON.response(WhoAmI(keyId: key.keyId, name: key.name, role: key.role.rawValue, createdAt: key.createdAt))
-        }
+    router.group("/v1/whoami").add(
+        middleware: APIKeyMiddleware(
+            keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: [.admin, .auditor], failures: authFailures, metrics: metrics)
+    )
+    .get { _, context in
+        guard let key = context.identity else { throw Problem(.unauthenticated, "send Authorization: Bearer <key>") }
+        return try JSON.response(WhoAmI(keyId: key.keyId, name: key.name, role: key.role.rawValue, createdAt: key.createdAt))
+    }
     return router
 }
 

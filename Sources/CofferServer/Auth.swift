@@ -2,10 +2,12 @@ import CofferCore
 import Crypto
 import Foundation
 import Hummingbird
+import Logging
 
 /// `Authorization: Bearer <key>` (the scheme is case-insensitive, RFC 9110 §11.1): the key's
 /// SHA-256 is looked up (keys are stored hashed, so the comparison is of digests; the lookup
-/// is by an indexed unique column). No or unknown key → 401, revoked → 401, wrong role → 403.
+/// is by an indexed unique column). No or unknown key → 401, revoked → 401, a key row the
+/// ledger key did not sign → 401 (and an error in the log), wrong role → 403.
 ///
 /// Failures throttle failing requests only: the key is looked up first, and a live key is
 /// always let through, whatever else came from its address (NAT, proxies, a neighbour
@@ -14,6 +16,8 @@ import Hummingbird
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let keys: any KeyRepository
+    /// The ledger signing key's public half: only keys it signed (or legacy ones) are accepted.
+    let ledgerKey: Curve25519.Signing.PublicKey
     let roles: Set<Role>
     let failures: RateLimiter
     let metrics: CofferMetrics
@@ -21,7 +25,7 @@ struct APIKeyMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let key: APIKey
         do {
-            key = try await authenticate(request)
+            key = try await authenticate(request, logger: context.logger)
         } catch let problem as Problem where problem.status == .unauthorized {
             if let wait = failures.take(context.clientAddress) {
                 metrics.rateLimited(route: "authentication")
@@ -40,7 +44,7 @@ struct APIKeyMiddleware: RouterMiddleware {
     }
 
     /// The live key the request carries, or a 401 problem.
-    private func authenticate(_ request: Request) async throws -> APIKey {
+    private func authenticate(_ request: Request, logger: Logger) async throws -> APIKey {
         guard let header = request.headers[.authorization], let secret = Self.bearerCredentials(header) else {
             throw Problem(.unauthenticated, "send Authorization: Bearer <key>", headers: [.wwwAuthenticate: "Bearer"])
         }
@@ -52,6 +56,14 @@ struct APIKeyMiddleware: RouterMiddleware {
             throw Problem.unavailable(internalDetail: "key lookup failed: \(error)")
         }
         guard let key, key.revokedAt == nil else {
+            throw Problem(.unauthenticated, "unknown or revoked key", headers: [.wwwAuthenticate: "Bearer"])
+        }
+        // A key the ledger key did not sign was written into the database behind Coffer's back
+        // (or changed there): the caller gets the answer an unknown key gets, the operator an error.
+        guard key.isAuthentic(signedBy: ledgerKey) else {
+            logger.error(
+                "API key refused: its row is not signed by this server's ledger key (inserted or changed in the database outside Coffer?)",
+                metadata: ["keyId": "\(key.keyId)", "name": "\(key.name)", "role": "\(key.role.rawValue)"])
             throw Problem(.unauthenticated, "unknown or revoked key", headers: [.wwwAuthenticate: "Bearer"])
         }
         return key
@@ -74,12 +86,13 @@ struct APIKeyMiddleware: RouterMiddleware {
 public enum APIKeys {
     public static func hash(_ secret: String) -> String { SHA256.hash(data: Array(secret.utf8)).hexString }
 
-    /// Creates a key and returns the secret (shown once; only its hash is stored).
-    public static func create(role: Role, name: String, in keys: any KeyRepository, now: Date) async throws -> String {
+    /// Creates a key signed with the ledger signing key `signer` (the server's: it accepts only
+    /// keys it signed) and returns the secret (shown once; only its hash is stored).
+    public static func create(role: Role, name: String, in keys: any KeyRepository, signer: LedgerSigner, now: Date) async throws -> String {
         var rng = SystemRandomNumberGenerator()
         let secret = "cof_\(role.rawValue)_" + Base64.encodeURL((0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
         let key = APIKey(keyId: UUID().uuidString.lowercased(), name: name, role: role, secretHash: hash(secret), createdAt: now)
-        try await keys.create(key)
+        try await keys.create(try signer.signed(key))
         return secret
     }
 }

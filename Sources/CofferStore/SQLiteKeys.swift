@@ -28,6 +28,20 @@ public struct SQLiteKeys: KeyRepository {
         }
     }
 
+    public func unsigned() async throws -> [APIKey] {
+        try await db.pool.read { db in
+            try APIKeyRecord.filter(APIKeyRecord.Columns.signature == nil && APIKeyRecord.Columns.revokedAt == nil)
+                .order(APIKeyRecord.Columns.createdAt, APIKeyRecord.Columns.keyId).fetchAll(db).map { try $0.key() }
+        }
+    }
+
+    public func sign(keyId: String, signature: String) async throws -> Bool {
+        try await db.pool.write { db in
+            try APIKeyRecord.filter(APIKeyRecord.Columns.keyId == keyId && APIKeyRecord.Columns.signature == nil)
+                .updateAll(db, APIKeyRecord.Columns.signature.set(to: signature)) > 0
+        }
+    }
+
     /// Every key, revoked or not, oldest first (for `coffer ledger copy`).
     public func all() async throws -> [APIKey] {
         try await db.pool.read { db in

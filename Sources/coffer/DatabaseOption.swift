@@ -61,6 +61,8 @@ enum DatabaseOption {
 struct KeyStores {
     var keys: any KeyRepository
     var log: any AdminLogRepository
+    /// The server's ledger key: it signs new keys (the server accepts no other).
+    var signer: LedgerSigner
 
     /// Runs `body` over the key stores of `database` (when given) or of `dataDir`. The ledger key
     /// is never created here unless the ledger is new (a first `keys create` before the first
@@ -77,8 +79,8 @@ struct KeyStores {
             let path = DataDirectory(dataDir).database
             let isNew = !FileManager.default.fileExists(atPath: path)
             let db = try CofferDatabase(path: path)
-            let policy = CheckpointPolicy(signer: try signer(create: allowNew && isNew))
-            return try await body(KeyStores(keys: SQLiteKeys(db), log: SQLiteAdminLog(db, checkpoints: policy)))
+            let key = try signer(create: allowNew && isNew)
+            return try await body(KeyStores(keys: SQLiteKeys(db), log: SQLiteAdminLog(db, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
         return try await DatabaseOption.with(database, migrate: true) { backend in
             // New only when nothing is chained yet: a chain without a seal (copied in) is not new.
@@ -86,8 +88,9 @@ struct KeyStores {
             if allowNew && isNew {
                 try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             }
-            let policy = CheckpointPolicy(signer: try signer(create: allowNew && isNew))
-            return try await body(KeyStores(keys: PostgresKeys(backend), log: PostgresAdminLog(backend, checkpoints: policy)))
+            let key = try signer(create: allowNew && isNew)
+            return try await body(
+                KeyStores(keys: PostgresKeys(backend), log: PostgresAdminLog(backend, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
     }
 }

@@ -52,10 +52,11 @@ enum Demo {
             logger.warning(
                 "\(path) is missing: creating new demo keys; demo keys printed by earlier runs stay valid until revoked (coffer keys revoke)")
         }
+        let signer = services.dependencies.ledgerSigner
         func live(_ secret: String?, _ role: Role) async throws -> APIKey? {
-            guard let secret, let key = try await services.keyRepository.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil else {
-                return nil
-            }
+            guard let secret, let key = try await services.keyRepository.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil,
+                key.isAuthentic(signedBy: signer.publicKey)
+            else { return nil }
             return key.role == role ? key : nil
         }
         func kept(_ secret: String?, _ role: Role, name: String) async throws -> (String, Bool) {
@@ -64,7 +65,7 @@ enum Demo {
             if let secret, let key = try await services.keyRepository.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil {
                 _ = try await services.keyRepository.revoke(keyId: key.keyId, at: Date())
             }
-            return (try await APIKeys.create(role: role, name: name, in: services.keyRepository, now: Date()), true)
+            return (try await APIKeys.create(role: role, name: name, in: services.keyRepository, signer: signer, now: Date()), true)
         }
         let (admin, newAdmin) = try await kept(saved?.admin, .admin, name: "demo admin")
         let (auditor, newAuditor) = try await kept(saved?.auditor, .auditor, name: "demo auditor")

@@ -281,7 +281,7 @@ struct MigrateCommand: AsyncParsableCommand {
 
 struct KeysCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "keys", abstract: "Manage admin and auditor API keys.", subcommands: [Create.self, Revoke.self])
+        commandName: "keys", abstract: "Manage admin and auditor API keys.", subcommands: [Create.self, Revoke.self, Adopt.self])
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -297,9 +297,11 @@ struct KeysCommand: AsyncParsableCommand {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
             let secret = try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: true) { stores in
-                let secret = try await APIKeys.create(role: role, name: name, in: stores.keys, now: Date())
+                let secret = try await APIKeys.create(role: role, name: name, in: stores.keys, signer: stores.signer, now: Date())
                 do {
-                    try await stores.log.record(KeysCommand.localAction(.keyCreate, target: name, detail: role.rawValue))
+                    // The chained entry names the key by id too (names are not unique).
+                    let keyId = try await stores.keys.key(secretHash: APIKeys.hash(secret))?.keyId ?? "?"
+                    try await stores.log.record(KeysCommand.localAction(.keyCreate, target: name, detail: "\(role.rawValue) key \(keyId)"))
                 } catch {
                     // Never a live key the admin log does not show.
                     if let created = try? await stores.keys.key(secretHash: APIKeys.hash(secret)) {
@@ -310,6 +312,53 @@ struct KeysCommand: AsyncParsableCommand {
                 return secret
             }
             print(secret)
+        }
+    }
+
+    struct Adopt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the live keys that are not signed (made before keys were signed); --sign signs them.",
+            discussion: """
+                The server accepts only keys the ledger key signed. Keys made by a Coffer from before \
+                that are refused until this signs them: check the list (names, roles, creation \
+                times) first — a key you do not recognise was written into the database by someone \
+                else: revoke it instead. Each key signed is recorded in the chained admin log.
+                """)
+        @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
+        @Flag(help: "Sign every key listed (without it, only list them).") var sign = false
+        @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
+        var ledgerKey: String?
+        @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
+
+        func run() async throws {
+            try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: false) { stores in
+                let unsigned = try await stores.keys.unsigned()
+                guard !unsigned.isEmpty else {
+                    print("every live key is signed")
+                    return
+                }
+                for key in unsigned {
+                    let line = "\(key.role.rawValue) key '\(key.name)' (id \(key.keyId), created \(RFC3339.format(key.createdAt)))"
+                    guard sign else {
+                        print("unsigned: \(line)")
+                        continue
+                    }
+                    // The signature covers the creation time to the millisecond, as stored.
+                    var signed = key
+                    signed.signature = try stores.signer.signed(key).signature
+                    guard let signature = signed.signature, signed.isAuthentic(signedBy: stores.signer.publicKey) else {
+                        throw UsageError("could not sign \(line)")
+                    }
+                    if try await stores.keys.sign(keyId: key.keyId, signature: signature) {
+                        try await stores.log.record(
+                            KeysCommand.localAction(
+                                .keyCreate, target: key.name,
+                                detail: "\(key.role.rawValue) key \(key.keyId), made before keys were signed: signed by keys adopt"))
+                        print("signed: \(line)")
+                    }
+                }
+                if !sign { print("check these, then run again with --sign (revoke any key you do not recognise instead)") }
+            }
         }
     }
 
@@ -346,7 +395,8 @@ struct KeysCommand: AsyncParsableCommand {
                 guard let found = try await stores.keys.key(secretHash: APIKeys.hash(secret)),
                     try await stores.keys.revoke(keyId: found.keyId, at: Date())
                 else { return nil }
-                try await stores.log.record(KeysCommand.localAction(.keyRevoke, target: found.name, detail: found.role.rawValue))
+                try await stores.log.record(
+                    KeysCommand.localAction(.keyRevoke, target: found.name, detail: "\(found.role.rawValue) key \(found.keyId)"))
                 return found
             }
             guard let found else {

@@ -49,6 +49,7 @@ struct PostgresUpgradeTests {
             CREATE TABLE coffer_migrations (name text PRIMARY KEY, applied_at double precision NOT NULL);
             INSERT INTO coffer_migrations VALUES ('0001_initial', 0);
             INSERT INTO attempts (at, code, detail, receipt_sha256, client_address) VALUES (0, 'c', 'd', 'x', 'a'), (0, 'c', 'd', 'x', 'a');
+            INSERT INTO api_keys VALUES ('old', 'old admin', 'admin', '\(fakeHash("old"))', 0, NULL);
             """, database: name)
         #expect(try cluster.psql("SELECT max(sequence) FROM attempts", database: name) == "2")
 
@@ -57,8 +58,29 @@ struct PostgresUpgradeTests {
             #expect(
                 try await backend.migrate() == [
                     "0002_chain_lock", "0003_players", "0004_append_commit", "0005_flush_after_unlock", "0006_flush_checked",
+                    "0007_signed_api_keys",
                 ])
             #expect(try await backend.pendingMigrations().isEmpty)
+            // 0007: the key made before keys were signed has no signature (the server refuses it until
+            // `keys adopt --sign`); from now on a key changes only by one revocation or one
+            // signature, and is never deleted (the owner included).
+            let keys = PostgresKeys(backend)
+            #expect(try await keys.unsigned().map(\.keyId) == ["old"])
+            for statement in [
+                "UPDATE api_keys SET role = 'auditor'", "UPDATE api_keys SET revoked_at = 'NaN'", "UPDATE api_keys SET revoked_at = 1e13",
+                "UPDATE api_keys SET revoked_at = 5, signature = 'x'", "DELETE FROM api_keys", "TRUNCATE api_keys",
+            ] {
+                #expect(throws: (any Error).self, "\(statement)") { try cluster.psql(statement, database: name) }
+            }
+            #expect(try await keys.sign(keyId: "old", signature: "first"))
+            #expect(try await !keys.sign(keyId: "old", signature: "second"), "signed once")
+            #expect(throws: (any Error).self) { try cluster.psql("UPDATE api_keys SET signature = 'second'", database: name) }
+            #expect(try await keys.unsigned().isEmpty)
+            #expect(try await keys.revoke(keyId: "old", at: instant(5)))
+            #expect(throws: (any Error).self) { try cluster.psql("UPDATE api_keys SET revoked_at = NULL", database: name) }
+            #expect(throws: (any Error).self) { try cluster.psql("UPDATE api_keys SET revoked_at = 6", database: name) }
+            let old = try #require(try await keys.key(secretHash: fakeHash("old")))
+            #expect(old.revokedAt == instant(5) && old.signature == "first" && old.role == .admin)
             let ledger = PostgresLedger(backend, checkpoints: nil)
             try await ledger.record(makeAttempt(code: "late", transactionId: "1"))
             #expect(try await ledger.insert(makeRedemption("1")).inserted?.sequence == 1)

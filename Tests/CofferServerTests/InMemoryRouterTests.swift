@@ -34,8 +34,8 @@ import Testing
         dependencies = ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: ledger, content: content,
             tokens: TokenSigner(active: TokenKey(id: "k1", key: SymmetricKey(size: .bits256))), ledgerSigner: signer)
-        adminKey = try await APIKeys.create(role: .admin, name: "admin", in: keys, now: Date())
-        auditorKey = try await APIKeys.create(role: .auditor, name: "auditor", in: keys, now: Date())
+        adminKey = try await APIKeys.create(role: .admin, name: "admin", in: keys, signer: signer, now: Date())
+        auditorKey = try await APIKeys.create(role: .auditor, name: "auditor", in: keys, signer: signer, now: Date())
         let stored = try await content.write(
             AsyncStream {
                 $0.yield(levelBytes); $0.finish()

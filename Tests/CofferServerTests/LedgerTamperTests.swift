@@ -278,5 +278,6 @@ import Testing
         let log = try await h.services.adminLog.actions(after: 0, limit: 10)
         #expect(log.map(\.action) == ["key.create", "key.revoke"])
         #expect(log.allSatisfy { $0.target == "ci auditor" && $0.keyId == "cli" })
+        #expect(Set(log.map(\.detail)).count == 1 && log.allSatisfy { $0.detail.hasPrefix("auditor key ") && $0.detail.count > 20 }, "\(log)")
     }
 }

@@ -1,4 +1,5 @@
 import CofferCore
+import CofferServer
 import CofferTestSupport
 import Foundation
 import Hummingbird
@@ -110,6 +111,37 @@ import Testing
             }
         }
         #expect(try cluster.psql("SET ROLE coffer_app; SHOW synchronous_commit", database: "coffer").hasSuffix("on"))
+
+        // API keys (migration 0007): coffer_app adds keys and revokes them once, nothing else, and
+        // a key it writes without the ledger key — here with another key's signature — is refused.
+        let rolesKey = keys.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        func whoami(_ secret: String) async throws -> TestClient.Response {
+            try await client.execute(.init("/v1/whoami", method: .get, headers: [.authorization: "Bearer \(secret)"]))
+        }
+        #expect(try await whoami(rolesKey).status == .ok)
+        let forged = "cof_admin_forged-by-coffer_app"
+        try cluster.psql(
+            """
+            SET ROLE coffer_app; INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, signature)
+            SELECT 'forged', 'forged', 'admin', '\(APIKeys.hash(forged))', created_at, signature FROM api_keys WHERE name = 'roles'
+            """, database: "coffer")
+        #expect(try await whoami(forged).status == .unauthorized)
+        for statement in [
+            "UPDATE api_keys SET role = 'admin' WHERE name = 'roles'",
+            "UPDATE api_keys SET secret_hash = '\(APIKeys.hash(forged))' WHERE name = 'roles'",
+            "DELETE FROM api_keys WHERE name = 'roles'", "TRUNCATE api_keys",
+            "UPDATE api_keys SET signature = NULL WHERE name = 'roles'", "UPDATE api_keys SET revoked_at = 'Infinity' WHERE name = 'roles'",
+        ] {
+            #expect(throws: PostgresCluster.Failure.self, "coffer_app: \(statement)") {
+                try cluster.psql("SET ROLE coffer_app; \(statement)", database: "coffer")
+            }
+        }
+        let revoked = try CofferExecutable.run(["keys", "revoke", "--database", url("coffer_app"), "--data-dir", data.path, "--key", rolesKey])
+        #expect(revoked.status == 0, "\(revoked.stdout)\(revoked.stderr)")
+        #expect(throws: PostgresCluster.Failure.self) {
+            try cluster.psql("SET ROLE coffer_app; UPDATE api_keys SET revoked_at = NULL WHERE name = 'roles'", database: "coffer")
+        }
+        #expect(try await whoami(rolesKey).status == .unauthorized)
         // The audit role can take no advisory lock (the chain's would stop every append), call
         // none of Coffer's routines, and write no flush record; the instances' role can.
         let denied = [

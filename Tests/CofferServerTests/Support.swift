@@ -49,8 +49,8 @@ struct Harness {
         var logger = Logger(label: "coffer-test")
         logger.logLevel = .warning
         let services = try await SQLiteStorage.open(configuration, logger: logger)
-        let admin = try await APIKeys.create(role: .admin, name: "test admin", in: services.keys, now: Date())
-        let auditor = try await APIKeys.create(role: .auditor, name: "test auditor", in: services.keys, now: Date())
+        let admin = try await APIKeys.create(role: .admin, name: "test admin", in: services.keys, signer: services.ledgerSigner, now: Date())
+        let auditor = try await APIKeys.create(role: .auditor, name: "test auditor", in: services.keys, signer: services.ledgerSigner, now: Date())
         let level = Array(##"{"level":1,"map":["#S..E#"]}"##.utf8)
         let harness = Harness(
             directory: directory, services: services, runtime: ServerRuntime(configuration), adminKey: admin, auditorKey: auditor, levelBytes: level,

@@ -140,7 +140,7 @@ struct DatabaseTests {
                 source_format, redeemed_at, client_address, status, grant_hash) VALUES ('r', 't', 'p', 'b', 'e', 1, 'h', 'jws', 0, 'c', 's', 'g')
                 """,
                 // unknown role
-                "INSERT INTO api_keys VALUES ('k', 'n', 'root', 'h', 0, NULL)",
+                "INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at) VALUES ('k', 'n', 'root', 'h', 0, NULL)",
             ]
             for sql in invalid {
                 #expect(throws: (any Error).self, "\(sql)") { try db.execute(sql: sql) }

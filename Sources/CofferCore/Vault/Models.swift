@@ -212,6 +212,10 @@ public enum Role: String, Codable, Sendable, Hashable, CaseIterable {
 }
 
 /// An admin or auditor key. Only the SHA-256 of the secret is stored.
+///
+/// A key is used only when the ledger signing key signed it (``signature``, over
+/// ``signedBytes``; ``LedgerSigner/signed(_:)``): whoever can write the database but does not
+/// hold that key cannot mint a key or change a key's role (``isAuthentic(signedBy:)``).
 public struct APIKey: Codable, Sendable, Hashable {
     public var keyId: String
     public var name: String
@@ -219,14 +223,21 @@ public struct APIKey: Codable, Sendable, Hashable {
     public var secretHash: String
     public var createdAt: Date
     public var revokedAt: Date?
+    /// Base64 Ed25519 signature of ``signedBytes`` by the ledger signing key; nil for a key made
+    /// before keys were signed (SQLite migration 0006, PostgreSQL 0007), refused until
+    /// `coffer keys adopt --sign` signs it.
+    public var signature: String?
 
-    public init(keyId: String, name: String, role: Role, secretHash: String, createdAt: Date, revokedAt: Date? = nil) {
+    public init(
+        keyId: String, name: String, role: Role, secretHash: String, createdAt: Date, revokedAt: Date? = nil, signature: String? = nil
+    ) {
         self.keyId = keyId
         self.name = name
         self.role = role
         self.secretHash = secretHash
         self.createdAt = createdAt
         self.revokedAt = revokedAt
+        self.signature = signature
     }
 }
 

@@ -2,14 +2,14 @@ import CofferCore
 import Foundation
 import GRDB
 
-/// A row of `api_keys` (migration 0001).
+/// A row of `api_keys` (migration 0001; `signature` from 0006).
 struct APIKeyRecord: CodableRecord, PersistableRecord, Sendable {
     static let databaseTableName = "api_keys"
 
     /// The columns: the properties' coding keys.
     typealias Columns = CodingKeys
     enum CodingKeys: String, CodingKey, ColumnExpression {
-        case keyId = "key_id", name, role, secretHash = "secret_hash", createdAt = "created_at", revokedAt = "revoked_at"
+        case keyId = "key_id", name, role, secretHash = "secret_hash", createdAt = "created_at", revokedAt = "revoked_at", signature
     }
 
     var keyId: String
@@ -19,6 +19,7 @@ struct APIKeyRecord: CodableRecord, PersistableRecord, Sendable {
     var secretHash: String
     var createdAt: Date
     var revokedAt: Date?
+    var signature: String?
 
     /// The row for `key`.
     init(_ key: APIKey) {
@@ -28,11 +29,13 @@ struct APIKeyRecord: CodableRecord, PersistableRecord, Sendable {
         secretHash = key.secretHash
         createdAt = key.createdAt
         revokedAt = key.revokedAt
+        signature = key.signature
     }
 
     /// The stored key.
     func key() throws -> APIKey {
         guard let role = Role(rawValue: role) else { throw StoreError.invalidValue(column: Columns.role.name, value: role) }
-        return APIKey(keyId: keyId, name: name, role: role, secretHash: secretHash, createdAt: createdAt, revokedAt: revokedAt)
+        return APIKey(
+            keyId: keyId, name: name, role: role, secretHash: secretHash, createdAt: createdAt, revokedAt: revokedAt, signature: signature)
     }
 }
