@@ -5,14 +5,15 @@
 -- knew, turn an auditor key into an admin one, or clear a revocation. Now `coffer keys create`
 -- (and the demo) store an Ed25519 signature of the key's fields by the ledger key, and the
 -- server refuses a key without a valid one (README, "API keys are signed"). The keys that
--- exist now have none: they are refused until `coffer keys adopt --sign`, run by whoever holds
+-- exist now have none: they are refused until `coffer keys adopt --sign ID`, run by whoever holds
 -- the ledger key, signs them. These triggers refuse every other change to a key, a delete,
--- and an insert over an existing key (INSERT OR REPLACE would otherwise delete the revoked
--- row without the delete trigger and put it back live). The file's owner can drop them.
+-- and an insert over an existing key — its id, its hash or its rowid (INSERT OR REPLACE would
+-- otherwise delete the revoked row without the delete trigger, and it could be put back
+-- live). The file's owner can drop them.
 ALTER TABLE api_keys ADD COLUMN signature TEXT;
 
 CREATE TRIGGER api_keys_no_replace BEFORE INSERT ON api_keys
-WHEN EXISTS (SELECT 1 FROM api_keys WHERE key_id = NEW.key_id OR secret_hash = NEW.secret_hash)
+WHEN EXISTS (SELECT 1 FROM api_keys WHERE key_id = NEW.key_id OR secret_hash = NEW.secret_hash OR rowid = NEW.rowid)
 BEGIN SELECT RAISE(ABORT, 'an API key is never replaced'); END;
 CREATE TRIGGER api_keys_revoke_or_sign_once BEFORE UPDATE ON api_keys
 WHEN NEW.key_id IS NOT OLD.key_id OR NEW.name IS NOT OLD.name OR NEW.role IS NOT OLD.role

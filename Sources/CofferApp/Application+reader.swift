@@ -33,12 +33,14 @@ public func buildApplication(
     let storage = try await openStorage(configuration, logger: logger)
     do {
         try await prepare(storage)
-        // Keys from before keys were signed are refused: say so once, at start, with their names.
-        let unsigned = try await storage.keyRepository.unsigned()
-        if !unsigned.isEmpty {
+        // Keys the ledger key did not sign are refused: say so once, at start, with their names
+        // (made before keys were signed, or written into the database outside Coffer).
+        let signer = storage.dependencies.ledgerSigner
+        let refused = try await storage.keyRepository.live().filter { !$0.isAuthentic(signedBy: signer.publicKey) }
+        if !refused.isEmpty {
             logger.warning(
-                "\(unsigned.count) live API key(s) carry no signature and are refused: made before keys were signed, or written into the database outside Coffer. Check them with `coffer keys adopt`, then sign them with `coffer keys adopt --sign` (or revoke them)",
-                metadata: ["keys": "\(unsigned.map { "\($0.role.rawValue) '\($0.name)' (\($0.keyId))" })"])
+                "\(refused.count) live API key(s) are not signed by the ledger key and are refused: made before keys were signed, or written into the database outside Coffer. `coffer keys adopt` lists them; sign the ones you recognise (`--sign KEY_ID`), revoke the others (`coffer keys revoke --key-id KEY_ID`)",
+                metadata: ["keys": "\(refused.map { "\($0.role.rawValue) '\($0.name)' (\($0.keyId))" }.joined(separator: ", "))"])
         }
     } catch {
         try? await storage.close()

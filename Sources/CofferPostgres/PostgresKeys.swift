@@ -36,10 +36,9 @@ public struct PostgresKeys: KeyRepository {
         }
     }
 
-    public func unsigned() async throws -> [APIKey] {
+    public func live() async throws -> [APIKey] {
         try await backend.read { c in
-            try await c.rows(
-                "SELECT * FROM api_keys WHERE signature IS NULL AND revoked_at IS NULL ORDER BY created_at, key_id", logger: backend.logger, Self.key)
+            try await c.rows("SELECT * FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, key_id", logger: backend.logger, Self.key)
         }
     }
 

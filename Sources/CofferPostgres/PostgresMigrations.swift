@@ -709,7 +709,7 @@ private let postgres0007 = #"""
     -- one, or clear a revocation. Now `coffer keys create` (and the demo) store an Ed25519
     -- signature of the key's fields by the ledger key, which no database role holds, and the
     -- instances refuse a key without a valid one (README, "API keys are signed"). The keys that
-    -- exist now have none: they are refused until `coffer keys adopt --sign`, run by whoever holds
+    -- exist now have none: they are refused until `coffer keys adopt --sign ID`, run by whoever holds
     -- the ledger key, signs them. The guard refuses every other change to a key, and a delete, to
     -- every role; coffer_app, not the owner, cannot drop it.
     ALTER TABLE api_keys ADD COLUMN signature text;

@@ -16,7 +16,7 @@ import Logging
 struct APIKeyMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let keys: any KeyRepository
-    /// The ledger signing key's public half: only keys it signed (or legacy ones) are accepted.
+    /// The ledger signing key's public half: only keys it signed are accepted.
     let ledgerKey: Curve25519.Signing.PublicKey
     let roles: Set<Role>
     let failures: RateLimiter

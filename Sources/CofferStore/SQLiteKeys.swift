@@ -28,9 +28,9 @@ public struct SQLiteKeys: KeyRepository {
         }
     }
 
-    public func unsigned() async throws -> [APIKey] {
+    public func live() async throws -> [APIKey] {
         try await db.pool.read { db in
-            try APIKeyRecord.filter(APIKeyRecord.Columns.signature == nil && APIKeyRecord.Columns.revokedAt == nil)
+            try APIKeyRecord.filter(APIKeyRecord.Columns.revokedAt == nil)
                 .order(APIKeyRecord.Columns.createdAt, APIKeyRecord.Columns.keyId).fetchAll(db).map { try $0.key() }
         }
     }

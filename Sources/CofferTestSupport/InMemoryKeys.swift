@@ -17,7 +17,7 @@ public actor InMemoryKeys: KeyRepository {
 
     public func key(secretHash: String) -> APIKey? { keys.first { $0.secretHash.sameBytes(secretHash) } }
 
-    public func unsigned() -> [APIKey] { keys.filter { $0.signature == nil && $0.revokedAt == nil } }
+    public func live() -> [APIKey] { keys.filter { $0.revokedAt == nil } }
 
     public func sign(keyId: String, signature: String) -> Bool {
         guard let index = keys.firstIndex(where: { $0.keyId.sameBytes(keyId) && $0.signature == nil }) else { return false }

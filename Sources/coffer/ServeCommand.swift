@@ -317,47 +317,62 @@ struct KeysCommand: AsyncParsableCommand {
 
     struct Adopt: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "List the live keys that are not signed (made before keys were signed); --sign signs them.",
+            abstract: "List the live keys the ledger key did not sign; --sign KEY_ID signs the ones you name.",
             discussion: """
                 The server accepts only keys the ledger key signed. Keys made by a Coffer from before \
-                that are refused until this signs them: check the list (names, roles, creation \
-                times) first — a key you do not recognise was written into the database by someone \
-                else: revoke it instead. Each key signed is recorded in the chained admin log.
+                that are refused until signed: check the list (names, roles, creation times), then \
+                sign exactly the keys you recognise, by id (--sign ID, repeated). A key you do not \
+                recognise was written into the database by someone else: revoke it \
+                (coffer keys revoke --key-id ID). Each key signed is recorded in the chained admin log.
                 """)
         @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
-        @Flag(help: "Sign every key listed (without it, only list them).") var sign = false
+        @Option(name: .customLong("sign"), help: "The id of a listed unsigned key to sign (repeat for several).") var sign: [String] = []
         @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
         var ledgerKey: String?
         @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
 
         func run() async throws {
             try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: false) { stores in
-                let unsigned = try await stores.keys.unsigned()
-                guard !unsigned.isEmpty else {
-                    print("every live key is signed")
+                let publicKey = stores.signer.publicKey
+                let refused = try await stores.keys.live().filter { !$0.isAuthentic(signedBy: publicKey) }
+                func describe(_ key: APIKey) -> String {
+                    "\(key.role.rawValue) key '\(key.name)' (id \(key.keyId), created \(RFC3339.format(key.createdAt)))"
+                }
+                guard !sign.isEmpty else {
+                    guard !refused.isEmpty else { return print("every live key is signed by the ledger key") }
+                    for key in refused {
+                        print(
+                            key.signature == nil
+                                ? "unsigned: \(describe(key))"
+                                : "signature invalid (re-issue it, then revoke this one): \(describe(key))")
+                    }
+                    print("sign the keys you recognise: coffer keys adopt --sign ID …; revoke the others: coffer keys revoke --key-id ID")
                     return
                 }
-                for key in unsigned {
-                    let line = "\(key.role.rawValue) key '\(key.name)' (id \(key.keyId), created \(RFC3339.format(key.createdAt)))"
-                    guard sign else {
-                        print("unsigned: \(line)")
-                        continue
-                    }
-                    // The signature covers the creation time to the millisecond, as stored.
+                // Only keys named here, each still unsigned now: a row added since the list was read
+                // is never signed by accident.
+                let byId = Dictionary(refused.filter { $0.signature == nil }.map { ($0.keyId, $0) }, uniquingKeysWith: { first, _ in first })
+                let unknown = sign.filter { byId[$0] == nil }
+                guard unknown.isEmpty else {
+                    throw UsageError("not a live unsigned key: \(unknown.joined(separator: ", ")) (coffer keys adopt lists them)")
+                }
+                for id in sign {
+                    guard let key = byId[id] else { continue }
                     var signed = key
                     signed.signature = try stores.signer.signed(key).signature
-                    guard let signature = signed.signature, signed.isAuthentic(signedBy: stores.signer.publicKey) else {
-                        throw UsageError("could not sign \(line)")
+                    // The signature covers the creation time to the millisecond, as stored.
+                    guard let signature = signed.signature, signed.isAuthentic(signedBy: publicKey) else {
+                        throw UsageError("could not sign \(describe(key))")
                     }
-                    if try await stores.keys.sign(keyId: key.keyId, signature: signature) {
-                        try await stores.log.record(
-                            KeysCommand.localAction(
-                                .keyCreate, target: key.name,
-                                detail: "\(key.role.rawValue) key \(key.keyId), made before keys were signed: signed by keys adopt"))
-                        print("signed: \(line)")
+                    guard try await stores.keys.sign(keyId: key.keyId, signature: signature) else {
+                        throw UsageError("\(describe(key)) was changed meanwhile: not signed")
                     }
+                    try await stores.log.record(
+                        KeysCommand.localAction(
+                            .keyCreate, target: key.name,
+                            detail: "\(key.role.rawValue) key \(key.keyId), made before keys were signed: signed by keys adopt"))
+                    print("signed: \(describe(key))")
                 }
-                if !sign { print("check these, then run again with --sign (revoke any key you do not recognise instead)") }
             }
         }
     }
@@ -371,30 +386,40 @@ struct KeysCommand: AsyncParsableCommand {
 
     struct Revoke: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Revoke a key: the key itself, read from stdin (or --key).",
+            abstract: "Revoke a key: the key itself, read from stdin (or --key), or its id (--key-id).",
             discussion: """
                 Reads the key from the first line of standard input, so it stays out of shell history \
                 and process listings: `coffer keys revoke --data-dir D < key.txt`, or paste it at the \
-                prompt. --key K still works but exposes K to both.
+                prompt. --key K still works but exposes K to both. --key-id ID revokes a key whose \
+                secret you do not have (one `coffer keys adopt` lists, or the admin log names).
                 """)
         @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
         @Option(help: "The key to revoke (prefer stdin: a key on the command line lands in shell history and ps).") var key: String?
+        @Option(
+            name: .customLong("key-id"),
+            help: "Revoke the key with this id instead (from the admin log or `coffer keys adopt`): for a key whose secret you do not have.")
+        var keyId: String?
         @Option(name: .customLong("ledger-key"), help: "The ledger signing key file, when it lives outside the data directory.")
         var ledgerKey: String?
         @Option(help: ArgumentHelp(DatabaseOption.help)) var database: String?
 
         func run() async throws {
-            let secret: String
+            guard keyId == nil || key == nil else { throw UsageError("give the key or --key-id, not both") }
+            var secret: String?
             if let key {
                 secret = key
-            } else {
+            } else if keyId == nil {
                 if isatty(STDIN_FILENO) == 1 { FileHandle.standardError.write(Data("key to revoke: ".utf8)) }
                 secret = try Self.readKey(from: FileHandle.standardInput)
             }
             let found = try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: false) { stores -> APIKey? in
-                guard let found = try await stores.keys.key(secretHash: APIKeys.hash(secret)),
-                    try await stores.keys.revoke(keyId: found.keyId, at: Date())
-                else { return nil }
+                let live: APIKey?
+                if let secret {
+                    live = try await stores.keys.key(secretHash: APIKeys.hash(secret))
+                } else {
+                    live = try await stores.keys.live().first { $0.keyId == keyId }
+                }
+                guard let found = live, try await stores.keys.revoke(keyId: found.keyId, at: Date()) else { return nil }
                 try await stores.log.record(
                     KeysCommand.localAction(.keyRevoke, target: found.name, detail: "\(found.role.rawValue) key \(found.keyId)"))
                 return found

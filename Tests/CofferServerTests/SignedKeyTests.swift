@@ -58,6 +58,11 @@ import Testing
             "UPDATE api_keys SET revoked_at = 'soon' WHERE name = 'test auditor'",
             "DELETE FROM api_keys WHERE name = 'test auditor'",
             "INSERT OR REPLACE INTO api_keys SELECT 'forged-4', name, 'admin', secret_hash, created_at, NULL, signature FROM api_keys WHERE name = 'test auditor'",
+            // A replace by rowid alone would delete the row without the delete trigger.
+            """
+            INSERT OR REPLACE INTO api_keys (rowid, key_id, name, role, secret_hash, created_at)
+            SELECT rowid, 'junk', 'junk', 'auditor', 'junk-hash', 0 FROM api_keys WHERE name = 'test auditor'
+            """,
         ]
         for sql in refused {
             #expect(throws: DatabaseError.self, "\(sql)") { try queue.write { db in try db.execute(sql: sql) } }
@@ -84,6 +89,29 @@ import Testing
             try await queue.write { db in try db.execute(sql: "UPDATE api_keys SET role = 'auditor' WHERE name = 'test auditor'") }
             #expect(try await client.execute(uri: "/v1/whoami", method: .get, headers: h.bearer(h.auditorKey)).status == .ok)
         }
+    }
+
+    /// At start the server names every live key the ledger key did not sign.
+    @Test func theServerNamesTheKeysItRefusesAtStart() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in
+            try db.execute(
+                sql: "INSERT INTO api_keys (key_id, name, role, secret_hash, created_at) VALUES ('planted', 'ops', 'admin', ?, 1)",
+                arguments: [APIKeys.hash("cof_admin_planted")])
+        }
+        try queue.close()
+        let store = CapturingLogHandler.Store()
+        var logger = Logger(label: "capture") { _ in CapturingLogHandler(store: store) }
+        logger.logLevel = .notice
+        let app = try await buildApplication(h.services.configuration, logger: logger)
+        try await app.test(.live) { client in
+            let health = try await client.execute(uri: "/healthz", method: .get)
+            #expect(health.status == .ok)
+        }
+        let warnings = store.all.filter { $0.hasPrefix("warning 1 live API key(s) are not signed by the ledger key") }
+        #expect(warnings.count == 1 && warnings.first?.contains("admin 'ops' (planted)") == true, "\(store.all)")
     }
 
     @Test func aRevocationIsForGood() async throws {
@@ -140,17 +168,41 @@ import Testing
         #expect(listed.status == 0, "\(listed.stderr)")
         #expect(listed.stdout.contains("unsigned: admin key 'old admin' (id old"), "\(listed.stdout)")
         #expect(try await stored().signature == nil, "listing signs nothing")
-        let adopted = try CofferExecutable.run(["keys", "adopt", "--sign", "--data-dir", directory.path])
+        // Rows added behind Coffer's back after the list was read: one unsigned, one with a junk
+        // signature. Only the key named is signed; the junk one cannot be, and is listed as such.
+        do {
+            let queue = try DatabaseQueue(path: path)
+            try await queue.write { db in
+                let insert = "INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, signature) VALUES (?, 'old admin', 'admin', ?, 1, ?)"
+                try db.execute(sql: insert, arguments: ["planted", APIKeys.hash("cof_admin_planted"), nil])
+                try db.execute(sql: insert, arguments: ["junk", APIKeys.hash("cof_admin_junk"), "x"])
+            }
+            try queue.close()
+        }
+        let adopted = try CofferExecutable.run(["keys", "adopt", "--sign", "old", "--data-dir", directory.path])
         #expect(adopted.status == 0, "\(adopted.stderr)")
-        #expect(adopted.stdout.contains("signed: admin key 'old admin'"), "\(adopted.stdout)")
+        #expect(adopted.stdout.contains("signed: admin key 'old admin' (id old,"), "\(adopted.stdout)")
+        #expect(!adopted.stdout.contains("planted"), "\(adopted.stdout)")
         let after = try await stored()
         #expect(after.isAuthentic(signedBy: signer.publicKey), "signed over the creation time as stored")
         #expect(after.createdAt == before.createdAt)
-        let again = try CofferExecutable.run(["keys", "adopt", "--sign", "--data-dir", directory.path])
-        #expect(again.stdout.contains("every live key is signed"), "\(again.stdout)")
+        let again = try CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
+        #expect(again.stdout.contains("unsigned: admin key 'old admin' (id planted,"), "\(again.stdout)")
+        #expect(again.stdout.contains("signature invalid (re-issue it, then revoke this one): admin key 'old admin' (id junk,"), "\(again.stdout)")
+        #expect(!again.stdout.contains("(id old,"), "\(again.stdout)")
+        let junk = try CofferExecutable.run(["keys", "adopt", "--sign", "junk", "--data-dir", directory.path])
+        #expect(junk.status != 0 && junk.stderr.contains("not a live unsigned key: junk"), "\(junk.stdout)\(junk.stderr)")
+        for id in ["planted", "junk"] {
+            let revoked = try CofferExecutable.run(["keys", "revoke", "--key-id", id, "--data-dir", directory.path])
+            #expect(revoked.status == 0 && revoked.stdout.contains("revoked admin key 'old admin'"), "\(revoked.stdout)\(revoked.stderr)")
+        }
+        let clean = try CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
+        #expect(clean.stdout.contains("every live key is signed by the ledger key"), "\(clean.stdout)")
         let database = try CofferDatabase(path: path)
         defer { try? database.close() }
         let actions = try await SQLiteAdminLog(database).actions(after: 0, limit: 10)
-        #expect(actions.map(\.target) == ["old admin"] && actions.first?.detail.contains("signed by keys adopt") == true, "\(actions)")
+        #expect(actions.map(\.action) == ["key.create", "key.revoke", "key.revoke"], "\(actions)")
+        #expect(actions.first?.detail == "admin key old, made before keys were signed: signed by keys adopt")
+        #expect(actions.dropFirst().map(\.detail) == ["admin key planted", "admin key junk"])
     }
 }

@@ -7,9 +7,8 @@ public protocol KeyRepository: Sendable {
     func key(secretHash: String) async throws -> APIKey?
     /// Returns whether a live key was revoked.
     func revoke(keyId: String, at: Date) async throws -> Bool
-    /// Live keys without a signature (made before keys were signed, or written outside Coffer),
-    /// oldest first.
-    func unsigned() async throws -> [APIKey]
+    /// Every live (unrevoked) key, oldest first — to find those the ledger key did not sign.
+    func live() async throws -> [APIKey]
     /// Stores `signature` on the key `keyId` if it has none; returns whether it was stored.
     func sign(keyId: String, signature: String) async throws -> Bool
 }

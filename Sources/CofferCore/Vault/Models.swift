@@ -225,7 +225,7 @@ public struct APIKey: Codable, Sendable, Hashable {
     public var revokedAt: Date?
     /// Base64 Ed25519 signature of ``signedBytes`` by the ledger signing key; nil for a key made
     /// before keys were signed (SQLite migration 0006, PostgreSQL 0007), refused until
-    /// `coffer keys adopt --sign` signs it.
+    /// `coffer keys adopt --sign ID` signs it.
     public var signature: String?
 
     public init(
