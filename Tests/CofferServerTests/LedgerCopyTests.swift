@@ -1,0 +1,99 @@
+import CofferCore
+import CofferTestSupport
+import Foundation
+import GRDB
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `coffer ledger copy --from-data-dir D --to-database URL`: the upgrade from one SQLite box to
+/// PostgreSQL. Everything the box recorded — redemptions, refused attempts, revocations, the
+/// admin log, checkpoints, the seal, API keys, the catalogue — arrives as it was: the copy is
+/// the same chain (same entries, same head), it verifies with the same public key, and
+/// instances started on it keep serving it (replays stay refused, the keys stay valid).
+@Suite struct LedgerCopyTests {
+    typealias Server = CrashSafetyTests.Server
+
+    /// `coffer ledger verify …` of `source`: its report's first two lines (intact, entries and head).
+    static func verified(_ source: [String], data: URL) throws -> String {
+        let verify = try CofferExecutable.run(["ledger", "verify"] + source + ["--data-dir", data.path])
+        #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
+        return verify.stdout.split(separator: "\n").prefix(2).joined(separator: "\n")
+    }
+
+    @Test func aSQLiteLedgerCopiedIntoPostgreSQLIsTheSameChainAndServesOn() async throws {
+        let root = try makeTemporaryDirectory(prefix: "coffer-copy")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+
+        // 1. One box on SQLite: three redemptions, a replay refused, a refund, checkpoints every 2 entries.
+        let sqlite = try await Server(dataDirectory: data, arguments: ["--checkpoint-every", "2"])
+        let minted = try ScaleOutTests.receipts(data, first: 7100, count: 4)
+        do {
+            let client = ObjectStoreScaleOutTests.client(sqlite)
+            for (id, body) in minted.prefix(3) {
+                #expect(try await ScaleOutTests.redeem(client, body).status == .created, "\(id)")
+            }
+            #expect(try await ScaleOutTests.redeem(client, minted[0].1).status == .conflict)
+            let refund = try await PostgresRolesTests.notify(client, data: data, type: "REFUND", transactionId: minted[2].0)
+            #expect(refund.status == .ok)
+            try await client.shutdown()
+        }
+        sqlite.kill(SIGTERM)
+        #expect(try await sqlite.waitForExit(seconds: 30) == 0)
+        let created = try CofferExecutable.run(["keys", "create", "--data-dir", data.path, "--role", "auditor", "--name", "auditor before the copy"])
+        try #require(created.status == 0, "\(created.stderr)")
+        let auditorKey = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let before = try Self.verified([], data: data)
+        #expect(before.hasPrefix("ledger intact"), "\(before)")
+
+        // 2. The copy: the same chain, verified with the same key.
+        let cluster = try PostgresCluster.shared()
+        let url = try cluster.createDatabase()
+        let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
+        let copy = try CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
+        #expect(copy.status == 0, "\(copy.stdout)\(copy.stderr)")
+        #expect(try Self.verified(["--database", url], data: data) == before, "the same entries and head")
+        // Every table the copy moves, counted on both sides.
+        let tables = [
+            "redemptions", "attempts", "revocations", "admin_actions", "ledger_events", "ledger_checkpoints", "ledger_head", "api_keys", "products",
+            "assets", "purchase_events", "deliveries",
+        ]
+        let query = "SELECT " + tables.map { "(SELECT count(*) FROM \($0))" }.joined(separator: " || ' ' || ")
+        let source = try DatabaseQueue(
+            path: data.appendingPathComponent("coffer.sqlite").path,
+            configuration: {
+                var c = Configuration(); c.readonly = true; return c
+            }())
+        let boxCounts = try await source.read { db in try String.fetchOne(db, sql: query) }
+        try source.close()
+        #expect(boxCounts?.hasPrefix("3 1 1 ") == true, "redemptions, attempts, revocations on the box: \(boxCounts ?? "")")
+        #expect(try cluster.psql(query, database: database) == boxCounts, "\(tables)")
+        #expect(
+            try cluster.psql("SELECT count(*) FROM api_keys WHERE signature IS NOT NULL", database: database) == "3", "the keys and their signatures")
+        // Into a database that already holds a ledger: refused, nothing written.
+        let again = try CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
+        #expect(again.status != 0, "\(again.stdout)")
+        #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: database) == "3")
+
+        // 3. An instance on the copy, with the same data directory (its keys): replays of what the
+        // box redeemed stay refused, a new purchase extends the same chain, the keys still work.
+        let pg = try await Server(dataDirectory: data, arguments: ["--database", url])
+        defer { pg.kill(SIGKILL) }
+        let client = ObjectStoreScaleOutTests.client(pg)
+        #expect(try await ScaleOutTests.redeem(client, minted[0].1).status == .conflict, "redeemed on the box")
+        #expect(try await ScaleOutTests.redeem(client, minted[2].1).status != .created, "refunded on the box")
+        #expect(try await ScaleOutTests.redeem(client, minted[3].1).status == .created)
+        for key in [auditorKey, pg.adminKey] {
+            let whoami = try await client.execute(.init("/v1/whoami", method: .get, headers: [.authorization: "Bearer \(key)"]))
+            #expect(whoami.status == .ok, "a key made on the box, signed by the same ledger key")
+        }
+        try await client.shutdown()
+        let after = try Self.verified(["--database", url], data: data)
+        #expect(after.hasPrefix("ledger intact") && after != before, "\(after)")
+    }
+}
