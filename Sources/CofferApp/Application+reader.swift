@@ -34,13 +34,18 @@ public func buildApplication(
     do {
         try await prepare(storage)
         // Keys the ledger key did not sign are refused: say so once, at start, with their names
-        // (made before keys were signed, or written into the database outside Coffer).
+        // (made before keys were signed, or written into the database outside Coffer). A failure
+        // to list them is logged, never a reason not to start.
         let signer = storage.dependencies.ledgerSigner
-        let refused = try await storage.keyRepository.live().filter { !$0.isAuthentic(signedBy: signer.publicKey) }
-        if !refused.isEmpty {
-            logger.warning(
-                "\(refused.count) live API key(s) are not signed by the ledger key and are refused: made before keys were signed, or written into the database outside Coffer. `coffer keys adopt` lists them; sign the ones you recognise (`--sign KEY_ID`), revoke the others (`coffer keys revoke --key-id KEY_ID`)",
-                metadata: ["keys": "\(refused.map { "\($0.role.rawValue) '\($0.name)' (\($0.keyId))" }.joined(separator: ", "))"])
+        do {
+            let refused = try await storage.keyRepository.live().filter { !$0.isAuthentic(signedBy: signer.publicKey) }
+            if !refused.isEmpty {
+                logger.warning(
+                    "\(refused.count) live API key(s) are not signed by the ledger key and are refused: made before keys were signed, or written into the database outside Coffer. `coffer keys adopt` lists them; sign the ones you recognise (`--sign KEY_ID`), revoke the others (`coffer keys revoke --key-id KEY_ID`)",
+                    metadata: ["keys": "\(refused.map { "\($0.role.rawValue) '\($0.name)' (\($0.keyId))" }.joined(separator: ", "))"])
+            }
+        } catch {
+            logger.error("could not check the API keys' signatures at start (each key is still checked when used)", metadata: ["error": "\(error)"])
         }
     } catch {
         try? await storage.close()

@@ -351,12 +351,15 @@ struct KeysCommand: AsyncParsableCommand {
                 }
                 // Only keys named here, each still unsigned now: a row added since the list was read
                 // is never signed by accident.
-                let byId = Dictionary(refused.filter { $0.signature == nil }.map { ($0.keyId, $0) }, uniquingKeysWith: { first, _ in first })
-                let unknown = sign.filter { byId[$0] == nil }
-                guard unknown.isEmpty else {
-                    throw UsageError("not a live unsigned key: \(unknown.joined(separator: ", ")) (coffer keys adopt lists them)")
+                let byId = Dictionary(refused.map { ($0.keyId, $0) }, uniquingKeysWith: { first, _ in first })
+                var ids: [String] = []
+                for id in sign where !ids.contains(id) { ids.append(id) }
+                let problems = ids.compactMap { id -> String? in
+                    guard let key = byId[id] else { return "\(id): not a live key the ledger key did not sign (signed already, revoked, or unknown)" }
+                    return key.signature == nil ? nil : "\(id): its signature is invalid — re-issue the key and revoke this one"
                 }
-                for id in sign {
+                guard problems.isEmpty else { throw UsageError("nothing signed: \(problems.joined(separator: "; "))") }
+                for id in ids {
                     guard let key = byId[id] else { continue }
                     var signed = key
                     signed.signature = try stores.signer.signed(key).signature

@@ -32,6 +32,7 @@ import Testing
 
         // 1. One box on SQLite: three redemptions, a replay refused, a refund, checkpoints every 2 entries.
         let sqlite = try await Server(dataDirectory: data, arguments: ["--checkpoint-every", "2"])
+        defer { sqlite.kill(SIGKILL) }
         let minted = try ScaleOutTests.receipts(data, first: 7100, count: 4)
         do {
             let client = ObjectStoreScaleOutTests.client(sqlite)
