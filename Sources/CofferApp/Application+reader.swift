@@ -31,26 +31,11 @@ public func buildApplication(
             keyFiles: configuration.playerKeyFiles, issuer: issuer, audience: audience, accountClaim: configuration.playerAccountClaim)
     }
     let storage = try await openStorage(configuration, logger: logger)
-    do {
-        try await prepare(storage)
-        // Keys the ledger key did not sign are refused: say so once, at start, with their names
-        // (made before keys were signed, or written into the database outside Coffer). A failure
-        // to list them is logged, never a reason not to start.
-        let signer = storage.dependencies.ledgerSigner
-        do {
-            let refused = try await storage.keyRepository.live().filter { !$0.isAuthentic(signedBy: signer.publicKey) }
-            if !refused.isEmpty {
-                logger.warning(
-                    "\(refused.count) live API key(s) are not signed by the ledger key and are refused: made before keys were signed, or written into the database outside Coffer. `coffer keys adopt` lists them; sign the ones you recognise (`--sign KEY_ID`), revoke the others (`coffer keys revoke --key-id KEY_ID`)",
-                    metadata: ["keys": "\(refused.map { "\($0.role.rawValue) '\($0.name)' (\($0.keyId))" }.joined(separator: ", "))"])
-            }
-        } catch {
-            logger.error("could not check the API keys' signatures at start (each key is still checked when used)", metadata: ["error": "\(error)"])
-        }
-    } catch {
+    do { try await prepare(storage) } catch {
         try? await storage.close()
         throw error
     }
+    await warnAboutRefusedKeys(storage, logger: logger)
     logger.info(
         "Coffer listening",
         metadata: [
@@ -83,5 +68,20 @@ public func openStorage(_ configuration: CofferConfiguration, logger: Logger) as
     do { url = try PostgresURL(text) } catch { throw StorageOpenError(what: "the database URL", underlying: error) }
     do { return try await PostgresStorage.open(configuration, url: url, logger: logger) } catch {
         throw StorageOpenError(what: "database \(url)", underlying: error)
+    }
+}
+
+/// Keys the ledger key did not sign are refused: says so once, at start, naming them (made
+/// before keys were signed, or written into the database outside Coffer). A failure to list them
+/// is logged, never a reason not to start: each key is still checked when used.
+func warnAboutRefusedKeys(_ storage: any CofferStorage, logger: Logger) async {
+    do {
+        let refused = try await storage.keyRepository.live().filter { !$0.isAuthentic(signedBy: storage.ledgerSigner.publicKey) }
+        guard !refused.isEmpty else { return }
+        logger.warning(
+            "\(refused.count) live API key(s) are not signed by the ledger key and are refused: made before keys were signed, or written into the database outside Coffer. `coffer keys adopt` lists them; sign the ones you recognise (`--sign KEY_ID`), revoke the others (`coffer keys revoke --key-id KEY_ID`)",
+            metadata: ["keys": "\(refused.map(\.displayName).joined(separator: ", "))"])
+    } catch {
+        logger.error("could not check the API keys' signatures at start (each key is still checked when used)", metadata: ["error": "\(error)"])
     }
 }

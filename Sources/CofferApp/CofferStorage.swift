@@ -12,6 +12,8 @@ public protocol CofferStorage: Sendable {
     /// The catalogue (the demo fills it), read through a cache.
     var catalogue: CachedCatalogue { get }
     var keyRepository: any KeyRepository { get }
+    /// The ledger signing key: it seals the chain and signs API keys.
+    var ledgerSigner: LedgerSigner { get }
     var content: any ContentStore { get }
     /// What the HTTP layer is built over.
     var dependencies: ServerDependencies { get }

@@ -74,17 +74,19 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     ).add(to: router)
 
     let authFailures = RateLimiter(perMinute: c.authFailuresPerMinute, burst: c.authFailuresPerMinute)
+    func keyMiddleware(_ roles: Set<Role>) -> APIKeyMiddleware {
+        APIKeyMiddleware(keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: roles, failures: authFailures, metrics: metrics)
+    }
     AdminController(
         vault: vault, catalogue: d.catalogue, adminLog: d.adminLog, content: d.content, uploads: runtime.uploads, uploadLimit: c.uploadLimit,
         bodyTimeout: c.bodyTimeout, bundleIds: c.bundleIds
     ).add(
         to: router.group("/v1/admin").add(
-            middleware: APIKeyMiddleware(keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: [.admin], failures: authFailures, metrics: metrics)
+            middleware: keyMiddleware([.admin])
         ))
     let audit = router.group("/v1/audit")
         .add(
-            middleware: APIKeyMiddleware(
-                keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: [.admin, .auditor], failures: authFailures, metrics: metrics)
+            middleware: keyMiddleware([.admin, .auditor])
         )
         .add(middleware: AuditConcurrencyMiddleware(gate: runtime.audits, streams: runtime.auditStreams, metrics: metrics))
     let ledger = LedgerController(ledgerAudit: d.ledgerAudit, signer: d.ledgerSigner)
@@ -92,8 +94,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     ledger.add(to: audit)
     // Which key is this: the console and scripts learn their role without probing for a 403.
     router.group("/v1/whoami").add(
-        middleware: APIKeyMiddleware(
-            keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: [.admin, .auditor], failures: authFailures, metrics: metrics)
+        middleware: keyMiddleware([.admin, .auditor])
     )
     .get { _, context in
         guard let key = context.identity else { throw Problem(.unauthenticated, "send Authorization: Bearer <key>") }

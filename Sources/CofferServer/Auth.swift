@@ -63,7 +63,7 @@ struct APIKeyMiddleware: RouterMiddleware {
         guard key.isAuthentic(signedBy: ledgerKey) else {
             logger.error(
                 "API key refused: its row is not signed by this server's ledger key (inserted or changed in the database outside Coffer?)",
-                metadata: ["keyId": "\(key.keyId)", "name": "\(key.name)", "role": "\(key.role.rawValue)"])
+                metadata: ["key": "\(key.displayName)"])
             throw Problem(.unauthenticated, "unknown or revoked key", headers: [.wwwAuthenticate: "Bearer"])
         }
         return key
@@ -89,10 +89,17 @@ public enum APIKeys {
     /// Creates a key signed with the ledger signing key `signer` (the server's: it accepts only
     /// keys it signed) and returns the secret (shown once; only its hash is stored).
     public static func create(role: Role, name: String, in keys: any KeyRepository, signer: LedgerSigner, now: Date) async throws -> String {
+        try await issue(role: role, name: name, in: keys, signer: signer, now: now).secret
+    }
+
+    /// ``create(role:name:in:signer:now:)``, also returning the key as stored.
+    public static func issue(role: Role, name: String, in keys: any KeyRepository, signer: LedgerSigner, now: Date) async throws
+        -> (secret: String, key: APIKey)
+    {
         var rng = SystemRandomNumberGenerator()
         let secret = "cof_\(role.rawValue)_" + Base64.encodeURL((0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
-        let key = APIKey(keyId: UUID().uuidString.lowercased(), name: name, role: role, secretHash: hash(secret), createdAt: now)
-        try await keys.create(try signer.signed(key))
-        return secret
+        let key = try signer.signed(APIKey(keyId: UUID().uuidString.lowercased(), name: name, role: role, secretHash: hash(secret), createdAt: now))
+        try await keys.create(key)
+        return (secret, key)
     }
 }

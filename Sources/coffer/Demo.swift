@@ -52,7 +52,7 @@ enum Demo {
             logger.warning(
                 "\(path) is missing: creating new demo keys; demo keys printed by earlier runs stay valid until revoked (coffer keys revoke)")
         }
-        let signer = services.dependencies.ledgerSigner
+        let signer = services.ledgerSigner
         func live(_ secret: String?, _ role: Role) async throws -> APIKey? {
             guard let secret, let key = try await services.keyRepository.key(secretHash: APIKeys.hash(secret)), key.revokedAt == nil,
                 key.isAuthentic(signedBy: signer.publicKey)

@@ -297,16 +297,13 @@ struct KeysCommand: AsyncParsableCommand {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
             let secret = try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: true) { stores in
-                let secret = try await APIKeys.create(role: role, name: name, in: stores.keys, signer: stores.signer, now: Date())
+                let (secret, created) = try await APIKeys.issue(role: role, name: name, in: stores.keys, signer: stores.signer, now: Date())
                 do {
                     // The chained entry names the key by id too (names are not unique).
-                    let keyId = try await stores.keys.key(secretHash: APIKeys.hash(secret))?.keyId ?? "?"
-                    try await stores.log.record(KeysCommand.localAction(.keyCreate, target: name, detail: "\(role.rawValue) key \(keyId)"))
+                    try await stores.log.record(KeysCommand.localAction(.keyCreate, target: name, detail: "\(role.rawValue) key \(created.keyId)"))
                 } catch {
                     // Never a live key the admin log does not show.
-                    if let created = try? await stores.keys.key(secretHash: APIKeys.hash(secret)) {
-                        _ = try? await stores.keys.revoke(keyId: created.keyId, at: Date())
-                    }
+                    _ = try? await stores.keys.revoke(keyId: created.keyId, at: Date())
                     throw error
                 }
                 return secret
@@ -336,7 +333,7 @@ struct KeysCommand: AsyncParsableCommand {
                 let publicKey = stores.signer.publicKey
                 let refused = try await stores.keys.live().filter { !$0.isAuthentic(signedBy: publicKey) }
                 func describe(_ key: APIKey) -> String {
-                    "\(key.role.rawValue) key '\(key.name)' (id \(key.keyId), created \(RFC3339.format(key.createdAt)))"
+                    "\(key.role.rawValue) key '\(LedgerText.escaped(key.name, maxBytes: 256))' (id \(LedgerText.escaped(key.keyId, maxBytes: 256)), created \(RFC3339.format(key.createdAt)))"
                 }
                 guard !sign.isEmpty else {
                     guard !refused.isEmpty else { return print("every live key is signed by the ledger key") }
@@ -431,7 +428,7 @@ struct KeysCommand: AsyncParsableCommand {
                 print("no live key matches")
                 throw ExitCode(1)
             }
-            print("revoked \(found.role.rawValue) key '\(found.name)'")
+            print("revoked \(found.role.rawValue) key '\(LedgerText.escaped(found.name, maxBytes: 256))'")
         }
 
         /// The key on the first line of `input` (surrounding whitespace removed; at most 4 KiB read).

@@ -33,6 +33,12 @@ extension APIKey {
         return ms.isFinite && abs(ms) < 9e15 ? Int64(ms) : 0
     }
 
+    /// `role 'name' (id)` for logs and terminals, the name and id escaped (``LedgerText``): a
+    /// row that fails its signature was written by someone else, and may carry control characters.
+    public var displayName: String {
+        "\(role.rawValue) '\(LedgerText.escaped(name, maxBytes: 256))' (\(LedgerText.escaped(keyId, maxBytes: 256)))"
+    }
+
     /// Whether this key may be used: its ``signature`` was made by `key` over these very fields.
     /// A key written into the database by anyone without the ledger signing key, changed there
     /// (its role, its secret), or made before keys were signed, fails.
