@@ -73,10 +73,12 @@ public final class PostgresBackend: Sendable {
     /// shared by everything else, with 2 at least) and checks the server answers.
     /// `timeouts` false: no statement or lock timeout (tools reading a whole ledger).
     /// `idle`: how long a shared connection may sit idle before it is closed, and
-    /// `statementTimeout` the sessions' `statement_timeout` with `timeouts` (tests shorten both).
+    /// `statementTimeout` the sessions' `statement_timeout` with `timeouts` (tests shorten both),
+    /// and `deadline` how long a call waits for a connection with `timeouts` (tests that load a
+    /// small pool on a busy machine lengthen it).
     public static func open(
         _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60),
-        statementTimeout: Duration = PostgresBackend.statementTimeout, logger: Logger
+        statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10), logger: Logger
     ) async throws -> PostgresBackend {
         let shared = try url.clientConfiguration(
             poolSize: max(1, poolSize - 1), timeouts: timeouts, idle: idle, statementTimeout: statementTimeout)
@@ -89,7 +91,7 @@ public final class PostgresBackend: Sendable {
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
             writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? .seconds(10) : nil, askedTimeout: timeouts ? statementTimeout : nil, logger: logger,
+            deadline: timeouts ? deadline : nil, askedTimeout: timeouts ? statementTimeout : nil, logger: logger,
             started: startedContinuation)
         // Both pools' tasks are on their way into `run()` before the first lease: the driver
         // warns about a lease before `run()` (a scary line in every tool's output), though the

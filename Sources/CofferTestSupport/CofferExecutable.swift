@@ -4,7 +4,7 @@ import Synchronization
 /// The built `coffer` executable, run the way scripts and operators run it. Test targets that
 /// use it depend on the `coffer` target, so `swift test` builds it first.
 ///
-///     let run = try CofferExecutable.run(["ledger", "verify", "--data-dir", path])
+///     let run = try await CofferExecutable.run(["ledger", "verify", "--data-dir", path])
 ///     #expect(run.status == 0, "\(run.stderr)")
 public enum CofferExecutable {
     /// The binary was not found beside the test bundle.
@@ -41,7 +41,16 @@ public enum CofferExecutable {
     /// `timeout`: the process is killed (SIGKILL) once it has run this long — for a command
     /// expected to refuse and exit (a `serve` that should not start), so that a regression
     /// fails the test instead of hanging it.
-    public static func run(_ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil, timeout: Duration? = nil) throws -> Run {
+    ///
+    /// The command runs on a thread of its own (``offThePool(_:)``): it may talk to a server
+    /// in this very process, whose tasks need the cooperative pool's threads.
+    public static func run(_ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil, timeout: Duration? = nil)
+        async throws -> Run
+    {
+        try await offThePool { try runBlocking(arguments, stdin: stdin, environment: environment, timeout: timeout) }
+    }
+
+    private static func runBlocking(_ arguments: [String], stdin: Data?, environment: [String: String]?, timeout: Duration?) throws -> Run {
         let process = Process()
         process.executableURL = try url
         process.arguments = arguments
@@ -63,10 +72,22 @@ public enum CofferExecutable {
                 reaped.withLock { if !$0 { kill(pid, SIGKILL) } }
             }
         }
+        // stderr is read on a thread of its own while stdout is read here: read one after the
+        // other, a command that fills the pipe of the one not yet read (64 KiB) would wait for
+        // us forever, and we for it.
+        let stderrRead = Mutex(Data())
+        let stderrDone = DispatchSemaphore(value: 0)
+        let errors = err.fileHandleForReading
+        Thread {
+            let data = errors.readDataToEndOfFile()
+            stderrRead.withLock { $0 = data }
+            stderrDone.signal()
+        }.start()
         if let stdin { input.fileHandleForWriting.write(stdin) }
         try input.fileHandleForWriting.close()
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        stderrDone.wait()
+        let stderr = stderrRead.withLock { $0 }
         process.waitUntilExit()
         reaped.withLock { $0 = true }
         return Run(

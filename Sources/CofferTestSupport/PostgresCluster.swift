@@ -166,7 +166,7 @@ public final class PostgresCluster: Sendable {
             port: components.port ?? 5432, directory: nil, server: .external(url: url, psql: try Binaries.findPSQL()),
             watchdog: nil)
         do {
-            _ = try cluster.psql("SELECT 1", database: components.path.isEmpty ? "postgres" : String(components.path.dropFirst()))
+            _ = try cluster.psqlBlocking("SELECT 1", database: components.path.isEmpty ? "postgres" : String(components.path.dropFirst()))
         } catch {
             throw Failure("\(externalURLVariable)=\(url): the server does not answer: \(error)")
         }
@@ -200,7 +200,7 @@ public final class PostgresCluster: Sendable {
                 what: "createdb \(name)")
         case .external:
             let quoted = "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-            _ = try psql("CREATE DATABASE \(quoted)", database: maintenanceDatabase)
+            _ = try psqlBlocking("CREATE DATABASE \(quoted)", database: maintenanceDatabase)
         }
         return url(database: name)
     }
@@ -209,18 +209,25 @@ public final class PostgresCluster: Sendable {
     /// rows one a line, columns separated by `|`, no header, no trailing newline. For tests that
     /// look at or tamper with rows behind the server's back. Throws when psql fails (a SQL
     /// error, or the server is down).
+    /// psql runs on a thread of its own (``offThePool(_:)``): it may wait for a lock this
+    /// process's own sessions hold.
     @discardableResult
-    public func psql(_ sql: String, database: String = "postgres") throws -> String {
-        var text = try psqlOutput(sql, database: database, setting: nil).stdout
-        while text.hasSuffix("\n") { text.removeLast() }
-        return text
+    public func psql(_ sql: String, database: String = "postgres") async throws -> String {
+        try await offThePool { try self.psqlBlocking(sql, database: database) }
     }
 
     /// Runs `sql` as ``psql(_:database:)`` does, in a session with `setting`
     /// (`options=-c name=value`); returns what psql printed on stderr (the server's notices and
     /// warnings). Throws when psql fails.
-    public func psqlNotices(_ sql: String, database: String = "postgres", setting: (name: String, value: String)) throws -> String {
-        try psqlOutput(sql, database: database, setting: setting).stderr
+    public func psqlNotices(_ sql: String, database: String = "postgres", setting: (name: String, value: String)) async throws -> String {
+        try await offThePool { try self.psqlOutput(sql, database: database, setting: setting).stderr }
+    }
+
+    /// ``psql(_:database:)`` on the calling thread: for the cluster's own set-up, never from a test's task.
+    private func psqlBlocking(_ sql: String, database: String) throws -> String {
+        var text = try psqlOutput(sql, database: database, setting: nil).stdout
+        while text.hasSuffix("\n") { text.removeLast() }
+        return text
     }
 
     private func psqlOutput(_ sql: String, database: String, setting: (name: String, value: String)?) throws -> Output {

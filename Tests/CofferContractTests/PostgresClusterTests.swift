@@ -14,7 +14,7 @@ import Testing
 @Suite("PostgreSQL throwaway cluster")
 struct PostgresClusterTests {
     @Test("start, two databases, stop, start again, destroy: the directory and the server are gone")
-    func lifecycle() throws {
+    func lifecycle() async throws {
         let cluster = try PostgresCluster.start()
         let directory = try #require(cluster.directory)
         let port = cluster.port
@@ -24,46 +24,46 @@ struct PostgresClusterTests {
         #expect(second == "postgres://postgres@127.0.0.1:\(port)/coffer_second?sslmode=disable")
         #expect(first.hasPrefix("postgres://postgres@127.0.0.1:\(port)/coffer_") && first != second)
         let firstName = String(try #require(URLComponents(string: first)).path.dropFirst())
-        #expect(try cluster.psql("SELECT 1", database: firstName) == "1")
-        #expect(try cluster.psql("SELECT 1", database: "coffer_second") == "1")
+        #expect(try await cluster.psql("SELECT 1", database: firstName) == "1")
+        #expect(try await cluster.psql("SELECT 1", database: "coffer_second") == "1")
         #expect(throws: (any Error).self) { try cluster.createDatabase("coffer_second") }
 
         // The databases are separate; rows, columns and durability settings as psql prints them.
-        try cluster.psql("CREATE TABLE t (id int, name text); INSERT INTO t VALUES (1, 'a'), (2, 'b')", database: firstName)
-        #expect(try cluster.psql("SELECT id, name FROM t ORDER BY id", database: firstName) == "1|a\n2|b")
-        #expect(throws: (any Error).self) { try cluster.psql("SELECT * FROM t", database: "coffer_second") }
-        #expect(try cluster.psql("SHOW fsync") == "on")
-        #expect(try cluster.psql("SHOW synchronous_commit") == "on")
+        try await cluster.psql("CREATE TABLE t (id int, name text); INSERT INTO t VALUES (1, 'a'), (2, 'b')", database: firstName)
+        #expect(try await cluster.psql("SELECT id, name FROM t ORDER BY id", database: firstName) == "1|a\n2|b")
+        await #expect(throws: (any Error).self) { try await cluster.psql("SELECT * FROM t", database: "coffer_second") }
+        #expect(try await cluster.psql("SHOW fsync") == "on")
+        #expect(try await cluster.psql("SHOW synchronous_commit") == "on")
 
         let pid = try postmasterPID(directory)
         try cluster.stop()
-        #expect(throws: (any Error).self) { try cluster.psql("SELECT 1") }
+        await #expect(throws: (any Error).self) { try await cluster.psql("SELECT 1") }
 
         try cluster.start()
         #expect(cluster.port == port)
-        #expect(try cluster.psql("SELECT count(*) FROM t", database: firstName) == "2")
+        #expect(try await cluster.psql("SELECT count(*) FROM t", database: firstName) == "2")
 
         // A crash (immediate stop) keeps every committed row: recovery replays the WAL.
-        try cluster.psql("INSERT INTO t VALUES (3, 'c')", database: firstName)
+        try await cluster.psql("INSERT INTO t VALUES (3, 'c')", database: firstName)
         try cluster.restart(mode: .immediate)
-        #expect(try cluster.psql("SELECT count(*) FROM t", database: firstName) == "3")
+        #expect(try await cluster.psql("SELECT count(*) FROM t", database: firstName) == "3")
 
         let restartedPID = try postmasterPID(directory)
         #expect(restartedPID != pid)
         try cluster.destroy()
         #expect(!FileManager.default.fileExists(atPath: directory.path))
         #expect(!isRunning(restartedPID))
-        #expect(throws: (any Error).self) { try cluster.psql("SELECT 1") }
+        await #expect(throws: (any Error).self) { try await cluster.psql("SELECT 1") }
         try cluster.destroy()
     }
 
     @Test("shared: one cluster for the whole process, a database each")
-    func shared() throws {
+    func shared() async throws {
         let cluster = try PostgresCluster.shared()
         #expect(try PostgresCluster.shared() === cluster)
         let url = try cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
-        #expect(try cluster.psql("SELECT current_database()", database: name) == name)
+        #expect(try await cluster.psql("SELECT current_database()", database: name) == name)
     }
 
     @Test("a cluster dropped without destroy() is stopped and removed")

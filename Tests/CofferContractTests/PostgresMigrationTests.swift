@@ -43,15 +43,15 @@ struct PostgresUpgradeTests {
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         let first = try #require(PostgresMigrations.all.first)
         #expect(first.name == "0001_initial")
-        try cluster.psql(first.sql, database: name)
-        try cluster.psql(
+        try await cluster.psql(first.sql, database: name)
+        try await cluster.psql(
             """
             CREATE TABLE coffer_migrations (name text PRIMARY KEY, applied_at double precision NOT NULL);
             INSERT INTO coffer_migrations VALUES ('0001_initial', 0);
             INSERT INTO attempts (at, code, detail, receipt_sha256, client_address) VALUES (0, 'c', 'd', 'x', 'a'), (0, 'c', 'd', 'x', 'a');
             INSERT INTO api_keys VALUES ('old', 'old admin', 'admin', '\(fakeHash("old"))', 0, NULL);
             """, database: name)
-        #expect(try cluster.psql("SELECT max(sequence) FROM attempts", database: name) == "2")
+        #expect(try await cluster.psql("SELECT max(sequence) FROM attempts", database: name) == "2")
 
         let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 2, timeouts: false, logger: Logger(label: "upgrade"))
         do {
@@ -68,9 +68,9 @@ struct PostgresUpgradeTests {
             #expect(try await keys.live().map(\.keyId) == ["old"])
             #expect(try await keys.live().first?.signature == nil)
             // Refused by the guard itself (its message), not by anything else.
-            func refused(_ statement: String, _ message: String) {
+            func refused(_ statement: String, _ message: String) async {
                 do {
-                    try cluster.psql(statement, database: name)
+                    try await cluster.psql(statement, database: name)
                     Issue.record("not refused: \(statement)")
                 } catch {
                     #expect("\(error)".contains(message), "\(statement): \(error)")
@@ -81,30 +81,30 @@ struct PostgresUpgradeTests {
                 "UPDATE api_keys SET role = 'auditor'", "UPDATE api_keys SET revoked_at = 'NaN'", "UPDATE api_keys SET revoked_at = 1e13",
                 "UPDATE api_keys SET revoked_at = 5, signature = 'x'",
             ] {
-                refused(statement, changes)
+                await refused(statement, changes)
             }
-            refused("DELETE FROM api_keys", "never deleted")
-            refused("TRUNCATE api_keys", "append-only")
+            await refused("DELETE FROM api_keys", "never deleted")
+            await refused("TRUNCATE api_keys", "append-only")
             #expect(try await keys.sign(keyId: "old", signature: "first"))
             #expect(try await !keys.sign(keyId: "old", signature: "second"), "signed once")
-            refused("UPDATE api_keys SET signature = 'second'", changes)
+            await refused("UPDATE api_keys SET signature = 'second'", changes)
             #expect(try await keys.revoke(keyId: "old", at: instant(5)))
             #expect(try await keys.live().isEmpty)
-            refused("UPDATE api_keys SET revoked_at = NULL", changes)
-            refused("UPDATE api_keys SET revoked_at = 6", changes)
+            await refused("UPDATE api_keys SET revoked_at = NULL", changes)
+            await refused("UPDATE api_keys SET revoked_at = 6", changes)
             let old = try #require(try await keys.key(secretHash: fakeHash("old")))
             #expect(old.revokedAt == instant(5) && old.signature == "first" && old.role == .admin)
             let ledger = PostgresLedger(backend, checkpoints: nil)
             try await ledger.record(makeAttempt(code: "late", transactionId: "1"))
             #expect(try await ledger.insert(makeRedemption("1")).inserted?.sequence == 1)
             await ledger.finishWrites()
-            #expect(try cluster.psql("SELECT string_agg(sequence::text, ',' ORDER BY sequence) FROM attempts", database: name) == "1,2,3")
-            #expect(throws: (any Error).self) {
-                try cluster.psql(
+            #expect(try await cluster.psql("SELECT string_agg(sequence::text, ',' ORDER BY sequence) FROM attempts", database: name) == "1,2,3")
+            await #expect(throws: (any Error).self) {
+                try await cluster.psql(
                     "INSERT INTO attempts (at, code, detail, receipt_sha256, client_address) VALUES (0, 'c', 'd', 'x', 'a')", database: name)
             }
             // Migrated by a newer Coffer: refused though nothing is pending (the restart path).
-            try cluster.psql("INSERT INTO coffer_migrations VALUES ('9999_from_the_future', 0)", database: name)
+            try await cluster.psql("INSERT INTO coffer_migrations VALUES ('9999_from_the_future', 0)", database: name)
             await #expect(throws: PostgresStoreError.self) { try await backend.pendingMigrations() }
             await #expect(throws: PostgresStoreError.self) { try await backend.migrate() }
         } catch {

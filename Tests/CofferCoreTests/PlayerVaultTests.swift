@@ -445,13 +445,13 @@ import Testing
     @Test func theSandboxMintsSubscriptionsRenewalInfoAndEveryNotificationType() async throws {
         try await withTemporaryDirectory(prefix: "coffer-mint") { dir in
             let ca = dir.appendingPathComponent("ca").path
-            #expect(try CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 0)
+            #expect(try await CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 0)
             let loaded = try SandboxCA.load { name in Array(try Data(contentsOf: URL(fileURLWithPath: SandboxDirectory(ca).file(name)))) }
             let verifier = try sandboxVerifier(loaded)
             let common = ["--dir", ca, "--bundle-id", "com.coffer.demo", "--product", "com.coffer.demo.season", "--product-type", "autoRenewable"]
             // A subscription needs an expiry: a usage error otherwise.
-            #expect(try CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1"]).status == 2)
-            let minted = try CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1", "--expires-in", "3600"])
+            #expect(try await CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1"]).status == 2)
+            let minted = try await CofferExecutable.run(["sandbox", "transaction"] + common + ["--transaction-id", "1", "--expires-in", "3600"])
             #expect(minted.status == 0)
             guard
                 case .valid(let evidence) = await verifier.verifySignedData(
@@ -474,7 +474,7 @@ import Testing
                 let arguments =
                     ["sandbox", "notification", "--type", type] + (subtype.map { ["--subtype", $0] } ?? []) + common
                     + ["--transaction-id", "2", "--original-transaction-id", "1", "--expires-in", "60"] + extra
-                let run = try CofferExecutable.run(arguments)
+                let run = try await CofferExecutable.run(arguments)
                 #expect(run.status == 0, "\(type): \(run.stderr)")
                 let result = await verifier.verifySignedData(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines), now: Date())
                 guard case .valid(let e) = result, case .notification(let n) = e.signed else {

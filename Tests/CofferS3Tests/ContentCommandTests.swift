@@ -55,7 +55,7 @@ import Testing
             "content", "migrate", "--data-dir", data.path, "--to", "s3://\(bucket)/game", "--s3-endpoint", moto.endpoint,
         ]
 
-        let first = try CofferExecutable.run(arguments, environment: environment)
+        let first = try await CofferExecutable.run(arguments, environment: environment)
         #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
         #expect(first.stdout.contains("copied 3 object(s)"), "\(first.stdout)")
         #expect(first.stderr.contains("[3/3]"), "progress on stderr: \(first.stderr)")
@@ -66,9 +66,9 @@ import Testing
             try await store.delete(sha256: v2.sha256Hex)  // lost in the bucket: the next run copies it again
         }
 
-        let again = try CofferExecutable.run(arguments, environment: environment)
+        let again = try await CofferExecutable.run(arguments, environment: environment)
         #expect(again.status == 0 && again.stdout.contains("copied 1 object(s)") && again.stdout.contains("2 already there"), "\(again.stdout)")
-        let idle = try CofferExecutable.run(arguments, environment: environment)
+        let idle = try await CofferExecutable.run(arguments, environment: environment)
         #expect(idle.stdout.contains("copied 0 object(s)") && idle.stdout.contains("3 already there"), "\(idle.stdout)")
 
         // A file whose bytes no longer hash to its name is reported and not copied.
@@ -80,7 +80,7 @@ import Testing
             }, maxBytes: 2000, expectedSHA256: nil)
         let path = try #require(local.path(sha256: damaged.sha256Hex))
         try Data(Self.bytes(2000, seed: 25)).write(to: URL(fileURLWithPath: path))
-        let refused = try CofferExecutable.run(arguments, environment: environment)
+        let refused = try await CofferExecutable.run(arguments, environment: environment)
         #expect(refused.status == 1, "\(refused.stdout)\(refused.stderr)")
         #expect(refused.stderr.contains("do not hash to its name"), "\(refused.stderr)")
         try await S3ContentStoreTests.withStore(bucket: bucket, create: false) { store async throws in
@@ -90,7 +90,7 @@ import Testing
 
         var wrong = environment
         wrong["AWS_SECRET_ACCESS_KEY"] = "wrong"
-        let denied = try CofferExecutable.run(arguments, environment: wrong)
+        let denied = try await CofferExecutable.run(arguments, environment: wrong)
         #expect(denied.status == 2 && denied.stderr.contains("SignatureDoesNotMatch"), "\(denied.stderr)")
     }
 
@@ -104,16 +104,16 @@ import Testing
         let data = try await Self.dataDirectory(root, referenced: [v1, v2], stray: stray)
         let bucket = try await moto.createBucket()
         let environment = Self.environment(moto)
-        let migrate = try CofferExecutable.run(
+        let migrate = try await CofferExecutable.run(
             ["content", "migrate", "--data-dir", data.path, "--to", "s3://\(bucket)/game", "--s3-endpoint", moto.endpoint], environment: environment)
         try #require(migrate.status == 0, "\(migrate.stderr)")
         let store = ["--data-dir", data.path, "--content-store", "s3://\(bucket)/game", "--s3-endpoint", moto.endpoint]
 
-        let young = try CofferExecutable.run(["content", "gc"] + store, environment: environment)
+        let young = try await CofferExecutable.run(["content", "gc"] + store, environment: environment)
         #expect(young.status == 0 && young.stdout.contains("dry run: 0 unreferenced") && young.stdout.contains("1 younger"), "\(young.stdout)")
-        let dry = try CofferExecutable.run(["content", "gc", "--min-age", "0"] + store, environment: environment)
+        let dry = try await CofferExecutable.run(["content", "gc", "--min-age", "0"] + store, environment: environment)
         #expect(dry.stdout.contains("unreferenced \(stray.sha256Hex) 500 bytes") && dry.stdout.contains("dry run: 1 unreferenced"), "\(dry.stdout)")
-        let removed = try CofferExecutable.run(["content", "gc", "--min-age", "0", "--delete"] + store, environment: environment)
+        let removed = try await CofferExecutable.run(["content", "gc", "--min-age", "0", "--delete"] + store, environment: environment)
         #expect(removed.status == 0 && removed.stdout.contains("removed 1 unreferenced object(s), 500 bytes"), "\(removed.stdout)\(removed.stderr)")
         try await S3ContentStoreTests.withStore(bucket: bucket, create: false) { store async throws in
             #expect(Set(try await store.objects().map(\.sha256)) == [v1.sha256Hex, v2.sha256Hex], "both versions of the asset are kept")
@@ -128,14 +128,15 @@ import Testing
                 }, maxBytes: 500, expectedSHA256: nil)
         }
         let wrongStore = ["--data-dir", data.path, "--content-store", "s3://\(other)/game", "--s3-endpoint", moto.endpoint]
-        let refusedGC = try CofferExecutable.run(["content", "gc", "--min-age", "0", "--delete"] + wrongStore, environment: environment)
+        let refusedGC = try await CofferExecutable.run(["content", "gc", "--min-age", "0", "--delete"] + wrongStore, environment: environment)
         #expect(refusedGC.status == 2 && refusedGC.stderr.contains("does not match the store"), "\(refusedGC.stdout)\(refusedGC.stderr)")
         try await S3ContentStoreTests.withStore(bucket: other, create: false) { store async throws in
             #expect(try await store.size(sha256: stray.sha256Hex) == 500, "nothing deleted")
         }
 
         // The local store too (no --content-store).
-        let local = try CofferExecutable.run(["content", "gc", "--min-age", "0", "--delete", "--data-dir", data.path], environment: environment)
+        let local = try await CofferExecutable.run(
+            ["content", "gc", "--min-age", "0", "--delete", "--data-dir", data.path], environment: environment)
         #expect(local.status == 0 && local.stdout.contains("removed 1 unreferenced"), "\(local.stdout)\(local.stderr)")
         #expect(try LocalContentStore(root: DataDirectory(data.path).content).path(sha256: stray.sha256Hex) == nil)
     }

@@ -43,16 +43,16 @@ import Testing
         }
 
         /// Runs `coffer ARGS` with `key` in COFFER_KEY and this server in COFFER_SERVER.
-        func run(_ arguments: [String], key: String?) throws -> CofferExecutable.Run {
+        func run(_ arguments: [String], key: String?) async throws -> CofferExecutable.Run {
             var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("COFFER_") }
             environment["COFFER_SERVER"] = url
             if let key { environment["COFFER_KEY"] = key }
-            return try CofferExecutable.run(arguments, environment: environment)
+            return try await CofferExecutable.run(arguments, environment: environment)
         }
 
         /// Mints a sandbox receipt with the demo's CA and redeems it: its transaction id.
         func redeem(_ transactionId: String) async throws {
-            let mint = try CofferExecutable.run([
+            let mint = try await CofferExecutable.run([
                 "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo", "--purchase",
                 "com.coffer.demo.levelpack1:\(transactionId)", "--base64",
             ])
@@ -83,7 +83,7 @@ import Testing
             try Data(bytes).write(to: file)
 
             // Not a terminal: plain progress lines on stderr, the asset as JSON on stdout.
-            let upload = try demo.run(["admin", "assets", "upload", file.path], key: key)
+            let upload = try await demo.run(["admin", "assets", "upload", file.path], key: key)
             #expect(upload.status == 0, "\(upload.stderr)")
             #expect(upload.stderr.contains("100%"), "progress reaches 100%: \(upload.stderr)")
             let asset = try #require(try Self.items(upload.stdout).first)
@@ -93,51 +93,51 @@ import Testing
             #expect(asset["contentType"] as? String == "application/octet-stream")
 
             // Again with another id: a new asset; the same id again: version 2, name kept.
-            #expect(try demo.run(["admin", "assets", "upload", file.path, "--id", "map.one"], key: key).status == 0)
-            let again = try demo.run(["admin", "assets", "upload", file.path, "--id", "map.one"], key: key)
+            #expect(try await demo.run(["admin", "assets", "upload", file.path, "--id", "map.one"], key: key).status == 0)
+            let again = try await demo.run(["admin", "assets", "upload", file.path, "--id", "map.one"], key: key)
             #expect(try Self.items(again.stdout).first?["version"] as? Int == 2)
 
-            let list = try demo.run(["admin", "assets", "list", "--json"], key: key)
+            let list = try await demo.run(["admin", "assets", "list", "--json"], key: key)
             #expect(try Self.items(list.stdout).contains { $0["assetId"] as? String == "map.one" && $0["version"] as? Int == 2 })
-            let table = try demo.run(["admin", "assets", "list", "--table"], key: key)
+            let table = try await demo.run(["admin", "assets", "list", "--table"], key: key)
             #expect(table.stdout.hasPrefix("ASSET"), "a table with a header: \(table.stdout)")
             #expect(table.stdout.contains("map.one"))
 
-            let put = try demo.run(
+            let put = try await demo.run(
                 [
                     "admin", "products", "put", "com.coffer.demo.maps", "--bundle-id", "com.coffer.demo", "--type", "nonConsumable", "--title",
                     "Maps",
                     "--asset", "map.one",
                 ], key: key)
             #expect(put.status == 0, "\(put.stderr)")
-            let products = try demo.run(["admin", "products", "list", "--json"], key: key)
+            let products = try await demo.run(["admin", "products", "list", "--json"], key: key)
             let maps = try #require(try Self.items(products.stdout).first { $0["productId"] as? String == "com.coffer.demo.maps" })
             #expect(maps["assetIds"] as? [String] == ["map.one"])
 
             // A product of an app the server does not verify: refused, one line with the code, exit 1.
-            let foreign = try demo.run(
+            let foreign = try await demo.run(
                 ["admin", "products", "put", "com.other.maps", "--bundle-id", "com.other", "--type", "nonConsumable", "--title", "X"], key: key)
             #expect(foreign.status == 1)
             #expect(foreign.stderr.contains("422 bundleMismatch"), "\(foreign.stderr)")
             #expect(foreign.stderr.split(separator: "\n").count == 1)
 
-            #expect(try demo.run(["admin", "products", "delete", "com.coffer.demo.maps"], key: key).status == 0)
-            let gone = try demo.run(["admin", "products", "delete", "com.coffer.demo.maps"], key: key)
+            #expect(try await demo.run(["admin", "products", "delete", "com.coffer.demo.maps"], key: key).status == 0)
+            let gone = try await demo.run(["admin", "products", "delete", "com.coffer.demo.maps"], key: key)
             #expect(gone.status == 1)
             #expect(gone.stderr.contains("404 unknownProduct"), "\(gone.stderr)")
 
             // Revocations: an unknown transaction is refused with its code; a redeemed one is revoked.
-            let unknown = try demo.run(["admin", "revocations", "create", "--transaction-id", "999", "--reason", "test"], key: key)
+            let unknown = try await demo.run(["admin", "revocations", "create", "--transaction-id", "999", "--reason", "test"], key: key)
             #expect(unknown.status == 1)
             #expect(unknown.stderr.contains("404 notRedeemed"), "\(unknown.stderr)")
             try await demo.redeem("424242")
-            let revoke = try demo.run(["admin", "revocations", "create", "--transaction-id", "424242", "--reason", "chargeback"], key: key)
+            let revoke = try await demo.run(["admin", "revocations", "create", "--transaction-id", "424242", "--reason", "chargeback"], key: key)
             #expect(revoke.status == 0, "\(revoke.stderr)")
             #expect(try (Self.json(revoke.stdout) as? [String: Any])?["transactionId"] as? String == "424242")
             // The auditor sees it.
-            let revocations = try demo.run(["audit", "revocations", "--json"], key: demo.auditorKey)
+            let revocations = try await demo.run(["audit", "revocations", "--json"], key: demo.auditorKey)
             #expect(try Self.items(revocations.stdout).map { $0["transactionId"] as? String } == ["424242"])
-            let revocationTable = try demo.run(["audit", "revocations", "--table"], key: demo.auditorKey)
+            let revocationTable = try await demo.run(["audit", "revocations", "--table"], key: demo.auditorKey)
             #expect(revocationTable.stdout.hasPrefix("SEQ") && revocationTable.stdout.contains("chargeback"))
         }
     }
@@ -145,27 +145,27 @@ import Testing
     @Test func keysComeFromTheEnvironmentOrAFileAndRefusalsAreOneLine() async throws {
         try await Demo.with { demo in
             // No key: a usage error that says where a key comes from; nothing is sent.
-            let none = try demo.run(["admin", "assets", "list"], key: nil)
+            let none = try await demo.run(["admin", "assets", "list"], key: nil)
             #expect(none.status == 2)
             #expect(none.stderr.contains("COFFER_KEY") && none.stderr.contains("--key-file"), "\(none.stderr)")
             // There is no flag that takes the key itself.
-            #expect(try demo.run(["admin", "assets", "list", "--key", demo.server.adminKey], key: nil).status != 0)
+            #expect(try await demo.run(["admin", "assets", "list", "--key", demo.server.adminKey], key: nil).status != 0)
             // From a file.
             let keyFile = demo.root.appendingPathComponent("admin.key")
             try Data((demo.server.adminKey + "\n").utf8).write(to: keyFile)
-            #expect(try demo.run(["admin", "assets", "list", "--key-file", keyFile.path], key: nil).status == 0)
+            #expect(try await demo.run(["admin", "assets", "list", "--key-file", keyFile.path], key: nil).status == 0)
             // An auditor key on an admin route: 403, one line, exit 1.
-            let forbidden = try demo.run(["admin", "assets", "list"], key: demo.auditorKey)
+            let forbidden = try await demo.run(["admin", "assets", "list"], key: demo.auditorKey)
             #expect(forbidden.status == 1)
             #expect(forbidden.stderr == "coffer: 403 forbidden: an auditor key may not do this\n")
             // A wrong key: 401.
-            let wrong = try demo.run(["audit", "redemptions"], key: "cof_admin_wrong")
+            let wrong = try await demo.run(["audit", "redemptions"], key: "cof_admin_wrong")
             #expect(wrong.status == 1)
             #expect(wrong.stderr.contains("401 unauthenticated"), "\(wrong.stderr)")
             // Nobody listening: exit 2.
             var environment = ProcessInfo.processInfo.environment
             environment["COFFER_KEY"] = demo.server.adminKey
-            let closed = try CofferExecutable.run(["admin", "assets", "list", "--server", "http://127.0.0.1:1"], environment: environment)
+            let closed = try await CofferExecutable.run(["admin", "assets", "list", "--server", "http://127.0.0.1:1"], environment: environment)
             #expect(closed.status == 2)
             #expect(closed.stderr.hasPrefix("coffer: http://127.0.0.1:1 did not answer"), "\(closed.stderr)")
         }
@@ -177,7 +177,7 @@ import Testing
             // The release is the demo's own content/: the demo loaded it through the same plan.
             let release = demo.root.appendingPathComponent("release")
             try FileManager.default.copyItem(at: CrashSafetyTests.Server.contentDirectory, to: release)
-            let same = try demo.run(["admin", "sync", release.path], key: key)
+            let same = try await demo.run(["admin", "sync", release.path], key: key)
             #expect(same.status == 0, "\(same.stderr)")
             #expect(same.stdout.contains("plan: 0 uploads, 0 product changes, 0 deletions; unchanged: 4 assets, 3 products"), "\(same.stdout)")
 
@@ -190,7 +190,7 @@ import Testing
             manifest["products"] = products
             try JSONSerialization.data(withJSONObject: manifest).write(to: manifestURL)
             #expect(
-                try demo.run(
+                try await demo.run(
                     [
                         "admin", "products", "put", "com.coffer.demo.extra", "--bundle-id", "com.coffer.demo", "--type", "consumable", "--title",
                         "Extra",
@@ -198,7 +198,7 @@ import Testing
                     key: key
                 ).status == 0)
 
-            let dry = try demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
+            let dry = try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
             #expect(dry.status == 0, "\(dry.stderr)")
             let plan = dry.stdout.split(separator: "\n").map(String.init)
             #expect(plan.contains { $0.hasPrefix("~ asset levelpack1-tiles  sha256 ") })
@@ -207,28 +207,28 @@ import Testing
                     "~ product com.coffer.demo.levelpack2  title: \"Level Pack 2: Sky Gardens\" → \"Level Pack 2: Sky Gardens (remastered)\""))
             #expect(plan.contains("  product com.coffer.demo.extra is not in the release (kept; --prune deletes it)"))
             #expect(plan.contains("dry run: nothing changed"))
-            let before = try Self.items(try demo.run(["admin", "assets", "list", "--json"], key: key).stdout)
+            let before = try Self.items(try await demo.run(["admin", "assets", "list", "--json"], key: key).stdout)
             #expect(before.first { $0["assetId"] as? String == "levelpack1-tiles" }?["version"] as? Int == 1, "a dry run uploads nothing")
 
-            let sync = try demo.run(["admin", "sync", release.path], key: key)
+            let sync = try await demo.run(["admin", "sync", release.path], key: key)
             #expect(sync.status == 0, "\(sync.stderr)")
             #expect(sync.stdout.contains("plan: 1 upload, 1 product change, 0 deletions; unchanged: 3 assets, 2 products"), "\(sync.stdout)")
-            let after = try Self.items(try demo.run(["admin", "assets", "list", "--json"], key: key).stdout)
+            let after = try Self.items(try await demo.run(["admin", "assets", "list", "--json"], key: key).stdout)
             #expect(after.first { $0["assetId"] as? String == "levelpack1-tiles" }?["version"] as? Int == 2)
             #expect(after.first { $0["assetId"] as? String == "levelpack1-levels" }?["version"] as? Int == 1, "unchanged files are not uploaded")
-            var listed = try Self.items(try demo.run(["admin", "products", "list", "--json"], key: key).stdout)
+            var listed = try Self.items(try await demo.run(["admin", "products", "list", "--json"], key: key).stdout)
             #expect(listed.contains { $0["productId"] as? String == "com.coffer.demo.extra" }, "kept without --prune")
 
-            let prune = try demo.run(["admin", "sync", release.path, "--prune"], key: key)
+            let prune = try await demo.run(["admin", "sync", release.path, "--prune"], key: key)
             #expect(prune.stdout.contains("- product com.coffer.demo.extra"), "\(prune.stdout)")
-            listed = try Self.items(try demo.run(["admin", "products", "list", "--json"], key: key).stdout)
+            listed = try Self.items(try await demo.run(["admin", "products", "list", "--json"], key: key).stdout)
             #expect(!listed.contains { $0["productId"] as? String == "com.coffer.demo.extra" })
             #expect(listed.count == 3)
 
             // A manifest naming a file outside the release is refused before anything is sent.
             manifest["assets"] = [["assetId": "x", "file": "../secret"]]
             try JSONSerialization.data(withJSONObject: manifest).write(to: manifestURL)
-            let escape = try demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
+            let escape = try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
             #expect(escape.status == 2)
             #expect(escape.stderr.contains("file must be a relative path inside the directory"), "\(escape.stderr)")
         }
@@ -240,20 +240,20 @@ import Testing
             try await demo.redeem("5550002")
             let key = demo.auditorKey
 
-            let one = try demo.run(["audit", "redemptions", "--transaction-id", "5550002", "--json"], key: key)
+            let one = try await demo.run(["audit", "redemptions", "--transaction-id", "5550002", "--json"], key: key)
             #expect(one.status == 0, "\(one.stderr)")
             #expect(try Self.items(one.stdout).map { $0["transactionId"] as? String } == ["5550002"])
-            let paged = try demo.run(["audit", "redemptions", "--limit", "1", "--table"], key: key)
+            let paged = try await demo.run(["audit", "redemptions", "--limit", "1", "--table"], key: key)
             #expect(paged.stdout.hasPrefix("SEQ"))
             #expect(paged.stdout.contains("more: --cursor 1 (or --all)"), "\(paged.stdout)")
-            let all = try demo.run(["audit", "redemptions", "--limit", "1", "--all", "--json"], key: key)
+            let all = try await demo.run(["audit", "redemptions", "--limit", "1", "--all", "--json"], key: key)
             #expect(try Self.items(all.stdout).count == 2)
-            let bad = try demo.run(["audit", "attempts", "--from", "yesterday"], key: key)
+            let bad = try await demo.run(["audit", "attempts", "--from", "yesterday"], key: key)
             #expect(bad.status == 1)
             #expect(bad.stderr == "coffer: 400 malformedRequest: from must be an ISO 8601 date\n")
 
             let csv = demo.root.appendingPathComponent("redemptions.csv")
-            let export = try demo.run(["audit", "export", "--out", csv.path, "--format", "csv"], key: key)
+            let export = try await demo.run(["audit", "export", "--out", csv.path, "--format", "csv"], key: key)
             #expect(export.status == 0, "\(export.stderr)")
             #expect(export.stderr.contains("export ") && export.stderr.contains("done in"), "progress on stderr: \(export.stderr)")
             let text = try String(contentsOf: csv, encoding: .utf8)
@@ -264,19 +264,19 @@ import Testing
             // Verify once a checkpoint covers both redemptions (signed every second here).
             try await Self.waitForCheckpoint(demo, atLeast: 2)
             // Verify: the key pinned from /v1/audit/public-key (saved by the auditor) → intact.
-            let data = try demo.run(["ledger", "public-key", "--data-dir", demo.data.path], key: nil)
+            let data = try await demo.run(["ledger", "public-key", "--data-dir", demo.data.path], key: nil)
             let pinned = demo.root.appendingPathComponent("ledger.pub")
             try Data(data.stdout.utf8).write(to: pinned)
-            let verify = try demo.run(["audit", "verify", "--public-key", pinned.path], key: key)
+            let verify = try await demo.run(["audit", "verify", "--public-key", pinned.path], key: key)
             #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
             #expect(verify.stdout.hasPrefix("ledger intact"))
             // Another key (a server that re-signed its history would show this): not intact, exit 1.
             let other = Curve25519PublicKeyText.random()
-            let wrong = try demo.run(["audit", "verify", "--public-key", other], key: key)
+            let wrong = try await demo.run(["audit", "verify", "--public-key", other], key: key)
             #expect(wrong.status == 1)
             #expect(wrong.stdout.hasPrefix("LEDGER TAMPERED"))
             // The pinned key is required.
-            #expect(try demo.run(["audit", "verify"], key: key).status == 2)
+            #expect(try await demo.run(["audit", "verify"], key: key).status == 2)
         }
     }
 
@@ -306,9 +306,9 @@ import Testing
         try await Demo.with { demo in
             try await demo.redeem("7770001")
             let pinned = demo.root.appendingPathComponent("ledger.pub")
-            try Data(try demo.run(["ledger", "public-key", "--data-dir", demo.data.path], key: nil).stdout.utf8).write(to: pinned)
+            try Data(try await demo.run(["ledger", "public-key", "--data-dir", demo.data.path], key: nil).stdout.utf8).write(to: pinned)
             let exported = demo.root.appendingPathComponent("ledger.ndjson")
-            #expect(try demo.run(["audit", "export", "--kind", "ledger", "--out", exported.path], key: demo.auditorKey).status == 0)
+            #expect(try await demo.run(["audit", "export", "--kind", "ledger", "--out", exported.path], key: demo.auditorKey).status == 0)
             let stripped =
                 try String(contentsOf: exported, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix(#"{"checkpoint""#) }
                 .joined(separator: "\n") + "\n"
@@ -324,7 +324,7 @@ import Testing
                 let port = try #require(client.port)
                 var environment = ProcessInfo.processInfo.environment
                 environment["COFFER_KEY"] = "k"
-                let verify = try CofferExecutable.run(
+                let verify = try await CofferExecutable.run(
                     ["audit", "verify", "--server", "http://127.0.0.1:\(port)", "--public-key", pinned.path], environment: environment)
                 #expect(verify.status == 1, "\(verify.stdout)\(verify.stderr)")
                 #expect(verify.stdout.hasPrefix("NOT VERIFIED: no checkpoint signed by the pinned key covers"), "\(verify.stdout)")
@@ -347,34 +347,34 @@ import Testing
             }
             try FileManager.default.createSymbolicLink(at: release.appendingPathComponent("levels.json"), withDestinationURL: secret)
             try manifest([["assetId": "leak", "file": "levels.json"]])
-            let link = try demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
+            let link = try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
             #expect(link.status == 2)
             #expect(link.stderr.contains("leads outside the release directory"), "\(link.stderr)")
             #expect(mkfifo(release.appendingPathComponent("pipe").path, 0o600) == 0)
             try manifest([["assetId": "pipe", "file": "pipe"]])
-            let pipe = try demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
+            let pipe = try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
             #expect(pipe.status == 2)
             #expect(pipe.stderr.contains("is not a regular file"), "\(pipe.stderr)")
             try Data("{}".utf8).write(to: release.appendingPathComponent("real.json"))
             try manifest([["assetId": "a-new?name=index.html&", "file": "real.json"]])
-            #expect(try demo.run(["admin", "sync", release.path, "--dry-run"], key: key).stderr.contains("is not 1–128 characters"))
+            #expect(try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key).stderr.contains("is not 1–128 characters"))
             try manifest([], [["productId": "com.other.gold?", "type": "consumable", "title": "X", "assetIds": []]])
-            #expect(try demo.run(["admin", "sync", release.path, "--dry-run"], key: key).status == 2)
+            #expect(try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key).status == 2)
 
             // Another app's product: never taken over, never pruned.
             #expect(
-                try demo.run(
+                try await demo.run(
                     ["admin", "products", "put", "com.other.gold", "--bundle-id", "com.other", "--type", "consumable", "--title", "Gold"], key: key
                 ).status == 0)
             try manifest([], [["productId": "com.other.gold", "type": "consumable", "title": "Mine now", "assetIds": []]])
-            let takeover = try demo.run(["admin", "sync", release.path], key: key)
+            let takeover = try await demo.run(["admin", "sync", release.path], key: key)
             #expect(takeover.status == 2)
             #expect(takeover.stderr.contains("belongs to com.other on the server"), "\(takeover.stderr)")
             try manifest([], [])
-            let prune = try demo.run(["admin", "sync", release.path, "--prune"], key: key)
+            let prune = try await demo.run(["admin", "sync", release.path, "--prune"], key: key)
             #expect(prune.status == 0, "\(prune.stderr)")
             #expect(!prune.stdout.contains("com.other.gold"), "\(prune.stdout)")
-            let products = try Self.items(try demo.run(["admin", "products", "list", "--json"], key: key).stdout)
+            let products = try Self.items(try await demo.run(["admin", "products", "list", "--json"], key: key).stdout)
             #expect(products.contains { $0["productId"] as? String == "com.other.gold" && $0["title"] as? String == "Gold" })
             #expect(!products.contains { $0["bundleId"] as? String == "com.coffer.demo" }, "this app's products pruned")
         }

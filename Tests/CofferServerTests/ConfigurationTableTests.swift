@@ -34,7 +34,7 @@ struct ConfigurationTableTests {
 
     /// The table's settings are exactly `CofferSetting.all` (`--config` / `COFFER_CONFIG` are in the
     /// text above it; `--demo` is a mode, not a setting).
-    @Test func theReadmeTableIsCofferSettingAll() throws {
+    @Test func theReadmeTableIsCofferSettingAll() async throws {
         let documented = Set(
             try Self.readmeRows().filter { $0.environmentVariable != nil }.map {
                 Row(flag: $0.flag, environmentVariable: $0.environmentVariable, key: $0.key)
@@ -44,7 +44,7 @@ struct ConfigurationTableTests {
                 Row(flag: $0.flag, environmentVariable: $0.environmentVariable, key: $0.inConfigFile ? $0.key : nil)
             })
         #expect(documented == implemented)
-        let serveHelp = try CofferExecutable.run(["serve", "--help"], environment: [:]).stdout
+        let serveHelp = try await CofferExecutable.run(["serve", "--help"], environment: [:]).stdout
         for flag in CofferSetting.all.compactMap(\.flag) { #expect(serveHelp.contains(flag + " "), "\(flag) is not a flag of coffer serve") }
     }
 
@@ -76,8 +76,8 @@ struct ConfigurationTableTests {
         "trustedProxies": (["192.0.2.1", "192.0.2.2"], ["192.0.2.3", "2001:db8::4"], ["192.0.2.5"]), "tokenKey": ("c2VjcmV0", "c2VjcmV0", ""),
     ]
 
-    static func printed(_ arguments: [String], environment: [String: String]) throws -> [String: Any] {
-        let run = try CofferExecutable.run(["serve", "--print-config"] + arguments, environment: environment)
+    static func printed(_ arguments: [String], environment: [String: String]) async throws -> [String: Any] {
+        let run = try await CofferExecutable.run(["serve", "--print-config"] + arguments, environment: environment)
         #expect(run.status == 0, "\(run.stderr)")
         return try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
     }
@@ -108,15 +108,15 @@ struct ConfigurationTableTests {
                 guard let name = setting.flag else { continue }
                 for value in (flag as? [String]) ?? ["\(flag)"] { flags += [name, value] }
             }
-            Self.expect(try Self.printed(["--config", file.path], environment: [:]), \.file, from: "the config file")
-            Self.expect(try Self.printed([], environment: environment), \.environment, from: "the environment")
-            Self.expect(try Self.printed(flags, environment: environment), \.flag, from: "the flags")
+            Self.expect(try await Self.printed(["--config", file.path], environment: [:]), \.file, from: "the config file")
+            Self.expect(try await Self.printed([], environment: environment), \.environment, from: "the environment")
+            Self.expect(try await Self.printed(flags, environment: environment), \.flag, from: "the flags")
         }
     }
 
     /// Nothing set: each setting shows the README's default, or nothing where the README has none.
-    @Test func defaultsAreTheReadmeDefaults() throws {
-        let printed = try Self.printed([], environment: [:])
+    @Test func defaultsAreTheReadmeDefaults() async throws {
+        let printed = try await Self.printed([], environment: [:])
         for row in try Self.readmeRows() {
             guard let key = row.key, let value = printed[key] else { continue }
             if value is NSNull || (value as? [Any])?.isEmpty == true { continue }

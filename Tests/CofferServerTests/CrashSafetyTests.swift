@@ -84,7 +84,7 @@ import Testing
         let server = try await Server(dataDirectory: data)
         // 600 unique sandbox receipts, minted with the server's own demo CA.
         let receipts = root.appendingPathComponent("receipts")
-        let mint = try CofferExecutable.run([
+        let mint = try await CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:700000", "--count", "600", "--out-dir", receipts.path,
         ])
@@ -128,7 +128,7 @@ import Testing
         let db = try DatabaseQueue(path: data.appendingPathComponent("coffer.sqlite").path)
         let stored = Set(try await db.read { try String.fetchAll($0, sql: "SELECT transaction_id FROM redemptions") })
         #expect(acknowledged.isSubset(of: stored), "lost: \(acknowledged.subtracting(stored).sorted().prefix(10))")
-        let verify = try CofferExecutable.run(["ledger", "verify", "--data-dir", data.path])
+        let verify = try await CofferExecutable.run(["ledger", "verify", "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)")
         restarted.kill(SIGTERM)
         #expect(try await restarted.waitForExit(seconds: 20) == 0)
@@ -175,7 +175,7 @@ import Testing
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
         // A redemption so the ledger has an entry after the last periodic checkpoint.
-        let receipt = try CofferExecutable.run([
+        let receipt = try await CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:800000", "--base64",
         ])

@@ -36,12 +36,12 @@ import Testing
         return (fd, Int(UInt16(bigEndian: address.sin_port)))
     }
 
-    @Test func aPortInUseFailsBeforeTheBannerWithOneLine() throws {
+    @Test func aPortInUseFailsBeforeTheBannerWithOneLine() async throws {
         let (fd, port) = try Self.occupiedPort()
         defer { close(fd) }
         let data = try makeTemporaryDirectory(prefix: "coffer-port")
         defer { try? FileManager.default.removeItem(at: data) }
-        let run = try CofferExecutable.run([
+        let run = try await CofferExecutable.run([
             "serve", "--demo", "--data-dir", data.path, "--port", String(port), "--content", Self.repository.appendingPathComponent("content").path,
         ])
         #expect(run.status == 2)
@@ -145,10 +145,10 @@ import Testing
         }
     }
 
-    @Test func sandboxHintsPointAtTheDemosCANotAtANewOne() throws {
+    @Test func sandboxHintsPointAtTheDemosCANotAtANewOne() async throws {
         let root = try makeTemporaryDirectory(prefix: "coffer-hints")
         defer { try? FileManager.default.removeItem(at: root) }
-        let missing = try CofferExecutable.run([
+        let missing = try await CofferExecutable.run([
             "sandbox", "receipt", "--dir", root.appendingPathComponent("nowhere").path, "--bundle-id", "com.coffer.demo", "--purchase", "p:1",
         ])
         #expect(missing.status == 2)
@@ -156,23 +156,23 @@ import Testing
         #expect(!missing.stderr.contains("create one with"), "a new CA would be trusted by no server: \(missing.stderr)")
 
         let ca = root.appendingPathComponent("sandbox").path
-        #expect(try CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 0)
+        #expect(try await CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 0)
         let receipt = root.appendingPathComponent("r.der").path
         #expect(
-            try CofferExecutable.run([
+            try await CofferExecutable.run([
                 "sandbox", "receipt", "--dir", ca, "--bundle-id", "com.coffer.demo", "--purchase", "com.coffer.demo.levelpack1:1", "--out", receipt,
             ]).status == 0)
-        let inspect = try CofferExecutable.run(["receipt", "inspect", receipt])
+        let inspect = try await CofferExecutable.run(["receipt", "inspect", receipt])
         #expect(inspect.status == 1)
         #expect(inspect.stdout.contains("hint: ") && inspect.stdout.contains("--root DATA/sandbox/root.pem"), "\(inspect.stdout)")
-        let trusted = try CofferExecutable.run(["receipt", "inspect", receipt, "--root", ca + "/root.pem"])
+        let trusted = try await CofferExecutable.run(["receipt", "inspect", receipt, "--root", ca + "/root.pem"])
         #expect(trusted.status == 0, "the hint's flag works: \(trusted.stdout)")
     }
 
     /// `--print-config` shows what the server will use, defaults spelled out: trust roots and
     /// environments, storage, an absolute data directory, every key (null when off).
-    @Test func printConfigShowsEffectiveDefaults() throws {
-        let run = try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "com.example.game"], environment: [:])
+    @Test func printConfigShowsEffectiveDefaults() async throws {
+        let run = try await CofferExecutable.run(["serve", "--print-config", "--bundle-id", "com.example.game"], environment: [:])
         #expect(run.status == 0, "\(run.stderr)")
         let printed = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
         #expect(printed.keys.contains("playerIssuer") && printed["playerIssuer"] is NSNull, "every setting shown, null when off")
@@ -183,7 +183,7 @@ import Testing
         #expect((config["dataDirectory"] as? String)?.hasPrefix("/") == true)
         #expect((config["database"] as? String)?.hasPrefix("SQLite: /") == true)
         #expect((config["contentStore"] as? String)?.hasPrefix("local: /") == true)
-        let demo = try CofferExecutable.run(["serve", "--print-config", "--demo"], environment: [:])
+        let demo = try await CofferExecutable.run(["serve", "--print-config", "--demo"], environment: [:])
         let demoConfig = try #require(
             (try JSONSerialization.jsonObject(with: Data(demo.stdout.utf8)) as? [String: Any])?["effective"] as? [String: Any])
         #expect(demoConfig["environments"] as? [String] == ["LocalTesting"])
@@ -192,7 +192,7 @@ import Testing
 
     /// Every command's help: no default said twice (ours and the parser's), and no sentence
     /// broken by a hard line end in the middle of a paragraph.
-    @Test func helpTextWrapsCleanly() throws {
+    @Test func helpTextWrapsCleanly() async throws {
         let commands = [
             [], ["serve"], ["migrate"], ["keys", "create"], ["keys", "revoke"], ["ledger", "verify"], ["ledger", "export"], ["ledger", "copy"],
             ["ledger", "adopt"], ["ledger", "public-key"], ["ledger", "keygen"], ["receipt", "inspect"], ["sandbox"], ["sandbox", "receipt"],
@@ -201,7 +201,7 @@ import Testing
             ["audit", "verify"],
         ]
         for command in commands {
-            let help = try CofferExecutable.run(command + ["--help"], environment: ["COLUMNS": "100"]).stdout
+            let help = try await CofferExecutable.run(command + ["--help"], environment: ["COLUMNS": "100"]).stdout
             let options = help.components(separatedBy: "\nOPTIONS:").last ?? ""
             // An option's help is its line plus indented continuation lines.
             var entries: [String] = []

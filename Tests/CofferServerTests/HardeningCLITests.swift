@@ -62,7 +62,7 @@ import Testing
         #expect(mode.intValue & 0o777 == 0o600)
 
         // The admin key is revoked (from stdin): the next start replaces it and keeps the auditor's.
-        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", data.path], stdin: Data((admin + "\n").utf8)).status == 0)
+        #expect(try await CofferExecutable.run(["keys", "revoke", "--data-dir", data.path], stdin: Data((admin + "\n").utf8)).status == 0)
         let third = try await CrashSafetyTests.Server(dataDirectory: data)
         #expect(third.adminKey != admin)
         #expect(try Self.printedAuditorKey(third) == auditor)
@@ -84,21 +84,21 @@ import Testing
         let h = try await Harness.make()
         defer { h.cleanUp() }
         let dir = h.directory.path
-        let created = try CofferExecutable.run(["keys", "create", "--data-dir", dir, "--role", "auditor", "--name", "stdin auditor"])
+        let created = try await CofferExecutable.run(["keys", "create", "--data-dir", dir, "--role", "auditor", "--name", "stdin auditor"])
         #expect(created.status == 0)
         let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         try await h.app.test(.router) { client in
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .ok)
-            let revoked = try CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data("  \(key)  \n".utf8))
+            let revoked = try await CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data("  \(key)  \n".utf8))
             #expect(revoked.status == 0, "\(revoked.stderr)")
             #expect(revoked.stdout.contains("revoked auditor key 'stdin auditor'"))
             #expect(!revoked.stdout.contains(key) && !revoked.stderr.contains(key), "the key is not echoed")
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .unauthorized)
         }
-        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data(key.utf8)).status == 1, "already revoked")
-        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data("".utf8)).status == 2, "nothing on stdin")
-        #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", dir, "--key", h.adminKey]).status == 0, "--key still works")
-        let help = try CofferExecutable.run(["keys", "revoke", "--help"])
+        #expect(try await CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data(key.utf8)).status == 1, "already revoked")
+        #expect(try await CofferExecutable.run(["keys", "revoke", "--data-dir", dir], stdin: Data("".utf8)).status == 2, "nothing on stdin")
+        #expect(try await CofferExecutable.run(["keys", "revoke", "--data-dir", dir, "--key", h.adminKey]).status == 0, "--key still works")
+        let help = try await CofferExecutable.run(["keys", "revoke", "--help"])
         #expect(help.stdout.contains("stdin") && help.stdout.contains("--key"))
     }
 
@@ -132,8 +132,8 @@ import Testing
             return port != nil
         }
         try #require(started, "\((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
-        let mint = { (id: String) throws -> String in
-            let run = try CofferExecutable.run(
+        let mint = { (id: String) async throws -> String in
+            let run = try await CofferExecutable.run(
                 [
                     "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo", "--purchase",
                     "com.coffer.demo.levelpack1:\(id)", "--base64",
@@ -141,7 +141,7 @@ import Testing
             return "{\"receipt\":\"\(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}"
         }
         for (id, forwarded) in [("8901", "X-Forwarded-For: 203.0.113.77\r\n"), ("8902", "")] {
-            let body = try mint(id)
+            let body = try await mint(id)
             let c = try RawConnection(port: try #require(port))
             c.send(
                 "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\(forwarded)Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
@@ -155,7 +155,7 @@ import Testing
     }
 
     /// Every new setting is read from its flag, its `COFFER_*` variable and its config key.
-    @Test func newSettingsComeFromFlagsEnvironmentAndConfigFile() throws {
+    @Test func newSettingsComeFromFlagsEnvironmentAndConfigFile() async throws {
         let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let config = root.appendingPathComponent("coffer.json")
@@ -163,23 +163,23 @@ import Testing
             #"{"bundleIds":["a"],"rateNotifications":7,"rateNotificationBurst":8,"downloadStallTimeout":9,"downloadsPerAddress":10,"bodyBudget":9000000}"#
                 .utf8
         ).write(to: config)
-        func resolved(_ arguments: [String], environment: [String: String]) throws -> [String: Any] {
-            let data = Data(try CofferExecutable.run(["serve", "--print-config"] + arguments, environment: environment).stdout.utf8)
+        func resolved(_ arguments: [String], environment: [String: String]) async throws -> [String: Any] {
+            let data = Data(try await CofferExecutable.run(["serve", "--print-config"] + arguments, environment: environment).stdout.utf8)
             return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         }
-        let defaults = try resolved(["--bundle-id", "a"], environment: [:])
+        let defaults = try await resolved(["--bundle-id", "a"], environment: [:])
         #expect(defaults["rateNotifications"] as? Int == 600)
         #expect(defaults["rateNotificationBurst"] as? Int == 600)
         #expect(defaults["downloadStallTimeout"] as? Int == 30)
         #expect(defaults["downloadsPerAddress"] as? Int == 16)
         #expect(defaults["bodyBudget"] as? Int == 64 * 1024 * 1024)
-        let fromFile = try resolved(["--config", config.path], environment: [:])
+        let fromFile = try await resolved(["--config", config.path], environment: [:])
         #expect(fromFile["rateNotifications"] as? Int == 7)
         #expect(fromFile["rateNotificationBurst"] as? Int == 8)
         #expect(fromFile["downloadStallTimeout"] as? Int == 9)
         #expect(fromFile["downloadsPerAddress"] as? Int == 10)
         #expect(fromFile["bodyBudget"] as? Int == 9_000_000)
-        let fromEnvironment = try resolved(
+        let fromEnvironment = try await resolved(
             ["--config", config.path],
             environment: [
                 "COFFER_RATE_NOTIFICATIONS": "70", "COFFER_RATE_NOTIFICATION_BURST": "80", "COFFER_DOWNLOAD_STALL_TIMEOUT": "90",
@@ -190,7 +190,7 @@ import Testing
         #expect(fromEnvironment["downloadStallTimeout"] as? Int == 90)
         #expect(fromEnvironment["downloadsPerAddress"] as? Int == 0)
         #expect(fromEnvironment["bodyBudget"] as? Int == 10_000_000)
-        let fromFlags = try resolved(
+        let fromFlags = try await resolved(
             [
                 "--config", config.path, "--rate-notifications", "1", "--rate-notification-burst", "2", "--download-stall-timeout", "3",
                 "--downloads-per-address", "4", "--body-budget", "8388608",
@@ -203,7 +203,7 @@ import Testing
         for bad in [
             ["--download-stall-timeout", "0"], ["--body-budget", "1000"], ["--downloads-per-address", "-1"], ["--rate-notification-burst", "0"],
         ] {
-            #expect(try CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a"] + bad).status == 2, "\(bad)")
+            #expect(try await CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a"] + bad).status == 2, "\(bad)")
         }
     }
 }

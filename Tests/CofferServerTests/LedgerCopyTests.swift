@@ -19,8 +19,8 @@ import Testing
     typealias Server = CrashSafetyTests.Server
 
     /// `coffer ledger verify …` of `source`: its report's first two lines (intact, entries and head).
-    static func verified(_ source: [String], data: URL) throws -> String {
-        let verify = try CofferExecutable.run(["ledger", "verify"] + source + ["--data-dir", data.path])
+    static func verified(_ source: [String], data: URL) async throws -> String {
+        let verify = try await CofferExecutable.run(["ledger", "verify"] + source + ["--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
         return verify.stdout.split(separator: "\n").prefix(2).joined(separator: "\n")
     }
@@ -33,7 +33,7 @@ import Testing
         // 1. One box on SQLite: three redemptions, a replay refused, a refund, checkpoints every 2 entries.
         let sqlite = try await Server(dataDirectory: data, arguments: ["--checkpoint-every", "2"])
         defer { sqlite.kill(SIGKILL) }
-        let minted = try ScaleOutTests.receipts(data, first: 7100, count: 4)
+        let minted = try await ScaleOutTests.receipts(data, first: 7100, count: 4)
         do {
             let client = ObjectStoreScaleOutTests.client(sqlite)
             for (id, body) in minted.prefix(3) {
@@ -46,19 +46,21 @@ import Testing
         }
         sqlite.kill(SIGTERM)
         #expect(try await sqlite.waitForExit(seconds: 30) == 0)
-        let created = try CofferExecutable.run(["keys", "create", "--data-dir", data.path, "--role", "auditor", "--name", "auditor before the copy"])
+        let created = try await CofferExecutable.run([
+            "keys", "create", "--data-dir", data.path, "--role", "auditor", "--name", "auditor before the copy",
+        ])
         try #require(created.status == 0, "\(created.stderr)")
         let auditorKey = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let before = try Self.verified([], data: data)
+        let before = try await Self.verified([], data: data)
         #expect(before.hasPrefix("ledger intact"), "\(before)")
 
         // 2. The copy: the same chain, verified with the same key.
         let cluster = try PostgresCluster.shared()
         let url = try cluster.createDatabase()
         let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
-        let copy = try CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
+        let copy = try await CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
         #expect(copy.status == 0, "\(copy.stdout)\(copy.stderr)")
-        #expect(try Self.verified(["--database", url], data: data) == before, "the same entries and head")
+        #expect(try await Self.verified(["--database", url], data: data) == before, "the same entries and head")
         // Every table the copy moves, counted on both sides.
         let tables = [
             "redemptions", "attempts", "revocations", "admin_actions", "ledger_events", "ledger_checkpoints", "ledger_head", "api_keys", "products",
@@ -73,13 +75,14 @@ import Testing
         let boxCounts = try await source.read { db in try String.fetchOne(db, sql: query) }
         try source.close()
         #expect(boxCounts?.hasPrefix("3 1 1 ") == true, "redemptions, attempts, revocations on the box: \(boxCounts ?? "")")
-        #expect(try cluster.psql(query, database: database) == boxCounts, "\(tables)")
+        #expect(try await cluster.psql(query, database: database) == boxCounts, "\(tables)")
         #expect(
-            try cluster.psql("SELECT count(*) FROM api_keys WHERE signature IS NOT NULL", database: database) == "3", "the keys and their signatures")
+            try await cluster.psql("SELECT count(*) FROM api_keys WHERE signature IS NOT NULL", database: database) == "3",
+            "the keys and their signatures")
         // Into a database that already holds a ledger: refused, nothing written.
-        let again = try CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
+        let again = try await CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
         #expect(again.status != 0, "\(again.stdout)")
-        #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: database) == "3")
+        #expect(try await cluster.psql("SELECT count(*) FROM redemptions", database: database) == "3")
 
         // 3. An instance on the copy, with the same data directory (its keys): replays of what the
         // box redeemed stay refused, a new purchase extends the same chain, the keys still work.
@@ -94,7 +97,7 @@ import Testing
             #expect(whoami.status == .ok, "a key made on the box, signed by the same ledger key")
         }
         try await client.shutdown()
-        let after = try Self.verified(["--database", url], data: data)
+        let after = try await Self.verified(["--database", url], data: data)
         #expect(after.hasPrefix("ledger intact") && after != before, "\(after)")
     }
 }

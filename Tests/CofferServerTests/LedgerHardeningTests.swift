@@ -220,7 +220,7 @@ import Testing
             report.problem?.sequence == 6, "the last checkpoint is at 5, the forged entry 6 under no signature: \(String(describing: report.problem))"
         )
         #expect(report.entries == 6)
-        let verify = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
+        let verify = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
         #expect(verify.stdout.contains("entries 6–6 come after the last checkpoint"), "\(verify.stdout)")
         // The chain alone (no key: no checkpoints read) has nothing to say against it.
@@ -260,14 +260,14 @@ import Testing
         } catch let error as LedgerStartupError {
             #expect(error.description.contains("entries 6–6 were appended"), "\(error)")
         }
-        let verify = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
+        let verify = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
         // `adopt` does not seal over it silently: refused unless the operator says --reseal,
         // and then the old seal and the range are in the chain for auditors to see.
-        let refusedAdopt = try CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
+        let refusedAdopt = try await CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
         #expect(refusedAdopt.status == 1 && refusedAdopt.stdout.contains("--reseal"), "\(refusedAdopt.stdout)")
-        #expect(try CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path, "--reseal"]).status == 0)
-        let afterwards = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(try await CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path, "--reseal"]).status == 0)
+        let afterwards = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(afterwards.status == 0)
         #expect(afterwards.stdout.contains("note: an operator adopted rows (ledger.adopt) at entry 7"), "\(afterwards.stdout)")
         #expect(afterwards.stdout.contains("re-sealed over a broken seal"), "\(afterwards.stdout)")
@@ -345,10 +345,10 @@ import Testing
         _ = try LedgerKeyFile.create(at: keyPath)
         let h = try await Harness.make { $0.ledgerKeyFile = keyPath }
         defer { h.cleanUp() }
-        let refused = try CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "mallory"])
+        let refused = try await CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "mallory"])
         #expect(refused.status == 2)
         #expect(!FileManager.default.fileExists(atPath: LedgerKeyFile.path(dataDirectory: h.directory.path)), "no stray key")
-        let created = try CofferExecutable.run([
+        let created = try await CofferExecutable.run([
             "keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "alice", "--ledger-key", keyPath,
         ])
         #expect(created.status == 0)
@@ -363,7 +363,7 @@ import Testing
         defer { h.cleanUp() }
         try await h.app.test(.router) { client in
             #expect(try await Self.post(client, ["receipt": try Harness.receipt("9200")]).status == .created)
-            let created = try CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "cli"])
+            let created = try await CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "cli"])
             #expect(created.status == 0)
             #expect(try await Self.post(client, ["receipt": try Harness.receipt("9201")]).status == .created)
         }
@@ -393,7 +393,7 @@ import Testing
             }
         }
         let before = checksum()
-        let intact = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path])
+        let intact = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path])
         #expect(intact.status == 0)
         #expect(intact.stdout.contains("pinned checkpoints still extended: 3"), "\(intact.stdout)")
         #expect(checksum() == before, "verify wrote to the database it audits")
@@ -409,8 +409,8 @@ import Testing
         let forgedRun = [
             "ledger", "verify", "--data-dir", forged.directory.path, "--ledger-key", LedgerKeyFile.path(dataDirectory: h.directory.path),
         ]
-        #expect(try CofferExecutable.run(forgedRun).status == 0, "without pins the re-signed history looks intact")
-        let caught = try CofferExecutable.run(forgedRun + ["--checkpoint", saved.path])
+        #expect(try await CofferExecutable.run(forgedRun).status == 0, "without pins the re-signed history looks intact")
+        let caught = try await CofferExecutable.run(forgedRun + ["--checkpoint", saved.path])
         #expect(caught.status == 1)
         #expect(caught.stdout.contains("checkpointMismatch"), "\(caught.stdout)")
 
@@ -423,14 +423,14 @@ import Testing
             try db.execute(sql: "DROP TRIGGER attempts_no_delete; DROP TRIGGER redemptions_no_delete")
             try db.execute(sql: "DELETE FROM attempts WHERE sequence > 1; DELETE FROM redemptions WHERE sequence > 2")
         }
-        let sealed = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
+        let sealed = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(sealed.status == 1 && sealed.stdout.contains("truncated"), "the seal covers the cut tail: \(sealed.stdout)")
         // …so the thief deletes the seal as well. Entry 3, after the last checkpoint (2), is now
         // under no signature: `unsealed` without pins; with them, the cut is named `truncated`.
         try await queue.write { db in try db.execute(sql: "DELETE FROM ledger_head") }
-        let unsealed = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
+        let unsealed = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(unsealed.status == 1 && unsealed.stdout.contains("unsealed"), "\(unsealed.stdout)")
-        let named = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
+        let named = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
         #expect(named.status == 1 && named.stdout.contains("\"truncated\""), "\(named.stdout)")
         // Cut exactly at the checkpoint (entry 3 and its attempt go too) and the triggers put
         // back: without pins nothing is left to tell.
@@ -442,13 +442,13 @@ import Testing
             }
         }
         try queue.close()
-        let unpinned = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
+        let unpinned = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(unpinned.status == 0, "a cut tail without its checkpoints and seal is invisible without pins: \(unpinned.stdout)")
-        let truncated = try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
+        let truncated = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
         #expect(truncated.status == 1)
         #expect(truncated.stdout.contains("\"truncated\""), "\(truncated.stdout)")
         // Not a checkpoint file: a usage error.
-        #expect(try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", database]).status == 2)
+        #expect(try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", database]).status == 2)
     }
 
     @Test(
@@ -535,7 +535,7 @@ import Testing
         try migrator.migrate(queue)
         try queue.close()
         _ = try LedgerKeyFile.signer(dataDirectory: dir.path)
-        let run = try CofferExecutable.run(["ledger", "verify", "--data-dir", dir.path])
+        let run = try await CofferExecutable.run(["ledger", "verify", "--data-dir", dir.path])
         #expect(run.status == 2)
         let reopened = try DatabaseQueue(path: path)
         let applied = try await reopened.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY identifier") }
@@ -546,9 +546,9 @@ import Testing
     @Test func theLedgerKeyCanLiveOutsideTheDataDirectory() async throws {
         let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-\(UUID().uuidString).key").path
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
-        let keygen = try CofferExecutable.run(["ledger", "keygen", "--out", keyPath])
+        let keygen = try await CofferExecutable.run(["ledger", "keygen", "--out", keyPath])
         #expect(keygen.status == 0 && keygen.stdout.hasPrefix("-----BEGIN PUBLIC KEY-----"))
-        #expect(try CofferExecutable.run(["ledger", "keygen", "--out", keyPath]).status == 2, "never overwritten")
+        #expect(try await CofferExecutable.run(["ledger", "keygen", "--out", keyPath]).status == 2, "never overwritten")
         let external = try LedgerKeyFile.load(keyPath)
         let h = try await Harness.make(checkpointEvery: 1) { $0.ledgerKeyFile = keyPath }
         defer { h.cleanUp() }

@@ -101,11 +101,11 @@ import Testing
                 try db.execute(sql: sql)
             }
             let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
-            return (report, try CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path]))
+            return (report, try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path]))
         }
         let intact = try await Self.populated()
         defer { intact.cleanUp() }
-        let ok = try CofferExecutable.run(["ledger", "verify", "--data-dir", intact.directory.path])
+        let ok = try await CofferExecutable.run(["ledger", "verify", "--data-dir", intact.directory.path])
         #expect(ok.status == 0, "\(ok.stdout)")
         #expect(ok.stdout.contains("ledger intact"))
 
@@ -165,41 +165,41 @@ import Testing
         #expect(lines.count == 1 + 5 + 3, "header, 5 entries, 3 checkpoints")
         let header = lines.removeFirst()
 
-        func verify(_ name: String, _ body: [String]) throws -> CofferExecutable.Run {
+        func verify(_ name: String, _ body: [String]) async throws -> CofferExecutable.Run {
             let file = dir.appendingPathComponent(name)
             try Data(([header] + body).map { $0 + "\n" }.joined().utf8).write(to: file)
-            return try CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", keyFile.path, "--json"])
+            return try await CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", keyFile.path, "--json"])
         }
         func firstBad(_ run: CofferExecutable.Run) throws -> Int? {
             let object = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
             return (object["problem"] as? [String: Any])?["firstBadSequence"] as? Int
         }
 
-        let ok = try verify("intact.ndjson", lines)
+        let ok = try await verify("intact.ndjson", lines)
         #expect(ok.status == 0, "\(ok.stdout)")
         #expect(ok.stdout.contains("\"checkpointsVerified\":3"))
 
         var edited = lines
         edited[2] = edited[2].replacingOccurrences(of: "\"clientAddress\":\"", with: "\"clientAddress\":\"1")
         #expect(edited[2] != lines[2])
-        let e = try verify("edited.ndjson", edited)
+        let e = try await verify("edited.ndjson", edited)
         #expect(e.status == 1)
         #expect(try firstBad(e) == 3)
 
         var deleted = lines
         deleted.remove(at: 1)
-        let d = try verify("deleted.ndjson", deleted)
+        let d = try await verify("deleted.ndjson", deleted)
         #expect(d.status == 1)
         #expect(try firstBad(d) == 2)
 
         var reordered = lines
         reordered.swapAt(3, 4)
-        let r = try verify("reordered.ndjson", reordered)
+        let r = try await verify("reordered.ndjson", reordered)
         #expect(r.status == 1)
         #expect(try firstBad(r) == 4)
 
         let truncated = Array(lines.prefix(2)) + Array(lines.suffix(3))
-        let t = try verify("truncated.ndjson", truncated)
+        let t = try await verify("truncated.ndjson", truncated)
         #expect(t.status == 1)
         #expect(try firstBad(t) == 3)
         #expect(t.stdout.contains("truncated"))
@@ -208,17 +208,17 @@ import Testing
         let otherKey = dir.appendingPathComponent("other.pub")
         try Data(try LedgerKeys.pem(Curve25519.Signing.PrivateKey().publicKey).utf8).write(to: otherKey)
         let file = dir.appendingPathComponent("intact.ndjson")
-        #expect(try CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", otherKey.path]).status == 1)
+        #expect(try await CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", otherKey.path]).status == 1)
         // Usage errors exit 2.
-        #expect(try CofferExecutable.run(["ledger", "verify"]).status == 2)
-        #expect(try CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", "nonsense"]).status == 2)
+        #expect(try await CofferExecutable.run(["ledger", "verify"]).status == 2)
+        #expect(try await CofferExecutable.run(["ledger", "verify", "--export", file.path, "--public-key", "nonsense"]).status == 2)
 
         // The CLI's own export of the same database verifies too.
         let cliExport = dir.appendingPathComponent("cli.ndjson")
-        #expect(try CofferExecutable.run(["ledger", "export", "--data-dir", h.directory.path, "--out", cliExport.path]).status == 0)
-        let publicKey = try CofferExecutable.run(["ledger", "public-key", "--data-dir", h.directory.path])
+        #expect(try await CofferExecutable.run(["ledger", "export", "--data-dir", h.directory.path, "--out", cliExport.path]).status == 0)
+        let publicKey = try await CofferExecutable.run(["ledger", "public-key", "--data-dir", h.directory.path])
         #expect(publicKey.stdout == pem)
-        #expect(try CofferExecutable.run(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)
+        #expect(try await CofferExecutable.run(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)
     }
 
     /// Rows no event chains (a database from before the chain, or rows inserted behind the
@@ -247,7 +247,7 @@ import Testing
             let text = error.description
             #expect(text.contains("redemption row 1") && text.contains("coffer ledger adopt"), "\(text)")
         }
-        let adopted = try CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
+        let adopted = try await CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
         #expect(adopted.status == 0)
         #expect(adopted.stdout.contains("3 redemption") && adopted.stdout.contains("2 attempt"), "\(adopted.stdout)")
         let reopened = try await SQLiteStorage.open(configuration, logger: .init(label: "test"))
@@ -265,15 +265,15 @@ import Testing
     @Test func keysCreatedAndRevokedFromTheCLIAreLogged() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }
-        let created = try CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "ci auditor"])
+        let created = try await CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "ci auditor"])
         #expect(created.status == 0)
         let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(key.hasPrefix("cof_auditor_") && !key.contains("\n"), "only the key on stdout")
         try await h.app.test(.router) { client async throws -> Void in
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .ok)
-            #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 0)
+            #expect(try await CofferExecutable.run(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 0)
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .unauthorized)
-            #expect(try CofferExecutable.run(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 1, "already revoked")
+            #expect(try await CofferExecutable.run(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 1, "already revoked")
         }
         let log = try await h.services.adminLog.actions(after: 0, limit: 10)
         #expect(log.map(\.action) == ["key.create", "key.revoke"])

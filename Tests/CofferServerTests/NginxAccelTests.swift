@@ -93,7 +93,7 @@ extension NginxAccelTests {
     /// Redeems a fresh demo receipt (minted with `data`'s sandbox CA) through `client`; returns
     /// the grant's first asset.
     static func redeemFirstAsset(_ client: TestClient, data: URL, transaction: Int) async throws -> [String: Any] {
-        let receipt = try CofferExecutable.run([
+        let receipt = try await CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:\(transaction)", "--base64",
         ])
@@ -265,7 +265,7 @@ extension NginxAccelTests {
             #expect(!String(buffer: r.body ?? ByteBuffer()).contains("coffer_"), "\(path)")
         }
 
-        let receipt = try CofferExecutable.run([
+        let receipt = try await CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:880001", "--base64",
         ])

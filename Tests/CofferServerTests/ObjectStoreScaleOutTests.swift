@@ -86,7 +86,7 @@ import Testing
         defer { a.kill(SIGKILL) }
         let b = try await Server(dataDirectory: data, arguments: arguments, environment: moto.environment)
         defer { b.kill(SIGKILL) }
-        var receipts = try ScaleOutTests.receipts(data, first: 7100, count: 60)
+        var receipts = try await ScaleOutTests.receipts(data, first: 7100, count: 60)
 
         let level = Self.bytes(6 * 1024 * 1024 + 11, seed: 41)  // two parts
         try await Self.upload(level, assetId: "levelpack1-levels", to: a)

@@ -24,7 +24,7 @@ import Testing
 
     /// Posts a notification minted by the demo's sandbox CA for `transactionId`.
     static func notify(_ client: TestClient, data: URL, type: String, transactionId: String) async throws -> TestClient.Response {
-        let minted = try CofferExecutable.run([
+        let minted = try await CofferExecutable.run([
             "sandbox", "notification", "--dir", data.appendingPathComponent("sandbox").path, "--type", type, "--bundle-id",
             "com.coffer.demo", "--product", "com.coffer.demo.levelpack1", "--transaction-id", transactionId,
         ])
@@ -40,13 +40,13 @@ import Testing
         // A cluster of its own: the file names the database `coffer` and its roles are the cluster's.
         let cluster = try PostgresCluster.start()
         defer { try? cluster.destroy() }
-        try cluster.psql("CREATE ROLE coffer_owner LOGIN; CREATE ROLE coffer_app LOGIN; CREATE ROLE coffer_audit LOGIN")
-        try cluster.psql("CREATE DATABASE coffer OWNER coffer_owner")
+        try await cluster.psql("CREATE ROLE coffer_owner LOGIN; CREATE ROLE coffer_app LOGIN; CREATE ROLE coffer_audit LOGIN")
+        try await cluster.psql("CREATE DATABASE coffer OWNER coffer_owner")
         func url(_ role: String) -> String { cluster.url(database: "coffer").replacingOccurrences(of: "//postgres@", with: "//\(role)@") }
         try #require(url("coffer_app") != cluster.url(database: "coffer"), "the test cluster's URL names another user")
-        let migrated = try CofferExecutable.run(["migrate", "--database", url("coffer_owner")])
+        let migrated = try await CofferExecutable.run(["migrate", "--database", url("coffer_owner")])
         try #require(migrated.status == 0, "\(migrated.stdout)\(migrated.stderr)")
-        try cluster.psql(try String(contentsOf: Self.rolesFile, encoding: .utf8), database: "coffer")
+        try await cluster.psql(try String(contentsOf: Self.rolesFile, encoding: .utf8), database: "coffer")
 
         let root = try makeTemporaryDirectory(prefix: "coffer-roles")
         defer { try? FileManager.default.removeItem(at: root) }
@@ -59,7 +59,7 @@ import Testing
         try await ObjectStoreScaleOutTests.upload(tiles, assetId: "levelpack1-tiles", to: server)
         let client = ObjectStoreScaleOutTests.client(server)
         defer { Task { try? await client.shutdown() } }
-        let receipt = try #require(try ScaleOutTests.receipts(data, first: 8100, count: 1).first)
+        let receipt = try #require(try await ScaleOutTests.receipts(data, first: 8100, count: 1).first)
         let created = try await ScaleOutTests.redeem(client, receipt.1)
         try #require(created.status == .created, "\(String(buffer: created.body ?? ByteBuffer()))")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(ObjectStoreScaleOutTests.body(created))) as? [String: Any])
@@ -73,27 +73,27 @@ import Testing
             let answered = try await Self.notify(client, data: data, type: type, transactionId: receipt.0)
             #expect(answered.status == .ok, "\(type): \(String(buffer: answered.body ?? ByteBuffer()))")
         }
-        let keys = try CofferExecutable.run([
+        let keys = try await CofferExecutable.run([
             "keys", "create", "--database", url("coffer_app"), "--data-dir", data.path, "--role", "auditor", "--name", "roles",
         ])
         #expect(keys.status == 0, "\(keys.stdout)\(keys.stderr)")
         // Delivery evidence is written once a second, off the download path.
         let deadline = ContinuousClock.now + .seconds(10)
-        while try cluster.psql("SELECT count(*) > 0 FROM deliveries", database: "coffer") != "t", ContinuousClock.now < deadline {
+        while try await cluster.psql("SELECT count(*) > 0 FROM deliveries", database: "coffer") != "t", ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
         }
-        let counts = try cluster.psql(
+        let counts = try await cluster.psql(
             """
             SELECT (SELECT count(*) FROM redemptions) || ' ' || (SELECT count(*) FROM attempts) || ' ' || (SELECT count(*) FROM purchase_events)
                 || ' ' || (SELECT count(*) FROM revocations) || ' ' || (SELECT count(*) > 0 FROM deliveries)
                 || ' ' || (SELECT count(*) > 0 FROM admin_actions)
             """, database: "coffer")
         #expect(counts == "1 1 1 1 true true", "redemptions, attempts, purchase events, revocations, deliveries, admin actions: \(counts)")
-        let verify = try CofferExecutable.run(["ledger", "verify", "--database", url("coffer_audit"), "--data-dir", data.path])
+        let verify = try await CofferExecutable.run(["ledger", "verify", "--database", url("coffer_audit"), "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
         #expect(verify.stdout.contains("intact"), "\(verify.stdout)")
         // The export reads events flushed first: none to write for the read-only audit role.
-        let export = try CofferExecutable.run(["ledger", "export", "--database", url("coffer_audit"), "--data-dir", data.path])
+        let export = try await CofferExecutable.run(["ledger", "export", "--database", url("coffer_audit"), "--data-dir", data.path])
         #expect(export.status == 0, "\(export.stderr)")
         #expect(export.stdout.split(separator: "\n").count >= 3, "\(export.stdout)")
 
@@ -106,11 +106,11 @@ import Testing
             ("coffer_audit", "INSERT INTO api_keys SELECT * FROM api_keys LIMIT 1"),
         ]
         for (role, statement) in forbidden {
-            #expect(throws: PostgresCluster.Failure.self, "\(role): \(statement)") {
-                try cluster.psql("SET ROLE \(role); \(statement)", database: "coffer")
+            await #expect(throws: PostgresCluster.Failure.self, "\(role): \(statement)") {
+                try await cluster.psql("SET ROLE \(role); \(statement)", database: "coffer")
             }
         }
-        #expect(try cluster.psql("SET ROLE coffer_app; SHOW synchronous_commit", database: "coffer").hasSuffix("on"))
+        #expect(try await cluster.psql("SET ROLE coffer_app; SHOW synchronous_commit", database: "coffer").hasSuffix("on"))
 
         // API keys (migration 0007): coffer_app adds keys and revokes them once, nothing else, and
         // a key it writes without the ledger key — here with another key's signature — is refused.
@@ -120,7 +120,7 @@ import Testing
         }
         #expect(try await whoami(rolesKey).status == .ok)
         let forged = "cof_admin_forged-by-coffer_app"
-        try cluster.psql(
+        try await cluster.psql(
             """
             SET ROLE coffer_app; INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, signature)
             SELECT 'forged', 'forged', 'admin', '\(APIKeys.hash(forged))', created_at, signature FROM api_keys WHERE name = 'roles'
@@ -132,14 +132,14 @@ import Testing
             "DELETE FROM api_keys WHERE name = 'roles'", "TRUNCATE api_keys",
             "UPDATE api_keys SET signature = NULL WHERE name = 'roles'", "UPDATE api_keys SET revoked_at = 'Infinity' WHERE name = 'roles'",
         ] {
-            #expect(throws: PostgresCluster.Failure.self, "coffer_app: \(statement)") {
-                try cluster.psql("SET ROLE coffer_app; \(statement)", database: "coffer")
+            await #expect(throws: PostgresCluster.Failure.self, "coffer_app: \(statement)") {
+                try await cluster.psql("SET ROLE coffer_app; \(statement)", database: "coffer")
             }
         }
-        let revoked = try CofferExecutable.run(["keys", "revoke", "--database", url("coffer_app"), "--data-dir", data.path, "--key", rolesKey])
+        let revoked = try await CofferExecutable.run(["keys", "revoke", "--database", url("coffer_app"), "--data-dir", data.path, "--key", rolesKey])
         #expect(revoked.status == 0, "\(revoked.stdout)\(revoked.stderr)")
-        #expect(throws: PostgresCluster.Failure.self) {
-            try cluster.psql("SET ROLE coffer_app; UPDATE api_keys SET revoked_at = NULL WHERE name = 'roles'", database: "coffer")
+        await #expect(throws: PostgresCluster.Failure.self) {
+            try await cluster.psql("SET ROLE coffer_app; UPDATE api_keys SET revoked_at = NULL WHERE name = 'roles'", database: "coffer")
         }
         #expect(try await whoami(rolesKey).status == .unauthorized)
         // The audit role can take no advisory lock (the chain's would stop every append), call
@@ -151,19 +151,19 @@ import Testing
         ]
         for statement in denied {
             do {
-                _ = try cluster.psql("SET ROLE coffer_audit; \(statement)", database: "coffer")
+                _ = try await cluster.psql("SET ROLE coffer_audit; \(statement)", database: "coffer")
                 Issue.record("coffer_audit may: \(statement)")
             } catch {
                 #expect("\(error)".contains("permission denied"), "\(statement): \(error)")
             }
         }
         #expect(
-            try cluster.psql(
+            try await cluster.psql(
                 "SET ROLE coffer_app; SELECT has_function_privilege('pg_logical_emit_message(boolean,text,text)', 'EXECUTE') AND has_function_privilege('coffer_take_chain(bigint,text[],text[])', 'EXECUTE')",
                 database: "coffer"
             ).hasSuffix("t"))
         // The owner still migrates (it takes the migrations' advisory lock).
-        let again = try CofferExecutable.run(["migrate", "--database", url("coffer_owner")])
+        let again = try await CofferExecutable.run(["migrate", "--database", url("coffer_owner")])
         #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
     }
 }

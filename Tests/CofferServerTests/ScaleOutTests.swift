@@ -17,9 +17,9 @@ import Testing
 
     /// `count` sandbox receipts for level pack 1 from transaction `first` on, minted with the demo CA
     /// of `data`, as (transaction id, JSON body).
-    static func receipts(_ data: URL, first: Int, count: Int) throws -> [(String, String)] {
+    static func receipts(_ data: URL, first: Int, count: Int) async throws -> [(String, String)] {
         let out = data.deletingLastPathComponent().appendingPathComponent("receipts-\(first)")
-        let mint = try CofferExecutable.run([
+        let mint = try await CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",
             "--purchase", "com.coffer.demo.levelpack1:\(first)", "--count", "\(count)", "--out-dir", out.path,
         ])
@@ -46,7 +46,7 @@ import Testing
             a.kill(SIGKILL)
             b.kill(SIGKILL)
         }
-        let body = try #require(try Self.receipts(data, first: 4242, count: 1).first).1
+        let body = try #require(try await Self.receipts(data, first: 4242, count: 1).first).1
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for i in 0..<64 {
                 group.addTask {
@@ -62,11 +62,12 @@ import Testing
         #expect(statuses.filter { $0 == 201 }.count == 1, "\(statuses)")
         #expect(statuses.filter { $0 == 409 }.count == 63, "\(statuses)")
         let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
-        #expect(try cluster.psql("SELECT count(*) FROM redemptions", database: database) == "1")
+        #expect(try await cluster.psql("SELECT count(*) FROM redemptions", database: database) == "1")
         #expect(
-            try cluster.psql("SELECT count(*) FROM attempts WHERE code = 'alreadyRedeemed'", database: database) == "63", "every refusal recorded")
-        #expect(try cluster.psql("SELECT count(*) FROM ledger_events", database: database) == "64", "one linear chain of 64 entries")
-        let verify = try CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
+            try await cluster.psql("SELECT count(*) FROM attempts WHERE code = 'alreadyRedeemed'", database: database) == "63",
+            "every refusal recorded")
+        #expect(try await cluster.psql("SELECT count(*) FROM ledger_events", database: database) == "64", "one linear chain of 64 entries")
+        let verify = try await CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
     }
 
@@ -95,7 +96,7 @@ import Testing
             a.kill(SIGKILL)
             b.kill(SIGKILL)
         }
-        let queue = Queue(try Self.receipts(data, first: 800_000, count: 500))
+        let queue = Queue(try await Self.receipts(data, first: 800_000, count: 500))
         // 16 clients, half on each instance; a client whose instance died moves to the other.
         try await withThrowingTaskGroup(of: Void.self) { group in
             for i in 0..<16 {
@@ -127,9 +128,9 @@ import Testing
         let statuses = await queue.statuses
         #expect(Set(statuses.keys).isSubset(of: [201, 409]), "no 5xx from the surviving instance: \(statuses)")
         let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
-        let stored = Set(try cluster.psql("SELECT transaction_id FROM redemptions", database: database).split(separator: "\n").map(String.init))
+        let stored = Set(try await cluster.psql("SELECT transaction_id FROM redemptions", database: database).split(separator: "\n").map(String.init))
         #expect(acknowledged.isSubset(of: stored), "lost: \(acknowledged.subtracting(stored).sorted().prefix(10))")
-        let verify = try CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
+        let verify = try await CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
         // The killed instance comes back on the chain the other one extended.
         let restarted = try await Server(dataDirectory: data, arguments: ["--database", url])
@@ -153,8 +154,8 @@ import Testing
 
     /// `coffer serve` on `data` and `url`, expected to refuse and exit (killed after 30 s if it
     /// starts instead, so a regression fails rather than hangs).
-    static func start(_ data: URL, _ url: String) throws -> CofferExecutable.Run {
-        try CofferExecutable.run(
+    static func start(_ data: URL, _ url: String) async throws -> CofferExecutable.Run {
+        try await CofferExecutable.run(
             ["serve", "--demo", "--data-dir", data.path, "--port", "0", "--content", Server.contentDirectory.path, "--database", url],
             timeout: .seconds(30))
     }
@@ -179,12 +180,12 @@ import Testing
         }
         var receipts: [(String, String)] = []
         try await serve { client in
-            receipts = try Self.receipts(data, first: 920_000, count: 3)
+            receipts = try await Self.receipts(data, first: 920_000, count: 3)
             let first = try await Self.redeem(client, receipts[0].1)
             #expect(first.status == .created)
         }
         // The backup: a copy of the database as it stands with one redemption.
-        try cluster.psql("CREATE DATABASE \(name)_backup TEMPLATE \(name)")
+        try await cluster.psql("CREATE DATABASE \(name)_backup TEMPLATE \(name)")
         try await serve { client in
             for (_, body) in receipts.dropFirst() {
                 let later = try await Self.redeem(client, body)
@@ -192,12 +193,12 @@ import Testing
             }
         }
         let mark = try #require(try Self.mark(data))
-        #expect(mark.sequence == Int64(try cluster.psql("SELECT max(sequence) FROM ledger_events", database: name)))
+        #expect(mark.sequence == Int64(try await cluster.psql("SELECT max(sequence) FROM ledger_events", database: name)))
         // Restored from the backup: the seal agrees with the older chain, the mark does not.
-        try cluster.psql("DROP DATABASE \(name)")
-        try cluster.psql("CREATE DATABASE \(name) TEMPLATE \(name)_backup")
-        try cluster.psql("DROP DATABASE \(name)_backup")
-        let refused = try Self.start(data, url)
+        try await cluster.psql("DROP DATABASE \(name)")
+        try await cluster.psql("CREATE DATABASE \(name) TEMPLATE \(name)_backup")
+        try await cluster.psql("DROP DATABASE \(name)_backup")
+        let refused = try await Self.start(data, url)
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("the ledger ends before entry \(mark.sequence)"), "\(refused.stderr)")
         // The operator checked the ledger and vouches for it: the mark deleted, it serves — and
@@ -220,25 +221,27 @@ import Testing
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         func mark() throws -> LedgerHighWater? { try Self.mark(data) }
-        func head() throws -> Int64 { Int64(try cluster.psql("SELECT coalesce(max(sequence), 0) FROM ledger_events", database: name)) ?? -1 }
+        func head() async throws -> Int64 {
+            Int64(try await cluster.psql("SELECT coalesce(max(sequence), 0) FROM ledger_events", database: name)) ?? -1
+        }
         let server = try await Server(dataDirectory: data, arguments: ["--database", url, "--checkpoint-interval", "1"])
         defer { if server.process.isRunning { server.kill(SIGKILL) } }
         let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(30)))
         client.connect()
         defer { Task { try? await client.shutdown() } }
-        let receipts = try Self.receipts(data, first: 930_000, count: 7)
+        let receipts = try await Self.receipts(data, first: 930_000, count: 7)
         let first = try await Self.redeem(client, receipts[0].1)
         #expect(first.status == .created)
         // What an asynchronous standby holds, one redemption in: the chain to here and its seal.
-        let standbyHead = try head()
-        let standbySeal = try cluster.psql(
+        let standbyHead = try await head()
+        let standbySeal = try await cluster.psql(
             "SELECT format('%s, %L, %s, %L, %L', sequence, entry_hash, time, key_id, signature) FROM ledger_head", database: name)
         for (_, body) in receipts[1...2] {
             let later = try await Self.redeem(client, body)
             #expect(later.status == .created)
         }
         // The mark follows the head, once a second.
-        let reached = try head()
+        let reached = try await head()
         let deadline = ContinuousClock.now + .seconds(15)
         while try (mark()?.sequence ?? 0) < reached, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
         let before = try #require(try mark())
@@ -258,7 +261,7 @@ import Testing
         }
         cut += " DELETE FROM ledger_events WHERE sequence > \(standbyHead); DELETE FROM ledger_checkpoints WHERE sequence > \(standbyHead);"
         cut += " UPDATE ledger_head SET (sequence, entry_hash, time, key_id, signature) = (\(standbySeal));"
-        try cluster.psql(cut, database: name)
+        try await cluster.psql(cut, database: name)
         // The instance reconnects and appends on the older chain, past the mark's sequence.
         var forked = 0
         let forkDeadline = ContinuousClock.now + .seconds(30)
@@ -271,7 +274,7 @@ import Testing
             }
             if status == .created { forked += 1 }
         }
-        let forkedHead = try head()
+        let forkedHead = try await head()
         #expect(forked == 4 && forkedHead >= before.sequence, "the forked chain passed the mark: head \(forkedHead)")
         // Not ready; the checkpoint service said why, and left the mark where it was. (A
         // passing notReady while the database reconnects is not the answer waited for.)
@@ -299,7 +302,7 @@ import Testing
         server.kill(SIGTERM)
         #expect(try await server.waitForExit(seconds: 20) == 0, "the shutdown path ran (its last checkpoint never raises the mark)")
         #expect(try mark() == before)
-        let refused = try Self.start(data, url)
+        let refused = try await Self.start(data, url)
         #expect(refused.status != 0)
         #expect(refused.stderr.contains("the ledger holds another entry \(before.sequence)"), "\(refused.stderr)")
     }
@@ -313,7 +316,7 @@ import Testing
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data, arguments: ["--database", url])
         defer { server.kill(SIGKILL) }
-        let receipts = try Self.receipts(data, first: 900_000, count: 40)
+        let receipts = try await Self.receipts(data, first: 900_000, count: 40)
         let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(30)))
         client.connect()
         defer { Task { try? await client.shutdown() } }
@@ -339,7 +342,7 @@ import Testing
             try await Task.sleep(for: .milliseconds(500))
         }
         #expect(recovered)
-        let verify = try CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
+        let verify = try await CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
     }
 }

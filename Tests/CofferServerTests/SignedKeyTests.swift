@@ -171,7 +171,7 @@ import Testing
         let before = try await stored()
         #expect(before.signature == nil && !before.isAuthentic(signedBy: signer.publicKey))
 
-        let listed = try CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
+        let listed = try await CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
         #expect(listed.status == 0, "\(listed.stderr)")
         #expect(listed.stdout.contains("unsigned: admin key 'old admin' (id old"), "\(listed.stdout)")
         #expect(try await stored().signature == nil, "listing signs nothing")
@@ -186,27 +186,27 @@ import Testing
             }
             try queue.close()
         }
-        let adopted = try CofferExecutable.run(["keys", "adopt", "--sign", "old", "--data-dir", directory.path])
+        let adopted = try await CofferExecutable.run(["keys", "adopt", "--sign", "old", "--data-dir", directory.path])
         #expect(adopted.status == 0, "\(adopted.stderr)")
         #expect(adopted.stdout.contains("signed: admin key 'old admin' (id old,"), "\(adopted.stdout)")
         #expect(!adopted.stdout.contains("planted"), "\(adopted.stdout)")
         let after = try await stored()
         #expect(after.isAuthentic(signedBy: signer.publicKey), "signed over the creation time as stored")
         #expect(after.createdAt == before.createdAt)
-        let again = try CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
+        let again = try await CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
         #expect(again.stdout.contains("unsigned: admin key 'old admin' (id planted,"), "\(again.stdout)")
         #expect(again.stdout.contains("signature invalid (re-issue it, then revoke this one): admin key 'old admin' (id junk,"), "\(again.stdout)")
         #expect(!again.stdout.contains("(id old,"), "\(again.stdout)")
-        let junk = try CofferExecutable.run(["keys", "adopt", "--sign", "junk", "--data-dir", directory.path])
+        let junk = try await CofferExecutable.run(["keys", "adopt", "--sign", "junk", "--data-dir", directory.path])
         #expect(junk.status != 0 && junk.stderr.contains("junk: its signature is invalid"), "\(junk.stdout)\(junk.stderr)")
-        let signedAlready = try CofferExecutable.run(["keys", "adopt", "--sign", "old", "--sign", "old", "--data-dir", directory.path])
+        let signedAlready = try await CofferExecutable.run(["keys", "adopt", "--sign", "old", "--sign", "old", "--data-dir", directory.path])
         #expect(
             signedAlready.status != 0 && signedAlready.stderr.contains("old: not a live key the ledger key did not sign"), "\(signedAlready.stderr)")
         for id in ["planted", "junk"] {
-            let revoked = try CofferExecutable.run(["keys", "revoke", "--key-id", id, "--data-dir", directory.path])
+            let revoked = try await CofferExecutable.run(["keys", "revoke", "--key-id", id, "--data-dir", directory.path])
             #expect(revoked.status == 0 && revoked.stdout.contains("revoked admin key 'old admin'"), "\(revoked.stdout)\(revoked.stderr)")
         }
-        let clean = try CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
+        let clean = try await CofferExecutable.run(["keys", "adopt", "--data-dir", directory.path])
         #expect(clean.stdout.contains("every live key is signed by the ledger key"), "\(clean.stdout)")
         let database = try CofferDatabase(path: path)
         defer { try? database.close() }
