@@ -14,9 +14,9 @@ import Synchronization
 /// binaries (`apt-get install postgresql`: `/usr/lib/postgresql/VERSION/bin`, the highest
 /// version wins). `fsync` and `synchronous_commit` stay on, as in production.
 ///
-///     let cluster = try PostgresCluster.start()       // or `.shared()` for contract tests
-///     let url = try cluster.createDatabase()           // postgres://postgres@127.0.0.1:PORT/coffer_…
-///     try cluster.stop(); try cluster.start()          // fault tests: same port, same data
+///     let cluster = try await PostgresCluster.start()       // or `.shared()` for contract tests
+///     let url = try await cluster.createDatabase()           // postgres://postgres@127.0.0.1:PORT/coffer_…
+///     try await cluster.stop(); try await cluster.start()          // fault tests: same port, same data
 ///     try cluster.destroy()                            // server stopped, directory removed
 ///
 /// As root (CI), `initdb` and `pg_ctl` refuse to run: they run as the `postgres` user through
@@ -88,8 +88,13 @@ public final class PostgresCluster: Sendable {
     // MARK: Starting
 
     /// Starts a new cluster: `initdb`, then `pg_ctl start` on a free port (another port when
-    /// the picked one was taken before the server bound it). About 1–3 s.
-    public static func start() throws -> PostgresCluster {
+    /// the picked one was taken before the server bound it). About 1–3 s, on a thread of its
+    /// own (``offThePool(_:)``), as every wait for the server's tools here.
+    public static func start() async throws -> PostgresCluster {
+        try await offThePool { try startBlocking() }
+    }
+
+    private static func startBlocking() throws -> PostgresCluster {
         let binaries = try Binaries.find()
         let runsAsPostgres = geteuid() == 0
         let directory = try makeClusterDirectory(runsAsPostgres: runsAsPostgres)
@@ -139,14 +144,18 @@ public final class PostgresCluster: Sendable {
     /// whichever thread asks first), or the server `COFFER_TEST_POSTGRES_URL` names. A failure
     /// is kept: every later call throws it again at once. Give each test its own database
     /// (``createDatabase(_:)``); never stop or destroy this one.
-    public static func shared() throws -> PostgresCluster {
+    public static func shared() async throws -> PostgresCluster {
+        try await offThePool { try sharedBlocking() }
+    }
+
+    private static func sharedBlocking() throws -> PostgresCluster {
         try sharedCluster.withLock { cached in
             if let cached { return try cached.get() }
             let result = Result { () throws -> PostgresCluster in
                 if let url = ProcessInfo.processInfo.environment[externalURLVariable], !url.isEmpty {
                     return try external(url: url)
                 }
-                return try start()
+                return try startBlocking()
             }
             cached = result
             return try result.get()
@@ -191,7 +200,11 @@ public final class PostgresCluster: Sendable {
 
     /// Creates a database (`coffer_` and a UUID's hex when `name` is nil) and returns its URL.
     @discardableResult
-    public func createDatabase(_ name: String? = nil) throws -> String {
+    public func createDatabase(_ name: String? = nil) async throws -> String {
+        try await offThePool { try self.createDatabaseBlocking(name) }
+    }
+
+    private func createDatabaseBlocking(_ name: String?) throws -> String {
         let name = name ?? "coffer_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
         switch server {
         case .owned(let owned):
@@ -253,13 +266,21 @@ public final class PostgresCluster: Sendable {
     // MARK: Faults
 
     /// Stops the server (`pg_ctl stop -m MODE -w`); data and port are kept for ``start()``.
-    public func stop(mode: StopMode = .fast) throws {
+    public func stop(mode: StopMode = .fast) async throws {
+        try await offThePool { try self.stopBlocking(mode: mode) }
+    }
+
+    private func stopBlocking(mode: StopMode) throws {
         let owned = try ownedServer("stop")
         try Self.run(owned.binaries.pgCtl, ["-D", owned.data.path, "-m", mode.rawValue, "-w", "stop"], owned: owned, what: "pg_ctl stop")
     }
 
     /// Starts the stopped server again: same data directory, same port.
-    public func start() throws {
+    public func start() async throws {
+        try await offThePool { try self.startBlocking() }
+    }
+
+    private func startBlocking() throws {
         let owned = try ownedServer("start")
         let output = try Self.execute(owned.binaries.pgCtl, Self.startArguments(owned, port: port), owned: owned)
         guard output.status == 0 else {
@@ -270,9 +291,11 @@ public final class PostgresCluster: Sendable {
     }
 
     /// ``stop(mode:)`` then ``start()``.
-    public func restart(mode: StopMode = .fast) throws {
-        try stop(mode: mode)
-        try start()
+    public func restart(mode: StopMode = .fast) async throws {
+        try await offThePool {
+            try self.stopBlocking(mode: mode)
+            try self.startBlocking()
+        }
     }
 
     /// Stops the server at once (`-m immediate`) and removes the directory. Idempotent; an

@@ -49,7 +49,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                         deliveries: SQLiteDeliveries(database)))
             }
         case .postgres:
-            let url = try PostgresURL(try PostgresCluster.shared().createDatabase())
+            let url = try PostgresURL(try await PostgresCluster.shared().createDatabase())
             // No deadline: 37 tests migrate fresh databases at once on a 2-core box (ScaleOutTests checks the deadline).
             let backend = try await PostgresBackend.open(url, poolSize: 4, timeouts: false, logger: Logger(label: "contract"))
             do {

@@ -15,18 +15,18 @@ import Testing
 struct PostgresClusterTests {
     @Test("start, two databases, stop, start again, destroy: the directory and the server are gone")
     func lifecycle() async throws {
-        let cluster = try PostgresCluster.start()
+        let cluster = try await PostgresCluster.start()
         let directory = try #require(cluster.directory)
         let port = cluster.port
 
-        let first = try cluster.createDatabase()
-        let second = try cluster.createDatabase("coffer_second")
+        let first = try await cluster.createDatabase()
+        let second = try await cluster.createDatabase("coffer_second")
         #expect(second == "postgres://postgres@127.0.0.1:\(port)/coffer_second?sslmode=disable")
         #expect(first.hasPrefix("postgres://postgres@127.0.0.1:\(port)/coffer_") && first != second)
         let firstName = String(try #require(URLComponents(string: first)).path.dropFirst())
         #expect(try await cluster.psql("SELECT 1", database: firstName) == "1")
         #expect(try await cluster.psql("SELECT 1", database: "coffer_second") == "1")
-        #expect(throws: (any Error).self) { try cluster.createDatabase("coffer_second") }
+        await #expect(throws: (any Error).self) { try await cluster.createDatabase("coffer_second") }
 
         // The databases are separate; rows, columns and durability settings as psql prints them.
         try await cluster.psql("CREATE TABLE t (id int, name text); INSERT INTO t VALUES (1, 'a'), (2, 'b')", database: firstName)
@@ -36,16 +36,16 @@ struct PostgresClusterTests {
         #expect(try await cluster.psql("SHOW synchronous_commit") == "on")
 
         let pid = try postmasterPID(directory)
-        try cluster.stop()
+        try await cluster.stop()
         await #expect(throws: (any Error).self) { try await cluster.psql("SELECT 1") }
 
-        try cluster.start()
+        try await cluster.start()
         #expect(cluster.port == port)
         #expect(try await cluster.psql("SELECT count(*) FROM t", database: firstName) == "2")
 
         // A crash (immediate stop) keeps every committed row: recovery replays the WAL.
         try await cluster.psql("INSERT INTO t VALUES (3, 'c')", database: firstName)
-        try cluster.restart(mode: .immediate)
+        try await cluster.restart(mode: .immediate)
         #expect(try await cluster.psql("SELECT count(*) FROM t", database: firstName) == "3")
 
         let restartedPID = try postmasterPID(directory)
@@ -59,16 +59,16 @@ struct PostgresClusterTests {
 
     @Test("shared: one cluster for the whole process, a database each")
     func shared() async throws {
-        let cluster = try PostgresCluster.shared()
-        #expect(try PostgresCluster.shared() === cluster)
-        let url = try cluster.createDatabase()
+        let cluster = try await PostgresCluster.shared()
+        #expect(try await PostgresCluster.shared() === cluster)
+        let url = try await cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         #expect(try await cluster.psql("SELECT current_database()", database: name) == name)
     }
 
     @Test("a cluster dropped without destroy() is stopped and removed")
-    func deinitDestroys() throws {
-        var cluster: PostgresCluster? = try PostgresCluster.start()
+    func deinitDestroys() async throws {
+        var cluster: PostgresCluster? = try await PostgresCluster.start()
         let directory = try #require(cluster?.directory)
         let pid = try postmasterPID(directory)
         cluster = nil

@@ -38,8 +38,8 @@ import Testing
 @Suite("PostgreSQL migration 0002 over a filled 0001 database")
 struct PostgresUpgradeTests {
     @Test func rowsNumberedUnderTheLockContinueAfterTheOldOnes() async throws {
-        let cluster = try PostgresCluster.shared()
-        let url = try cluster.createDatabase()
+        let cluster = try await PostgresCluster.shared()
+        let url = try await cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         let first = try #require(PostgresMigrations.all.first)
         #expect(first.name == "0001_initial")

@@ -25,8 +25,8 @@ struct PostgresWriterTests {
         statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10),
         _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
     ) async throws -> T {
-        let cluster = try cluster ?? PostgresCluster.shared()
-        let url = try cluster.createDatabase()
+        let cluster = if let cluster { cluster } else { try await PostgresCluster.shared() }
+        let url = try await cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         let backend = try await PostgresBackend.open(
             try PostgresURL(url), poolSize: poolSize, timeouts: timeouts, idle: idle, statementTimeout: statementTimeout, deadline: deadline,
@@ -428,7 +428,7 @@ struct PostgresWriterTests {
     static func withPrivateCluster<T>(
         statementTimeout: Duration? = nil, _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
     ) async throws -> T {
-        let cluster = try PostgresCluster.start()
+        let cluster = try await PostgresCluster.start()
         defer { try? cluster.destroy() }
         return try await withBackend(
             poolSize: 3, on: cluster, timeouts: statementTimeout != nil, statementTimeout: statementTimeout ?? PostgresBackend.statementTimeout, body)

@@ -55,8 +55,8 @@ import Testing
         #expect(before.hasPrefix("ledger intact"), "\(before)")
 
         // 2. The copy: the same chain, verified with the same key.
-        let cluster = try PostgresCluster.shared()
-        let url = try cluster.createDatabase()
+        let cluster = try await PostgresCluster.shared()
+        let url = try await cluster.createDatabase()
         let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
         let copy = try await CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
         #expect(copy.status == 0, "\(copy.stdout)\(copy.stderr)")

@@ -72,8 +72,8 @@ import Testing
     }
 
     @Test func twoInstancesOnOneDatabaseAndOneBucketServeWhatTheOtherUploaded() async throws {
-        let cluster = try PostgresCluster.shared()
-        let url = try cluster.createDatabase()
+        let cluster = try await PostgresCluster.shared()
+        let url = try await cluster.createDatabase()
         let moto = try MotoServer.shared()
         let bucket = try await moto.createBucket()
         let root = try makeTemporaryDirectory(prefix: "coffer-s3-scaleout")

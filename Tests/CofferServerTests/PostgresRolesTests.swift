@@ -38,7 +38,7 @@ import Testing
 
     @Test func theApplicationRoleRunsAnInstanceAndTheAuditRoleVerifies() async throws {
         // A cluster of its own: the file names the database `coffer` and its roles are the cluster's.
-        let cluster = try PostgresCluster.start()
+        let cluster = try await PostgresCluster.start()
         defer { try? cluster.destroy() }
         try await cluster.psql("CREATE ROLE coffer_owner LOGIN; CREATE ROLE coffer_app LOGIN; CREATE ROLE coffer_audit LOGIN")
         try await cluster.psql("CREATE DATABASE coffer OWNER coffer_owner")

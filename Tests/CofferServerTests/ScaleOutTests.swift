@@ -35,8 +35,8 @@ import Testing
     }
 
     @Test func sixtyFourConcurrentRedemptionsOfOnePurchaseAcrossTwoInstancesGrantOnce() async throws {
-        let cluster = try PostgresCluster.shared()
-        let url = try cluster.createDatabase()
+        let cluster = try await PostgresCluster.shared()
+        let url = try await cluster.createDatabase()
         let root = try makeTemporaryDirectory(prefix: "coffer-scaleout")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
@@ -85,8 +85,8 @@ import Testing
     }
 
     @Test func sigkillOfOneInstanceMidStormLosesNoAcknowledgedRedemptionAndTheChainVerifies() async throws {
-        let cluster = try PostgresCluster.shared()
-        let url = try cluster.createDatabase()
+        let cluster = try await PostgresCluster.shared()
+        let url = try await cluster.createDatabase()
         let root = try makeTemporaryDirectory(prefix: "coffer-scaleout")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
@@ -139,9 +139,9 @@ import Testing
     }
 
     /// A fresh database on the shared cluster: the cluster, its URL and its name.
-    static func database() throws -> (PostgresCluster, String, String) {
-        let cluster = try PostgresCluster.shared()
-        let url = try cluster.createDatabase()
+    static func database() async throws -> (PostgresCluster, String, String) {
+        let cluster = try await PostgresCluster.shared()
+        let url = try await cluster.createDatabase()
         return (cluster, url, String(try #require(URLComponents(string: url)).path.dropFirst()))
     }
 
@@ -164,7 +164,7 @@ import Testing
         "a database restored from an older backup is refused at start: the data directory's high-water mark is past its head; deleted on purpose, the instance serves again",
         .timeLimit(.minutes(2)))
     func aDatabaseRestoredFromAnOlderBackupIsRefusedAtStart() async throws {
-        let (cluster, url, name) = try Self.database()
+        let (cluster, url, name) = try await Self.database()
         let root = try makeTemporaryDirectory(prefix: "coffer-highwater")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
@@ -216,7 +216,7 @@ import Testing
         "a failover that loses commits while the instances run: not ready, the mark never moves onto the forked chain, and the next start is refused",
         .timeLimit(.minutes(2)))
     func aLedgerThatGoesBackWhileRunningIsNotReadyAndNeverRaisesTheMark() async throws {
-        let (cluster, url, name) = try Self.database()
+        let (cluster, url, name) = try await Self.database()
         let root = try makeTemporaryDirectory(prefix: "coffer-highwater")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
@@ -308,9 +308,9 @@ import Testing
     }
 
     @Test func theDatabaseStoppedMidStormGives503WithRetryAfterAndTheInstanceRecovers() async throws {
-        let cluster = try PostgresCluster.start()
+        let cluster = try await PostgresCluster.start()
         defer { try? cluster.destroy() }
-        let url = try cluster.createDatabase()
+        let url = try await cluster.createDatabase()
         let root = try makeTemporaryDirectory(prefix: "coffer-scaleout")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
@@ -322,14 +322,14 @@ import Testing
         defer { Task { try? await client.shutdown() } }
         #expect(try await Self.redeem(client, receipts[0].1).status == .created)
 
-        try cluster.stop()
+        try await cluster.stop()
         let down = try await Self.redeem(client, receipts[1].1)
         #expect(down.status == .serviceUnavailable)
         #expect(down.headers[.retryAfter] != nil)
         #expect(String(buffer: down.body ?? ByteBuffer()).contains("\"code\":\"storageUnavailable\""), "\(String(buffer: down.body ?? ByteBuffer()))")
         #expect(try await client.execute(.init("/readyz", method: .get)).status == .serviceUnavailable, "not ready while the database is down")
 
-        try cluster.start()
+        try await cluster.start()
         // The instance reconnects by itself: within a few seconds a new redemption is granted.
         var recovered = false
         for (_, body) in receipts.dropFirst(2) {
