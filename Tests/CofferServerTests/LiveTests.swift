@@ -71,7 +71,9 @@ import Testing
         var bytes = [UInt8](repeating: 0, count: size)
         for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i &* 31 &+ (i >> 20) &* 7) }
         let expectedHex = SHA256.hash(data: bytes).hexString
-        let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(60)))
+        // Each request's whole answer within 180 s: a 48 MB body through a debug build on a
+        // machine busy with the rest of the run (60 s ran out under three busy loops).
+        let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(180)))
         client.connect()
         let baseline = Self.peakResidentBytes(server.process.processIdentifier)
         let upload = try await client.execute(
@@ -117,7 +119,7 @@ import Testing
         var bytes = [UInt8](repeating: 0, count: size)
         for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i &* 131 &+ (i >> 16)) }
         let sha256 = SHA256.hash(data: bytes).hexString
-        let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(60)))
+        let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(180)))
         client.connect()
         let upload = try await client.execute(
             .init("/v1/admin/assets/big", method: .put, headers: [.authorization: "Bearer \(server.adminKey)"], body: ByteBuffer(bytes: bytes)))
