@@ -8,7 +8,7 @@ import Testing
 /// older than `maxAge`, read again ahead of their expiry without making anyone wait, one store
 /// read per id however many callers miss at once, and no read begun before a write filling
 /// the cache after it.
-@Suite("CachedCatalogue", .timeLimit(.minutes(1)))
+@Suite("CachedCatalogue", .timeLimit(.minutes(4)))
 struct CachedCatalogueTests {
     /// A catalogue whose reads are counted and, while the gate is shut, held after they read
     /// (a slow database: the value is what the store held when the read began). Writes to

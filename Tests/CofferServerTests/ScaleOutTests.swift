@@ -162,7 +162,7 @@ import Testing
 
     @Test(
         "a database restored from an older backup is refused at start: the data directory's high-water mark is past its head; deleted on purpose, the instance serves again",
-        .timeLimit(.minutes(2)))
+        .timeLimit(.minutes(4)))
     func aDatabaseRestoredFromAnOlderBackupIsRefusedAtStart() async throws {
         let (cluster, url, name) = try await Self.database()
         let root = try makeTemporaryDirectory(prefix: "coffer-highwater")
@@ -214,7 +214,7 @@ import Testing
 
     @Test(
         "a failover that loses commits while the instances run: not ready, the mark never moves onto the forked chain, and the next start is refused",
-        .timeLimit(.minutes(2)))
+        .timeLimit(.minutes(4)))
     func aLedgerThatGoesBackWhileRunningIsNotReadyAndNeverRaisesTheMark() async throws {
         let (cluster, url, name) = try await Self.database()
         let root = try makeTemporaryDirectory(prefix: "coffer-highwater")
