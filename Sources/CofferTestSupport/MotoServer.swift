@@ -14,7 +14,7 @@ import Synchronization
 /// request authentication on — every request must carry a valid Signature Version 4 of
 /// ``accessKeyId``/``secretAccessKey`` (an IAM user allowed `s3:*`).
 ///
-///     let moto = try MotoServer.shared()
+///     let moto = try await MotoServer.shared()
 ///     let bucket = try moto.createBucket()      // a fresh bucket per test
 ///
 /// The Python is `COFFER_TEST_MOTO_PYTHON`, else `.build-venv/bin/python3` (`.ci/run` makes
@@ -56,17 +56,27 @@ public final class MotoServer: Sendable {
     /// kept. `authenticating: false` gives a server that checks no signature: the only kind on
     /// which presigned URLs work, because moto 5 answers 500 to query authentication when
     /// authentication is on (botocore checks our presigned signatures instead).
-    public static func shared(authenticating: Bool = true) throws -> MotoServer {
+    /// Waits on a thread of its own (``offThePool(_:)``): the first call takes seconds, and
+    /// the others wait for it.
+    public static func shared(authenticating: Bool = true) async throws -> MotoServer {
+        try await offThePool { try sharedBlocking(authenticating: authenticating) }
+    }
+
+    private static func sharedBlocking(authenticating: Bool) throws -> MotoServer {
         try sharedServers.withLock { servers in
             if let existing = servers[authenticating] { return try existing.get() }
-            let result = Result { try start(authenticating: authenticating) }
+            let result = Result { try startBlocking(authenticating: authenticating) }
             servers[authenticating] = result
             return try result.get()
         }
     }
 
-    /// Starts a new server (about 2–5 s).
-    public static func start(authenticating: Bool = true) throws -> MotoServer {
+    /// Starts a new server (about 2–5 s, on a thread of its own).
+    public static func start(authenticating: Bool = true) async throws -> MotoServer {
+        try await offThePool { try startBlocking(authenticating: authenticating) }
+    }
+
+    private static func startBlocking(authenticating: Bool) throws -> MotoServer {
         let python = try findPython()
         let directory = try makeTemporaryDirectory(prefix: "coffer-moto")
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -39,7 +39,7 @@ enum ContentBackend: String, CaseIterable, Sendable, CustomTestStringConvertible
 
     /// A store on a new bucket of the shared moto server, under a key prefix.
     static func s3Store(partSize: Int = 5 * 1024 * 1024, timeouts: S3Timeouts = S3Timeouts()) async throws -> S3ContentStore {
-        let moto = try MotoServer.shared()
+        let moto = try await MotoServer.shared()
         let bucket = try await moto.createBucket()
         let client = try S3Client(
             location: try S3Location("s3://\(bucket)/assets/v1"), endpoint: moto.endpoint, region: "us-east-1", credentials: moto.credentials,

@@ -42,7 +42,7 @@ import Testing
     }
 
     @Test func migrateCopiesEveryObjectOnceResumesAfterALossAndRefusesADamagedFile() async throws {
-        let moto = try MotoServer.shared()
+        let moto = try await MotoServer.shared()
         let root = try makeTemporaryDirectory(prefix: "coffer-migrate")
         defer { try? FileManager.default.removeItem(at: root) }
         let v1 = Self.bytes(6 * 1024 * 1024 + 5, seed: 21)  // two parts
@@ -95,7 +95,7 @@ import Testing
     }
 
     @Test func gcListsByDefaultAndDeletesOnlyUnreferencedOldObjects() async throws {
-        let moto = try MotoServer.shared()
+        let moto = try await MotoServer.shared()
         let root = try makeTemporaryDirectory(prefix: "coffer-gc")
         defer { try? FileManager.default.removeItem(at: root) }
         let v1 = Self.bytes(300, seed: 31)

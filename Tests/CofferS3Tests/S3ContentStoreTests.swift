@@ -23,7 +23,7 @@ import Testing
         bucket: String = MotoServer.uniqueBucketName(), secret: String? = nil, endpoint: String? = nil, timeouts: S3Timeouts = S3Timeouts(),
         create: Bool = true, authenticating: Bool = true, _ body: (S3ContentStore) async throws -> T
     ) async throws -> T {
-        let moto = try MotoServer.shared(authenticating: authenticating)
+        let moto = try await MotoServer.shared(authenticating: authenticating)
         if create { try await moto.createBucket(bucket) }
         let client = try S3Client(
             location: try S3Location("s3://\(bucket)/game"), endpoint: endpoint ?? moto.endpoint, region: "us-east-1",

@@ -106,9 +106,9 @@ final class HeldLedger: LedgerRepository {
         return buildApplication(h.services.configuration, dependencies: dependencies, runtime: h.runtime, logger: logger)
     }
 
-    static func get(_ path: String, key: String, port: Int) throws -> RawConnection {
+    static func get(_ path: String, key: String, port: Int) async throws -> RawConnection {
         let c = try RawConnection(port: port)
-        c.send("GET \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(key)\r\n\r\n")
+        await c.send("GET \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(key)\r\n\r\n")
         return c
     }
 
@@ -122,8 +122,8 @@ final class HeldLedger: LedgerRepository {
         let ledger = HeldLedger(h.services.ledger)
         try await Self.application(h, ledger: ledger).test(.live) { client in
             let port = try #require(client.port)
-            let first = try Self.get("/v1/audit/redemptions", key: h.auditorKey, port: port)
-            let second = try Self.get("/v1/audit/redemptions?productId=\(Harness.product)", key: h.adminKey, port: port)
+            let first = try await Self.get("/v1/audit/redemptions", key: h.auditorKey, port: port)
+            let second = try await Self.get("/v1/audit/redemptions?productId=\(Harness.product)", key: h.adminKey, port: port)
             #expect(await eventually(seconds: 20) { ledger.held == 2 })
             #expect(h.runtime.auditsInProgress == 2)
 
@@ -163,7 +163,7 @@ final class HeldLedger: LedgerRepository {
                 uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("78")]))
             #expect(redeemed.status == .created)
             // The first page (500 rows) goes out with the 200; the second is held.
-            let export = try Self.get("/v1/audit/export?format=ndjson", key: h.auditorKey, port: port)
+            let export = try await Self.get("/v1/audit/export?format=ndjson", key: h.auditorKey, port: port)
             #expect(await eventually(seconds: 20) { ledger.held == 1 })
             let head = await export.readHead(seconds: 10)
             #expect(head.hasPrefix("HTTP/1.1 200"), "\(head.prefix(120))")
@@ -196,7 +196,7 @@ final class HeldLedger: LedgerRepository {
             // the connections' buffers are full.
             var stalled: [RawConnection] = []
             for _ in 0..<2 {
-                stalled.append(try Self.get("/v1/audit/export?format=ndjson", key: h.auditorKey, port: port))
+                stalled.append(try await Self.get("/v1/audit/export?format=ndjson", key: h.auditorKey, port: port))
                 // Stalled: no page read for 300 ms (a stream still writing reads hundreds a second).
                 #expect(
                     await eventually(seconds: 60) {
@@ -206,7 +206,7 @@ final class HeldLedger: LedgerRepository {
                     })
             }
             // (A raw connection: were the third let in, its export would never end.)
-            let third = try Self.get("/v1/audit/export?format=csv", key: h.auditorKey, port: port)
+            let third = try await Self.get("/v1/audit/export?format=csv", key: h.auditorKey, port: port)
             let head = await third.readHead(seconds: 20).lowercased()
             #expect(head.hasPrefix("http/1.1 503") && head.contains("retry-after: 1"), "\(head.prefix(200))")
             let page = try await client.execute(uri: "/v1/audit/revocations", method: .get, headers: h.bearer(h.auditorKey))

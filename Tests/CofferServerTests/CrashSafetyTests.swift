@@ -140,10 +140,10 @@ import Testing
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
         let connection = try RawConnection(port: server.port)
-        connection.send(
+        await connection.send(
             "PUT /v1/admin/assets/big-level HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.adminKey)\r\nContent-Length: 67108864\r\n\r\n")
         let chunk = String(repeating: "z", count: 1 << 20)
-        for _ in 0..<24 { connection.send(chunk) }
+        for _ in 0..<24 { await connection.send(chunk) }
         let temporary = data.appendingPathComponent("content/tmp")
         var partial: [String] = []
         for _ in 0..<100 {
@@ -191,9 +191,9 @@ import Testing
         // An upload in flight when SIGTERM arrives still completes.
         let connection = try RawConnection(port: server.port)
         let size = 8 << 20
-        connection.send(
+        await connection.send(
             "PUT /v1/admin/assets/late HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.adminKey)\r\nContent-Length: \(size)\r\n\r\n")
-        connection.send(String(repeating: "q", count: size / 2))
+        await connection.send(String(repeating: "q", count: size / 2))
         // Wait until the upload is being written (its temporary file exists), not a guessed delay.
         let temporary = data.appendingPathComponent("content/tmp")
         for _ in 0..<400 {
@@ -203,7 +203,7 @@ import Testing
         #expect(!((try? FileManager.default.contentsOfDirectory(atPath: temporary.path)) ?? []).isEmpty, "the upload is in flight")
         server.kill(SIGTERM)
         try await Task.sleep(for: .milliseconds(300))
-        connection.send(String(repeating: "q", count: size / 2))
+        await connection.send(String(repeating: "q", count: size / 2))
         let answer = await connection.receive(seconds: 15)
         #expect(answer.hasPrefix("HTTP/1.1 201"), "\(answer.prefix(120))")
         #expect(try await server.waitForExit(seconds: 20) == 0)

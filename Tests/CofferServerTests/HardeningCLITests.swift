@@ -143,7 +143,7 @@ import Testing
         for (id, forwarded) in [("8901", "X-Forwarded-For: 203.0.113.77\r\n"), ("8902", "")] {
             let body = try await mint(id)
             let c = try RawConnection(port: try #require(port))
-            c.send(
+            await c.send(
                 "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\(forwarded)Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
             )
             let answer = await c.receive(seconds: 10)

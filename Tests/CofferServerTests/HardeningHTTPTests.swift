@@ -183,12 +183,12 @@ extension Harness {
 
         func metrics() async -> String {
             let c = try? RawConnection(port: server.port)
-            c?.send("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await c?.send("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             return await c?.receive(seconds: 5) ?? ""
         }
 
         let stalled = try (0..<40).map { _ in try RawConnection(port: server.port) }
-        for connection in stalled { connection.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\n\r\n") }
+        for connection in stalled { await connection.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\n\r\n") }
         #expect(await eventually(seconds: 10) { ProcessFiles.sockets(pid) == idleSockets + 40 }, "all 40 accepted")
         #expect(await eventually(seconds: 10) { metricValue(await metrics(), "coffer_downloads_in_flight") == 40 }, "all 40 streaming")
         let stalledFiles = ProcessFiles.count(pid)
@@ -196,7 +196,7 @@ extension Harness {
 
         // A well-behaved client at the same time is served in full.
         let reader = try RawConnection(port: server.port)
-        reader.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await reader.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         let read = await withCheckedContinuation { continuation in
             Thread { continuation.resume(returning: reader.drainToEnd(seconds: 30)) }.start()
         }
@@ -237,7 +237,7 @@ extension Harness {
             let first = try RawConnection(port: port)
             let second = try RawConnection(port: port)
             for c in [first, second] {
-                c.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\n\r\n")
+                await c.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\n\r\n")
                 let head = await c.readHead(seconds: 30)
                 #expect(head.hasPrefix("HTTP/1.1 200"), "\(head.prefix(80))")
             }
@@ -274,7 +274,7 @@ extension Harness {
             let c = try RawConnection(port: port)
             let requests = String(repeating: "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", count: 60_000)
             // Sent from a thread of its own: the send blocks while the server is busy.
-            Thread { c.send(requests) }.start()
+            Thread { c.sendBlocking(requests) }.start()
             let closed = await eventually(seconds: 60) { store.all.contains { $0.contains("connection closed: the peer read nothing") } }
             #expect(closed)
             let drained = await withCheckedContinuation { continuation in
@@ -427,11 +427,12 @@ extension Harness {
             }
             // A declares 700,000 bytes and sends a few: all 700,000 are reserved.
             let a = try RawConnection(port: port)
-            a.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 700000\r\n\r\n{\"receipt\":\"")
+            await a.send(
+                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 700000\r\n\r\n{\"receipt\":\"")
             #expect(try await eventually(seconds: 10) { try await reserved() == 700_000 })
             // B declares 600,000: over the budget, refused before reading.
             let b = try RawConnection(port: port)
-            b.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 600000\r\n\r\n")
+            await b.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 600000\r\n\r\n")
             let busy = await b.receive(seconds: 10)
             #expect(busy.hasPrefix("HTTP/1.1 503"), "\(busy.prefix(80))")
             #expect(busy.contains("\"code\":\"busy\""))
@@ -439,16 +440,16 @@ extension Harness {
             b.hangUp()
             // C is chunked: reserved chunk by chunk until the budget runs out.
             let c = try RawConnection(port: port)
-            c.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            await c.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
             let chunk = String(repeating: "A", count: 100_000)
-            for _ in 0..<4 { c.send(String(chunk.utf8.count, radix: 16) + "\r\n" + chunk + "\r\n") }
+            for _ in 0..<4 { await c.send(String(chunk.utf8.count, radix: 16) + "\r\n" + chunk + "\r\n") }
             let chunkedBusy = await c.receive(seconds: 10)
             #expect(chunkedBusy.hasPrefix("HTTP/1.1 503"), "\(chunkedBusy.prefix(80))")
             #expect(chunkedBusy.contains("\"code\":\"busy\""))
             c.hangUp()
             #expect(try await eventually(seconds: 10) { try await reserved() == 700_000 }, "C's chunks were released")
             // A completes (not a receipt: a 4xx), and its reservation goes.
-            a.send(String(repeating: "A", count: 700_000 - 12 - 2) + "\"}")
+            await a.send(String(repeating: "A", count: 700_000 - 12 - 2) + "\"}")
             let answer = await a.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 4"), "\(answer.prefix(80))")
             #expect(try await eventually(seconds: 10) { try await reserved() == 0 })
@@ -470,7 +471,7 @@ extension Harness {
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
             let slow = try RawConnection(port: port)
-            slow.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n{")
+            await slow.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n{")
             // While it holds 900,000 bytes of the budget, a 200,000-byte body does not fit.
             let holding = try await eventually(seconds: 5) {
                 metricValue(String(buffer: try await client.execute(uri: "/metrics", method: .get).body), "coffer_request_body_bytes_reserved")

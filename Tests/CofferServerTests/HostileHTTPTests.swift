@@ -82,7 +82,7 @@ import Testing
                 size = size % 97 + 13
             }
             request += "0\r\n\r\n"
-            connection.send(request)
+            await connection.send(request)
             let answer = await connection.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 201"), "\(answer.prefix(200))")
         }

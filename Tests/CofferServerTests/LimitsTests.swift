@@ -30,7 +30,33 @@ final class RawConnection: @unchecked Sendable {
         try #require(connected == 0, "connect failed")
     }
 
-    func send(_ text: String) { _ = Array(text.utf8).withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
+    /// Sends `text`: at once what the socket takes without waiting, the rest on a thread of its
+    /// own, giving up after 30 s without progress. The server under test is often in this
+    /// process, and stops reading while its body consumer — a task on the cooperative pool — is
+    /// not pulling; a blocking `send` on that pool would wait for the very threads it holds
+    /// (two at once and the whole run stops). A short request is sent before this returns, as
+    /// tests that open many connections within a server's timeouts need.
+    func send(_ text: String) async {
+        let bytes = Array(text.utf8)
+        let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        if sent == bytes.count || (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { return }
+        let rest = Array(bytes[max(0, sent)...])
+        await withCheckedContinuation { continuation in
+            Thread {
+                self.sendBlocking(rest)
+                continuation.resume()
+            }.start()
+        }
+    }
+
+    /// ``send(_:)`` on the calling thread (never a task's): for a thread of the test's own.
+    func sendBlocking(_ text: String) { sendBlocking(Array(text.utf8)) }
+
+    private func sendBlocking(_ bytes: [UInt8]) {
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
 
     /// ``receiveBlocking(seconds:)`` on a thread of its own: a blocking `recv` on the
     /// cooperative pool would starve the server under test.
@@ -84,11 +110,11 @@ final class RawConnection: @unchecked Sendable {
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
             let big = try RawConnection(port: port)
-            big.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 40 * 1024))\r\n\r\n")
+            await big.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 40 * 1024))\r\n\r\n")
             let answer = await big.receive(seconds: 5)
             #expect(answer.isEmpty || answer.hasPrefix("HTTP/1.1 4"), "\(answer.prefix(80))")
             let many = try RawConnection(port: port)
-            many.send("GET /healthz HTTP/1.1\r\nHost: x\r\n" + (0..<200).map { "X-H\($0): v\r\n" }.joined() + "\r\n")
+            await many.send("GET /healthz HTTP/1.1\r\nHost: x\r\n" + (0..<200).map { "X-H\($0): v\r\n" }.joined() + "\r\n")
             let manyAnswer = await many.receive(seconds: 5)
             #expect(manyAnswer.isEmpty || manyAnswer.hasPrefix("HTTP/1.1 4"), "\(manyAnswer.prefix(80))")
             // Normal requests are unaffected.
@@ -120,7 +146,8 @@ final class RawConnection: @unchecked Sendable {
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
             let slow = try RawConnection(port: port)
-            slow.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"receipt\":\"")
+            await slow.send(
+                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"receipt\":\"")
             let started = ContinuousClock.now
             let answer = await slow.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(120))")
@@ -139,10 +166,10 @@ final class RawConnection: @unchecked Sendable {
             let port = try #require(client.port)
             let slow = try RawConnection(port: port)
             let started = ContinuousClock.now
-            slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            await slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             for _ in 0..<3 {
                 try await Task.sleep(for: .milliseconds(400))
-                slow.send("a")
+                await slow.send("a")
             }
             let answer = await slow.receive(seconds: 10)
             #expect(!answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(80))")
@@ -153,7 +180,7 @@ final class RawConnection: @unchecked Sendable {
             var served = false
             for _ in 0..<3 where !served {
                 let prompt = try RawConnection(port: port)
-                prompt.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                await prompt.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
                 served = await prompt.receive(seconds: 5).hasPrefix("HTTP/1.1 200")
             }
             #expect(served)
@@ -167,7 +194,7 @@ final class RawConnection: @unchecked Sendable {
             let port = try #require(client.port)
             // One upload in progress, stalled half-way.
             let stalled = try RawConnection(port: port)
-            stalled.send(
+            await stalled.send(
                 "PUT /v1/admin/assets/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(h.adminKey)\r\nContent-Length: 100000\r\n\r\n"
                     + String(repeating: "x", count: 5000))
             // Wait until it holds the only upload slot (a condition, not a guess at how long that takes).
@@ -180,7 +207,7 @@ final class RawConnection: @unchecked Sendable {
             #expect(Harness.code(second) == "uploadsBusy")
             #expect(second.headers[.retryAfter] == "5")
             // When the first finishes, the slot is free again.
-            stalled.send(String(repeating: "x", count: 95000))
+            await stalled.send(String(repeating: "x", count: 95000))
             let done = await stalled.receive(seconds: 10)
             #expect(done.hasPrefix("HTTP/1.1 201"), "\(done.prefix(120))")
             let third = try await client.execute(
@@ -195,7 +222,7 @@ final class RawConnection: @unchecked Sendable {
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
             let c = try RawConnection(port: port)
-            c.send("POST /v1/grants/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{")
+            await c.send("POST /v1/grants/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{")
             let answer = await c.receive(seconds: 5)
             #expect(answer.hasPrefix("HTTP/1.1 413"), "\(answer.prefix(120))")
             #expect(answer.contains("payloadTooLarge"))

@@ -134,7 +134,7 @@ import Testing
         let received = await withTaskGroup(of: Int.self) { group in
             for connection in connections {
                 group.addTask {
-                    connection.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    await connection.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                     return await withCheckedContinuation { continuation in
                         Thread { continuation.resume(returning: connection.drainBlocking(seconds: 30)) }.start()
                     }

@@ -162,7 +162,7 @@ extension NginxAccelTests {
     /// Range included; the internal location stays unreachable. moto without authentication:
     /// moto 5 cannot check presigned URLs (see `MotoServer.shared(authenticating:)`).
     @Test(.enabled(if: nginx != nil)) func nginxSendsTheBytesFromTheBucket() async throws {
-        let moto = try MotoServer.shared(authenticating: false)
+        let moto = try await MotoServer.shared(authenticating: false)
         let bucket = try await moto.createBucket()
         let root = try makeTemporaryDirectory(prefix: "coffer-accel-s3")
         defer { try? FileManager.default.removeItem(at: root) }

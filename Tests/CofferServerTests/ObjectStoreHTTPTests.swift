@@ -41,10 +41,10 @@ import Testing
     }
 
     static func harness(mode: DownloadMode, authenticating: Bool, tokenTTL: TimeInterval, cacheSize: Int = 0) async throws -> Harness {
-        let moto = try MotoServer.shared(authenticating: authenticating)
+        let moto = try await MotoServer.shared(authenticating: authenticating)
         let bucket = try await moto.createBucket()
         // The credentials of the authenticating server (the other one takes any).
-        let keys = try MotoServer.shared()
+        let keys = try await MotoServer.shared()
         return try await Harness.make(tokenTTL: tokenTTL) { configuration in
             configuration.contentStore = "s3://\(bucket)/game"
             configuration.s3Endpoint = moto.endpoint
@@ -172,7 +172,7 @@ import Testing
             #expect(redirect.status == .found)
             #expect(redirect.headers[.cacheControl] == "private, no-store")
             let location = try #require(redirect.headers[.location])
-            let moto = try MotoServer.shared(authenticating: false)
+            let moto = try await MotoServer.shared(authenticating: false)
             #expect(location.hasPrefix(moto.endpoint + "/"))
             let expires = try #require(
                 URLComponents(string: location)?.queryItems?.first { $0.name == "X-Amz-Expires" }?.value.flatMap(Int.init))
@@ -207,7 +207,7 @@ import Testing
         )
         let silent = try SilentListener()
         defer { silent.close() }
-        let moto = try MotoServer.shared()
+        let moto = try await MotoServer.shared()
         let timeouts = S3Timeouts(connect: .seconds(1), response: .seconds(2), idle: .seconds(2))
         let cases: [(endpoint: String, secret: String, status: HTTPResponse.Status, code: String)] = [
             ("http://127.0.0.1:\(silent.port)", moto.secretAccessKey, .serviceUnavailable, "contentStoreUnavailable"),

@@ -74,7 +74,7 @@ import Testing
     @Test func twoInstancesOnOneDatabaseAndOneBucketServeWhatTheOtherUploaded() async throws {
         let cluster = try await PostgresCluster.shared()
         let url = try await cluster.createDatabase()
-        let moto = try MotoServer.shared()
+        let moto = try await MotoServer.shared()
         let bucket = try await moto.createBucket()
         let root = try makeTemporaryDirectory(prefix: "coffer-s3-scaleout")
         defer { try? FileManager.default.removeItem(at: root) }
