@@ -83,7 +83,7 @@ import Testing
             "UPDATE ledger_events SET entry_hash = entry_hash", "DELETE FROM ledger_events", "DELETE FROM ledger_checkpoints",
             "UPDATE ledger_checkpoints SET time = 0",
         ] {
-            #expect(throws: DatabaseError.self, "\(sql)") { try queue.write { try $0.execute(sql: sql) } }
+            SignedKeyTests.expectRefused(sql, on: queue)
         }
         #expect(try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey).intact)
     }

@@ -15,6 +15,15 @@ import Testing
 /// API keys are signed with the ledger key: whoever can write the database but does not hold
 /// that key cannot mint a key, lift a key's role, or bring a revoked key back.
 @Suite struct SignedKeyTests {
+    /// Runs `sql` on `queue` and expects the schema to refuse it with a constraint error (a
+    /// trigger's RAISE, a CHECK): not any database error, which a lock or a typo would be too.
+    static func expectRefused(_ sql: String, on queue: DatabaseQueue, sourceLocation: SourceLocation = #_sourceLocation) {
+        let error = #expect(throws: DatabaseError.self, "\(sql)", sourceLocation: sourceLocation) {
+            try queue.write { db in try db.execute(sql: sql) }
+        }
+        #expect(error?.resultCode == .SQLITE_CONSTRAINT, "\(sql): \(String(describing: error))", sourceLocation: sourceLocation)
+    }
+
     /// The row of a key the database holds, read straight from the file.
     static func row(_ queue: DatabaseQueue, name: String) throws -> Row {
         try #require(try queue.read { db in try Row.fetchOne(db, sql: "SELECT * FROM api_keys WHERE name = ?", arguments: [name]) })
@@ -70,7 +79,7 @@ import Testing
             """,
         ]
         for sql in refused {
-            #expect(throws: DatabaseError.self, "\(sql)") { try queue.write { db in try db.execute(sql: sql) } }
+            Self.expectRefused(sql, on: queue)
         }
 
         try await h.application(logger: logger).test(.router) { client in
@@ -127,12 +136,8 @@ import Testing
         let auditor = try #require(try await h.services.keys.key(secretHash: APIKeys.hash(h.auditorKey)))
         #expect(try await h.services.keys.revoke(keyId: auditor.keyId, at: Date()))
         let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
-        #expect(throws: DatabaseError.self) {
-            try queue.write { db in try db.execute(sql: "UPDATE api_keys SET revoked_at = NULL WHERE name = 'test auditor'") }
-        }
-        #expect(throws: DatabaseError.self) {
-            try queue.write { db in try db.execute(sql: "UPDATE api_keys SET revoked_at = 0 WHERE name = 'test auditor'") }
-        }
+        Self.expectRefused("UPDATE api_keys SET revoked_at = NULL WHERE name = 'test auditor'", on: queue)
+        Self.expectRefused("UPDATE api_keys SET revoked_at = 0 WHERE name = 'test auditor'", on: queue)
         try await h.app.test(.router) { client in
             let answer = try await client.execute(uri: "/v1/whoami", method: .get, headers: h.bearer(h.auditorKey))
             #expect(answer.status == .unauthorized, "a revoked key stays revoked")
