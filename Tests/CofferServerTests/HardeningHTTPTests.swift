@@ -153,8 +153,11 @@ extension Harness {
         let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
+        // An 8 s stall timeout: all 40 must be open and streaming at once, and a debug server
+        // short of CPU (the whole suite runs beside it) took over 2 s to fill 40 socket buffers
+        // with 16 MB each, closing the first before it accepted the last.
         let server = try await CrashSafetyTests.Server(
-            dataDirectory: data, arguments: ["--download-stall-timeout", "2", "--downloads-per-address", "64"])
+            dataDirectory: data, arguments: ["--download-stall-timeout", "8", "--downloads-per-address", "64"])
         defer { server.kill(SIGKILL) }
         let pid = server.process.processIdentifier
         let idleSockets = ProcessFiles.sockets(pid)
@@ -171,7 +174,7 @@ extension Harness {
         bytes = []
         // A download first, so whatever the server opens lazily (database readers) is open: its
         // first kilobyte, which a test process short of CPU (the whole suite runs beside it)
-        // reads at once — 16 MB it might not read for the 2 s the server waits on a stalled client.
+        // reads at once — 16 MB it might not read for the 8 s the server waits on a stalled client.
         let token = try TokenKeyFile.signer(dataDirectory: data.path, configured: nil).mint(
             DownloadClaims(assetId: "big", sha256: sha256, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 600))
         let warm = try await client.execute(.init("/v1/downloads/\(token)", method: .get, headers: [.range: "bytes=0-1023"]))
@@ -203,8 +206,8 @@ extension Harness {
         #expect(read.closed && read.bytes > size, "the reader got \(read.bytes) bytes")
         reader.hangUp()
 
-        // Within the stall timeout (2 s, re-armed from the last progress) every stalled one is closed.
-        let closed = await eventually(seconds: 20) { ProcessFiles.sockets(pid) == idleSockets }
+        // Within the stall timeout (8 s, re-armed from the last progress) every stalled one is closed.
+        let closed = await eventually(seconds: 30) { ProcessFiles.sockets(pid) == idleSockets }
         #expect(closed, "server sockets: \(ProcessFiles.sockets(pid)), idle: \(idleSockets)")
         #expect(await eventually(seconds: 10) { metricValue(await metrics(), "coffer_downloads_in_flight") == 0 }, "the streaming tasks ended")
         #expect(
