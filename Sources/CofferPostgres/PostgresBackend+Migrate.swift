@@ -15,16 +15,16 @@ extension PostgresBackend {
         // An application role without CREATE on the schema starts fine once the owner migrated.
         guard try await !pendingMigrations().isEmpty else { return [] }
         return try await transaction { [self] connection in
-            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
-            try await connection.query(
+            try await connection.checkedQuery("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+            try await connection.checkedQuery(
                 "CREATE TABLE IF NOT EXISTS coffer_migrations (name text PRIMARY KEY, applied_at double precision NOT NULL)", logger: logger)
             let applied = try await Self.applied(connection, logger: logger)
             var done: [String] = []
             for migration in PostgresMigrations.all where !applied.contains(migration.name) {
                 for statement in Self.statements(migration.sql) {
-                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    try await connection.checkedQuery(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
-                try await connection.query(
+                try await connection.checkedQuery(
                     "INSERT INTO coffer_migrations (name, applied_at) VALUES (\(migration.name), \(Date().timeIntervalSince1970))", logger: logger)
                 done.append(migration.name)
             }
@@ -38,7 +38,7 @@ extension PostgresBackend {
     /// older binary must not append to a schema a newer one changed.
     public func pendingMigrations() async throws -> [String] {
         try await read { [self] connection in
-            let exists = try await connection.query("SELECT to_regclass('coffer_migrations') IS NOT NULL", logger: logger).decode(Bool.self)
+            let exists = try await connection.checkedQuery("SELECT to_regclass('coffer_migrations') IS NOT NULL", logger: logger).decode(Bool.self)
             var tableExists = false
             for try await value in exists { tableExists = value }
             guard tableExists else { return PostgresMigrations.all.map(\.name) }
@@ -50,7 +50,7 @@ extension PostgresBackend {
     /// The migrations the database records; throws when one is unknown to this binary.
     private static func applied(_ connection: PostgresConnection, logger: Logger) async throws -> Set<String> {
         var applied: Set<String> = []
-        for try await name in try await connection.query("SELECT name FROM coffer_migrations", logger: logger).decode(String.self) {
+        for try await name in try await connection.checkedQuery("SELECT name FROM coffer_migrations", logger: logger).decode(String.self) {
             applied.insert(name)
         }
         let unknown = applied.subtracting(PostgresMigrations.all.map(\.name)).sorted()

@@ -102,13 +102,13 @@ public final class PostgresBackend: Sendable {
         await Task.yield()
         do {
             try await backend.read { connection in
-                let rows = try await connection.query("SELECT current_setting('synchronous_commit')", logger: backend.logger)
+                let rows = try await connection.checkedQuery("SELECT current_setting('synchronous_commit')", logger: backend.logger)
                 for try await setting in rows.decode(String.self) where setting == "off" {
                     backend.logger.warning("synchronous_commit is off on the database: a 201 may be lost if the database server crashes")
                 }
             }
             // The server's writer session is made now, not by the first redemption.
-            if timeouts { try await backend.chainTurn { _ = try await $0.query("SELECT 1", logger: backend.logger) } }
+            if timeouts { try await backend.chainTurn { _ = try await $0.checkedQuery("SELECT 1", logger: backend.logger) } }
         } catch {
             await backend.close()
             throw error
@@ -123,7 +123,7 @@ public final class PostgresBackend: Sendable {
     /// ``sessionProblem(timeoutSeconds:isolation:asked:)``.
     private func checkSession(_ c: PostgresConnection) async throws {
         guard let asked = askedTimeout, checkedSession.withLock({ $0 }) != c.id else { return }
-        let rows = try await c.query(
+        let rows = try await c.checkedQuery(
             """
             SELECT extract(epoch FROM current_setting('statement_timeout')::interval)::float8,
               current_setting('default_transaction_isolation')
@@ -312,14 +312,13 @@ extension PostgresBackend {
     fileprivate static func inTransaction<T>(
         _ connection: PostgresConnection, isolation: String, logger: Logger, _ body: (PostgresConnection) async throws -> T
     ) async throws -> T {
-        try await connection.query(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation)"), logger: logger)
+        try await connection.checkedQuery(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation)"), logger: logger)
         do {
             let result = try await body(connection)
-            try await connection.query("COMMIT", logger: logger)
+            try await connection.checkedQuery("COMMIT", logger: logger)
             return result
         } catch {
-            // Never a query on a closed connection: postgres-nio may never answer it (PostgresChain.letGo).
-            if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
+            await connection.rollbackIfOpen(logger: logger)
             throw error
         }
     }
@@ -390,6 +389,31 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
 
 /// The database's failures are storage failures: 503 `storageUnavailable` with `Retry-After`.
 extension PostgresStoreError: StorageFailure {}
+
+extension PostgresConnection {
+    /// `query`, sent only while the connection is open, the check and the write on the
+    /// connection's own event loop, where the channel cannot close between them.
+    /// postgres-nio 1.33 never answers a query written to a channel that has closed (its
+    /// promise goes with the dropped write): a body whose session the server ended between
+    /// two statements waited forever, holding its lease
+    /// (`aTransactionOnAnEndedSessionFailsAndTheNextRuns`). Already on that loop (the ledger
+    /// writer), no hop; from elsewhere, one there and back.
+    @discardableResult
+    func checkedQuery(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
+        if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger) }
+        return try await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) { try await queryIfOpen(query, logger: logger) }
+    }
+
+    private func queryIfOpen(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
+        guard !isClosed else { throw PostgresStoreError.database("the connection was closed before the statement was sent") }
+        return try await self.query(query, logger: logger)
+    }
+
+    /// ROLLBACK, unless the connection is closed (``checkedQuery(_:logger:)``).
+    func rollbackIfOpen(logger: Logger) async {
+        _ = try? await checkedQuery("ROLLBACK", logger: logger)
+    }
+}
 
 /// A task executor on one event loop: the jobs of a task that prefers it
 /// (`withTaskExecutorPreference`) run on that loop's thread. The ledger writer holds the

@@ -11,7 +11,7 @@ public struct PostgresCatalogue: CatalogueRepository {
     /// Inserts or replaces the product with the same product id.
     public func putProduct(_ p: Product) async throws {
         try await backend.transaction { c in
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at, family_shareable, duration_seconds)
                 VALUES (\(p.productId), \(p.bundleId), \(p.type.rawValue), \(p.assetIds), \(p.title), \(p.updatedAt.timeIntervalSince1970),
@@ -45,7 +45,7 @@ public struct PostgresCatalogue: CatalogueRepository {
     /// version of the same asset at once are serialised by an advisory lock on its id.
     public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset {
         try await backend.transaction { c in
-            try await c.query("SELECT pg_advisory_xact_lock(hashtextextended(\("asset:" + assetId), 0))", logger: backend.logger)
+            try await c.checkedQuery("SELECT pg_advisory_xact_lock(hashtextextended(\("asset:" + assetId), 0))", logger: backend.logger)
             let versions = try await c.column(
                 """
                 INSERT INTO assets (asset_id, version, name, content_type, size, sha256, created_at)

@@ -118,6 +118,8 @@ enum PostgresChain {
     /// A closed connection's session, and its lock, are gone already: nothing is sent on it —
     /// postgres-nio fails the first query on a closed connection, but a second one never
     /// answers, which wedged the writer after a session ended during its CALL.
+    /// (Its query is a ``PostgresConnection/checkedQuery(_:logger:)``: the check above is the
+    /// quick way out, not the guard.)
     static func letGo(_ c: PostgresConnection, logger: Logger) async {
         guard !c.isClosed else { return }
         do {
@@ -146,7 +148,7 @@ enum PostgresChain {
     /// Called outside a transaction block (its COMMIT would end the caller's); the COMMIT is
     /// tagged `/* coffer flush */` for pg_stat_activity.
     static func flush(_ c: PostgresConnection, logger: Logger) async throws {
-        try await c.query("BEGIN", logger: logger)
+        try await c.checkedQuery("BEGIN", logger: logger)
         do {
             // Which record, in a statement of its own: a statement naming pg_logical_emit_message
             // or FOR KEY SHARE fails without the privilege or read-only, branch taken or not.
@@ -158,14 +160,13 @@ enum PostgresChain {
                   WHEN coffer_flush_after() THEN 'message' ELSE 'lock' END
                 """, String.self, logger: logger)
             switch record.first {
-            case "message": try await c.query("SELECT pg_logical_emit_message(true, 'coffer', '')", logger: logger)
-            case "lock": try await c.query("SELECT 1 FROM ledger_head FOR KEY SHARE", logger: logger)
+            case "message": try await c.checkedQuery("SELECT pg_logical_emit_message(true, 'coffer', '')", logger: logger)
+            case "lock": try await c.checkedQuery("SELECT 1 FROM ledger_head FOR KEY SHARE", logger: logger)
             default: break
             }
-            try await c.query("COMMIT /* coffer flush */", logger: logger)
+            try await c.checkedQuery("COMMIT /* coffer flush */", logger: logger)
         } catch {
-            // Never a query on a closed connection: postgres-nio may never answer it (letGo).
-            if !c.isClosed { _ = try? await c.query("ROLLBACK", logger: logger) }
+            await c.rollbackIfOpen(logger: logger)
             throw error
         }
     }
@@ -296,7 +297,7 @@ enum PostgresChain {
     }
 
     static func insert(_ c: PostgresConnection, _ k: LedgerCheckpoint, logger: Logger) async throws {
-        try await c.query(
+        try await c.checkedQuery(
             """
             INSERT INTO ledger_checkpoints (sequence, entry_hash, time, key_id, signature)
             VALUES (\(k.sequence), \(k.entryHash), \(k.time), \(k.keyId), \(k.signature))

@@ -12,7 +12,7 @@ public struct PostgresImporter {
 
     public func products(_ products: [Product]) async throws {
         for p in products {
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at, family_shareable, duration_seconds)
                 VALUES (\(p.productId), \(p.bundleId), \(p.type.rawValue), \(p.assetIds), \(p.title), \(p.updatedAt.timeIntervalSince1970),
@@ -23,7 +23,7 @@ public struct PostgresImporter {
 
     public func assets(_ assets: [Asset]) async throws {
         for a in assets {
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO assets (asset_id, version, name, content_type, size, sha256, created_at)
                 VALUES (\(a.assetId), \(Int32(clamping: a.version)), \(a.name), \(a.contentType), \(a.size), \(a.sha256), \(a.createdAt.timeIntervalSince1970))
@@ -33,7 +33,7 @@ public struct PostgresImporter {
 
     public func keys(_ keys: [APIKey]) async throws {
         for k in keys {
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at, signature)
                 VALUES (\(k.keyId), \(k.name), \(k.role.rawValue), \(k.secretHash), \(k.createdAt.timeIntervalSince1970), \(k.revokedAt?.timeIntervalSince1970),
@@ -45,7 +45,7 @@ public struct PostgresImporter {
     public func redemptions(_ rows: [Redemption]) async throws {
         for r in rows {
             try PostgresChain.checkStorable(.redemption(r, sequence: 1))
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO redemptions (sequence, redemption_id, transaction_id, original_transaction_id, product_id, bundle_id, environment,
                   purchase_date, quantity, receipt_sha256, source_format, redeemed_at, client_address, app_account_token, status, grant_hash, replay_key,
@@ -61,7 +61,7 @@ public struct PostgresImporter {
     public func attempts(_ rows: [RejectedAttempt]) async throws {
         for a in rows {
             try PostgresChain.checkStorable(.attempt(a, sequence: 1))
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO attempts (sequence, at, code, detail, transaction_id, product_id, receipt_sha256, client_address, claimed)
                 VALUES (\(a.sequence), \(a.at.timeIntervalSince1970), \(a.code), \(a.detail), \(a.transactionId), \(a.productId), \(a.receiptSHA256),
@@ -72,7 +72,7 @@ public struct PostgresImporter {
 
     public func revocations(_ rows: [Revocation]) async throws {
         for r in rows {
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO revocations (sequence, redemption_id, transaction_id, revoked_at, reason, source, reference, recorded_at, environment, replay_key)
                 VALUES (\(r.sequence), \(r.redemptionId), \(r.transactionId), \(r.revokedAt.timeIntervalSince1970), \(r.reason), \(r.source.rawValue),
@@ -83,7 +83,7 @@ public struct PostgresImporter {
 
     public func adminActions(_ rows: [AdminAction]) async throws {
         for a in rows {
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO admin_actions (sequence, at, key_id, key_name, action, target, detail, client_address)
                 VALUES (\(a.sequence), \(a.at.timeIntervalSince1970), \(a.keyId), \(a.keyName), \(a.action), \(a.target), \(a.detail), \(a.clientAddress))
@@ -93,7 +93,7 @@ public struct PostgresImporter {
 
     public func purchaseEvents(_ rows: [PurchaseEvent]) async throws {
         for e in rows {
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO purchase_events (sequence, at, kind, environment, replay_key, redemption_id, transaction_id, detail, source, reference,
                   player_id, expires_at, grace_until)
@@ -106,7 +106,7 @@ public struct PostgresImporter {
 
     public func deliveries(_ rows: [Delivery]) async throws {
         for d in rows {
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO deliveries (sequence, redemption_id, asset_id, sha256, first_at, last_at, downloads, completed, bytes_served, complete)
                 VALUES (\(d.sequence), \(d.redemptionId), \(d.assetId), \(d.sha256), \(d.firstAt.timeIntervalSince1970),
@@ -118,7 +118,7 @@ public struct PostgresImporter {
     /// Chain events exactly as stored (their hashes are not recomputed: the copy is verified after).
     public func events(_ events: [StoredEvent]) async throws {
         guard !events.isEmpty else { return }
-        try await c.query(
+        try await c.checkedQuery(
             """
             INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash)
             SELECT * FROM unnest(\(events.map(\.sequence))::bigint[], \(events.map(\.kind.rawValue))::text[], \(events.map(\.row))::bigint[],
@@ -131,7 +131,7 @@ public struct PostgresImporter {
     }
 
     public func seal(_ s: LedgerCheckpoint) async throws {
-        try await c.query(
+        try await c.checkedQuery(
             """
             INSERT INTO ledger_head (id, sequence, entry_hash, time, key_id, signature)
             VALUES (1, \(s.sequence), \(s.entryHash), \(s.time), \(s.keyId), \(s.signature))
@@ -158,7 +158,7 @@ extension PostgresBackend {
             // Redemptions and attempts are numbered under the chain's lock from the rows themselves
             // (migration 0002); the other chained tables keep an identity default.
             for table in ["revocations", "admin_actions", "purchase_events", "deliveries"] {
-                try await c.query(
+                try await c.checkedQuery(
                     """
                     SELECT setval(pg_get_serial_sequence(\(table), 'sequence'), coalesce((SELECT max(sequence) FROM \(unescaped: table)), 0) + 1, false)
                     """, logger: logger)

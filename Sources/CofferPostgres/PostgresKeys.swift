@@ -11,7 +11,7 @@ public struct PostgresKeys: KeyRepository {
     /// Inserts a key; a duplicate key id or secret hash throws (never overwrites a key).
     public func create(_ key: APIKey) async throws {
         try await backend.transaction { c in
-            try await c.query(
+            try await c.checkedQuery(
                 """
                 INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at, signature)
                 VALUES (\(key.keyId), \(key.name), \(key.role.rawValue), \(key.secretHash), \(key.createdAt.timeIntervalSince1970),

@@ -111,8 +111,8 @@ public struct PostgresDeliveries: DeliveryRepository {
         let rows = order.compactMap { merged[$0] }
         guard !rows.isEmpty else { return }
         try await backend.transaction { c in
-            try await c.query("SELECT pg_advisory_xact_lock(\(Self.numberingLock))", logger: backend.logger)
-            try await c.query(
+            try await c.checkedQuery("SELECT pg_advisory_xact_lock(\(Self.numberingLock))", logger: backend.logger)
+            try await c.checkedQuery(
                 """
                 INSERT INTO deliveries (redemption_id, asset_id, sha256, first_at, last_at, downloads, completed, bytes_served, complete)
                 SELECT * FROM unnest(\(rows.map(\.redemptionId))::text[], \(rows.map(\.assetId))::text[], \(rows.map(\.sha256))::text[],

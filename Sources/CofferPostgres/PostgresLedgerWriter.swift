@@ -260,7 +260,7 @@ private struct BatchPlan {
             let start = ContinuousClock.now
             do {
                 let committed = try await backend.transaction { c in
-                    try await c.query("SELECT pg_advisory_xact_lock(\(PostgresChain.lockKey))", logger: logger)
+                    try await c.checkedQuery("SELECT pg_advisory_xact_lock(\(PostgresChain.lockKey))", logger: logger)
                     return try await Self.committed(c, sequence: sequence, hash: hash, logger: logger)
                 }
                 guard committed else { return false }

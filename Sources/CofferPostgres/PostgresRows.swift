@@ -22,14 +22,14 @@ extension PostgresConnection {
     /// Every row of `query`, mapped by `transform` (rows read by column name).
     func rows<T>(_ query: PostgresQuery, logger: Logger, _ transform: (PostgresRandomAccessRow) throws -> T) async throws -> [T] {
         var result: [T] = []
-        for try await row in try await self.query(query, logger: logger) { result.append(try transform(row.makeRandomAccess())) }
+        for try await row in try await self.checkedQuery(query, logger: logger) { result.append(try transform(row.makeRandomAccess())) }
         return result
     }
 
     /// The first column of every row of `query`.
     func column<T: PostgresDecodable & Sendable>(_ query: PostgresQuery, _ type: T.Type, logger: Logger) async throws -> [T] {
         var result: [T] = []
-        for try await value in try await self.query(query, logger: logger).decode(T.self) { result.append(value) }
+        for try await value in try await self.checkedQuery(query, logger: logger).decode(T.self) { result.append(value) }
         return result
     }
 }
@@ -206,7 +206,7 @@ enum PostgresRows {
         // Only placeholders are spliced into the text: every value is a bind.
         let placeholders = (1...binds.count).map { "$\($0)" }.joined(separator: ", ")
         let sql = release == nil ? "SELECT coffer_append_rows(\(placeholders))" : "CALL coffer_append_commit(\(placeholders))"
-        for try await _ in try await c.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {}
+        for try await _ in try await c.checkedQuery(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {}
     }
 
     /// A nullable column as two arrays: the values (a placeholder where nil) and the nil flags.

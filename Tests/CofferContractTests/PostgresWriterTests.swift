@@ -75,6 +75,43 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test(
+        "a statement after the server ended the session fails at once, and so does its transaction (postgres-nio never answers one written to a closed connection); the next transaction runs"
+    )
+    func aTransactionOnAnEndedSessionFailsAndTheNextRuns() async throws {
+        try await Self.withBackend(poolSize: 2) { backend, cluster, name in
+            // The attempt runs in a task of its own: should it wait forever (a statement written
+            // to the closed channel: `c.query` here instead of `checkedQuery` never answers), the
+            // test fails instead of waiting with it.
+            let done = Mutex<Result<Int, any Error>?>(nil)
+            let attempt = Task {
+                let result: Result<Int, any Error>
+                do {
+                    result = .success(
+                        try await backend.transaction { c in
+                            let pid = try #require(try await c.column("SELECT pg_backend_pid()", Int32.self, logger: backend.logger).first)
+                            try await cluster.psql("SELECT pg_terminate_backend(\(pid))", database: name)
+                            let deadline = ContinuousClock.now + .seconds(20)
+                            while !c.isClosed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+                            try #require(c.isClosed, "the connection saw its session end")
+                            try await c.checkedQuery("SELECT 1", logger: backend.logger)
+                            return 1
+                        })
+                } catch {
+                    result = .failure(error)
+                }
+                done.withLock { $0 = result }
+            }
+            let deadline = ContinuousClock.now + .seconds(60)
+            while done.withLock({ $0 == nil }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            let outcome = try #require(done.withLock { $0 }, "the transaction never answered")
+            #expect(throws: (any Error).self) { try outcome.get() }
+            _ = attempt
+            let next = try await backend.transaction { c in try await c.column("SELECT 1", Int32.self, logger: backend.logger) }
+            #expect(next == [1])
+        }
+    }
+
     @Test("numbers from the database out of range are a storage error, never an overflow; the range is a constraint")
     func numbersAreChecked() async throws {
         try await Self.withBackend { backend, cluster, name in
