@@ -115,11 +115,10 @@ enum PostgresChain {
 
     /// Lets the writer's session lock go (`coffer_abandon_chain`); when that fails, closes the
     /// connection, so the server lets it go with the session and the pool never gets it back.
-    /// A closed connection's session, and its lock, are gone already: nothing is sent on it —
-    /// postgres-nio fails the first query on a closed connection, but a second one never
-    /// answers, which wedged the writer after a session ended during its CALL.
-    /// (Its query is a ``PostgresConnection/checkedQuery(_:logger:)``: the check above is the
-    /// quick way out, not the guard.)
+    /// A closed connection's session, and its lock, are gone already: nothing is sent on it.
+    /// postgres-nio may never answer a query written to a closed connection (it wedged the
+    /// writer after a session ended during its CALL); every statement here is a
+    /// ``PostgresConnection/checkedQuery(_:logger:)``, and this check is the quick way out.
     static func letGo(_ c: PostgresConnection, logger: Logger) async {
         guard !c.isClosed else { return }
         do {
