@@ -401,11 +401,15 @@ extension PostgresConnection {
     @discardableResult
     func checkedQuery(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
         if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger) }
+        // Closed stays closed: fail without the hop (a loop shut down drops the jobs sent to it).
+        guard !isClosed else { throw Self.closedBeforeSending }
         return try await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) { try await queryIfOpen(query, logger: logger) }
     }
 
+    static let closedBeforeSending = PostgresStoreError.database("the connection was closed before the statement was sent")
+
     private func queryIfOpen(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
-        guard !isClosed else { throw PostgresStoreError.database("the connection was closed before the statement was sent") }
+        guard !isClosed else { throw Self.closedBeforeSending }
         return try await self.query(query, logger: logger)
     }
 

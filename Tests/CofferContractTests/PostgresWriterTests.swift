@@ -105,7 +105,9 @@ struct PostgresWriterTests {
             let deadline = ContinuousClock.now + .seconds(60)
             while done.withLock({ $0 == nil }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
             let outcome = try #require(done.withLock { $0 }, "the transaction never answered")
-            #expect(throws: (any Error).self) { try outcome.get() }
+            // This very refusal: any other failure (psql, the pid) would not have reached it.
+            let error = #expect(throws: PostgresStoreError.self) { try outcome.get() }
+            #expect(error?.description == "PostgreSQL: the connection was closed before the statement was sent", "\(String(describing: error))")
             _ = attempt
             let next = try await backend.transaction { c in try await c.column("SELECT 1", Int32.self, logger: backend.logger) }
             #expect(next == [1])
