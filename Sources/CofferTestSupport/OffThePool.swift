@@ -10,9 +10,11 @@ import Foundation
 /// move. Two such waits at once, in two tests running in parallel, and no task of the whole
 /// run ever runs again: `swift test` hangs until CI's limit. Measured: eight tasks that each
 /// block for 1 s take 4 s on this 2-core box.
-public func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        let thread = Thread { continuation.resume(with: Result { try work() }) }
-        thread.start()
+///
+/// Throws what `work` throws: work that cannot fail needs no `try`.
+public func offThePool<T: Sendable, Failure: Error>(_ work: @escaping @Sendable () throws(Failure) -> T) async throws(Failure) -> T {
+    let result: Result<T, Failure> = await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: Result { () throws(Failure) -> T in try work() }) }.start()
     }
+    return try result.get()
 }

@@ -34,9 +34,7 @@ func eventually(seconds: Double, _ condition: () async throws -> Bool) async ret
 extension RawConnection {
     /// Reads until the response head is complete (taking at most a little of the body); the head.
     func readHead(seconds: Int) async -> String {
-        await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: self.readHeadBlocking(seconds: seconds)) }.start()
-        }
+        await offThePool { self.readHeadBlocking(seconds: seconds) }
     }
 
     func readHeadBlocking(seconds: Int) -> String {
@@ -200,9 +198,7 @@ extension Harness {
         // A well-behaved client at the same time is served in full.
         let reader = try RawConnection(port: server.port)
         await reader.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        let read = await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: reader.drainToEnd(seconds: 30)) }.start()
-        }
+        let read = await offThePool { reader.drainToEnd(seconds: 30) }
         #expect(read.closed && read.bytes > size, "the reader got \(read.bytes) bytes")
         reader.hangUp()
 
@@ -220,9 +216,7 @@ extension Harness {
         #expect(notices.allSatisfy { $0.contains("notice") && $0.contains("client=127.0.0.1") }, "\(notices.first ?? "")")
 
         // The server closed them: each client reads what was in flight, then end of stream.
-        let drained = await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: stalled.map { $0.drainToEnd(seconds: 10) }) }.start()
-        }
+        let drained = await offThePool { stalled.map { $0.drainToEnd(seconds: 10) } }
         #expect(drained.allSatisfy { $0.closed }, "closed by the server")
         #expect(drained.allSatisfy { $0.bytes < size }, "cut short: \(drained.map(\.bytes).max() ?? 0) bytes at most")
         let afterRSS = LiveTests.residentBytes(pid)
@@ -280,9 +274,7 @@ extension Harness {
             Thread { c.sendBlocking(requests) }.start()
             let closed = await eventually(seconds: 60) { store.all.contains { $0.contains("connection closed: the peer read nothing") } }
             #expect(closed)
-            let drained = await withCheckedContinuation { continuation in
-                Thread { continuation.resume(returning: c.drainToEnd(seconds: 10)) }.start()
-            }
+            let drained = await offThePool { c.drainToEnd(seconds: 10) }
             #expect(drained.closed, "the server ended the connection after \(drained.bytes) bytes")
             #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok, "others are served")
         }

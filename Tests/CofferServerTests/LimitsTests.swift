@@ -1,4 +1,5 @@
 import CofferCore
+import CofferTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -41,12 +42,7 @@ final class RawConnection: @unchecked Sendable {
         let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
         if sent == bytes.count || (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { return }
         let rest = Array(bytes[max(0, sent)...])
-        await withCheckedContinuation { continuation in
-            Thread {
-                self.sendBlocking(rest)
-                continuation.resume()
-            }.start()
-        }
+        await offThePool { self.sendBlocking(rest) }
     }
 
     /// ``send(_:)`` on the calling thread (never a task's): for a thread of the test's own.
@@ -61,9 +57,7 @@ final class RawConnection: @unchecked Sendable {
     /// ``receiveBlocking(seconds:)`` on a thread of its own: a blocking `recv` on the
     /// cooperative pool would starve the server under test.
     func receive(seconds: Int) async -> String {
-        await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: self.receiveBlocking(seconds: seconds)) }.start()
-        }
+        await offThePool { self.receiveBlocking(seconds: seconds) }
     }
 
     /// Reads and discards until the peer closes or `seconds` pass without data; returns the

@@ -135,9 +135,7 @@ import Testing
             for connection in connections {
                 group.addTask {
                     await connection.send("GET /v1/downloads/\(token) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    return await withCheckedContinuation { continuation in
-                        Thread { continuation.resume(returning: connection.drainBlocking(seconds: 30)) }.start()
-                    }
+                    return await offThePool { connection.drainBlocking(seconds: 30) }
                 }
             }
             return await group.reduce(into: [Int]()) { $0.append($1) }
