@@ -38,12 +38,18 @@ public final class PostgresBackend: Sendable {
     private let askedTimeout: Duration?
     /// The writer's session last checked (``checkSession(_:)``).
     private let checkedSession = Mutex<PostgresConnection.ID?>(nil)
+    /// Chain turns begun: the keep-alive (``keepAlive(_:turns:every:logger:)``) pings only a
+    /// writer session that had none in its last interval.
+    private let turns: TurnCount
     private let running: Task<Void, Never>
+    /// How long ``close()`` waits for the pools' tasks before it closes their connections anyway.
+    static let closeWait: Duration = .seconds(10)
 
     /// `started` gets one element from each pool's task just before it calls `run()`.
+    /// `keepAlive`: how often the writer's session is pinged when idle (nil: never).
     private init(
         client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?,
-        askedTimeout: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
+        askedTimeout: Duration?, keepAlive: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
     ) {
         self.client = client
         self.writer = writer
@@ -54,8 +60,13 @@ public final class PostgresBackend: Sendable {
         self.deadline = deadline
         self.askedTimeout = askedTimeout
         self.logger = logger
+        let turns = TurnCount()
+        self.turns = turns
         self.running = Task {
             await withDiscardingTaskGroup { pools in
+                if let keepAlive {
+                    pools.addTask { await Self.keepAlive(writer, turns: turns, every: keepAlive, logger: logger) }
+                }
                 // `run()` marks the client running before its first suspension point.
                 pools.addTask {
                     started.yield()
@@ -75,10 +86,12 @@ public final class PostgresBackend: Sendable {
     /// `idle`: how long a shared connection may sit idle before it is closed, and
     /// `statementTimeout` the sessions' `statement_timeout` with `timeouts` (tests shorten both),
     /// and `deadline` how long a call waits for a connection with `timeouts` (tests that load a
-    /// small pool on a busy machine lengthen it).
+    /// small pool on a busy machine lengthen it). `keepAlive`, with `timeouts`: how often the
+    /// writer's kept session is pinged when it had no turn (``keepAlive(_:turns:every:logger:)``).
     public static func open(
         _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60),
-        statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10), logger: Logger
+        statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10),
+        keepAlive: Duration = .seconds(30), logger: Logger
     ) async throws -> PostgresBackend {
         let shared = try url.clientConfiguration(
             poolSize: max(1, poolSize - 1), timeouts: timeouts, idle: idle, statementTimeout: statementTimeout)
@@ -91,7 +104,8 @@ public final class PostgresBackend: Sendable {
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
             writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? deadline : nil, askedTimeout: timeouts ? statementTimeout : nil, logger: logger,
+            deadline: timeouts ? deadline : nil, askedTimeout: timeouts ? statementTimeout : nil, keepAlive: timeouts ? keepAlive : nil,
+            logger: logger,
             started: startedContinuation)
         // Both pools' tasks are on their way into `run()` before the first lease: the driver
         // warns about a lease before `run()` (a scary line in every tool's output), though the
@@ -178,11 +192,63 @@ public final class PostgresBackend: Sendable {
         return nil
     }
 
-    /// Closes every connection.
+    /// Closes every connection: stops the pools, and within ``closeWait`` closes their event
+    /// loop, with whatever connections are left, even should a task of the driver never end
+    /// (a shutdown that waited for it would hang the process until its supervisor kills it).
     public func close() async {
         running.cancel()
-        await running.value
+        if await !Self.ends(running, within: Self.closeWait) {
+            logger.warning(
+                "the database driver had not stopped \(Self.closeWait) after closing began: its connections are closed with its event loop")
+        }
         try? await group.shutdownGracefully()
+    }
+
+    /// Whether `task` ends within `duration` (it goes on either way: `Task.value` cannot be
+    /// given up once awaited in a task group, so both waits are tasks of their own).
+    static func ends(_ task: Task<Void, Never>, within duration: Duration) async -> Bool {
+        let first = Mutex<CheckedContinuation<Bool, Never>?>(nil)
+        let resume: @Sendable (Bool) -> Void = { ended in first.withLock { $0.take() }?.resume(returning: ended) }
+        return await withCheckedContinuation { continuation in
+            first.withLock { $0 = continuation }
+            Task {
+                await task.value
+                resume(true)
+            }
+            Task {
+                try? await Task.sleep(for: duration)
+                resume(false)
+            }
+        }
+    }
+
+    /// Pings the writer's session (`SELECT 1`, ``PostgresConnection/checkedQuery(_:logger:)``)
+    /// every `interval` in which it had no chain turn, until cancelled (``close()``): a
+    /// middlebox that drops idle TCP flows (a NAT, a load balancer) would otherwise cut it in a
+    /// quiet hour, and the first redemption after it would find out. In place of the driver's
+    /// own keep-alive (off, ``PostgresURL/clientConfiguration(poolSize:timeouts:name:keep:idle:statementTimeout:)``):
+    /// postgres-nio 1.33 writes that ping with no check, and one written just after the
+    /// server ended the session (a restart) is never answered, and its pool's `run()` — so
+    /// ``close()`` — waits for it forever. This ping leases the connection like a turn, so it
+    /// never runs beside one, and a session lost on the way costs the writer nothing: the pool
+    /// opens the next one.
+    private static func keepAlive(_ writer: PostgresClient, turns: TurnCount, every interval: Duration, logger: Logger) async {
+        var seen = turns.value
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: interval) } catch { return }
+            let now = turns.value
+            guard now == seen else {
+                seen = now
+                continue
+            }
+            do {
+                _ = try await writer.withConnection { try await $0.checkedQuery("SELECT 1", logger: logger) }
+            } catch  where !Task.isCancelled {
+                logger.warning("the ledger writer's idle database session did not answer its keep-alive: \(PostgresStoreError.wrapping(error))")
+            } catch {
+                return
+            }
+        }
     }
 
     /// Runs `body` on a leased connection (reads).
@@ -280,6 +346,7 @@ public final class PostgresBackend: Sendable {
     /// `lease` shortens ``deadline`` for this turn (the ledger writer's jobs that already waited).
     func chainTurn<T: Sendable>(lease: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
+            turns.add()
             return try await withConnection(deadline: lease, writer: true) { [logger] connection in
                 do {
                     try await self.checkSession(connection)
@@ -322,6 +389,14 @@ extension PostgresBackend {
             throw error
         }
     }
+}
+
+/// A count of the writer's chain turns (``PostgresBackend/chainTurn(lease:_:)``), shared with
+/// its keep-alive task.
+final class TurnCount: Sendable {
+    private let count = Atomic<UInt64>(0)
+    var value: UInt64 { count.load(ordering: .relaxed) }
+    func add() { count.add(1, ordering: .relaxed) }
 }
 
 /// The race between a connection and the deadline: the first to claim it wins, once.

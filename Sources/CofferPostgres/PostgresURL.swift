@@ -104,6 +104,10 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         configuration.options.minimumConnections = min(keep, max(1, poolSize))
         configuration.options.connectionIdleTimeout = idle
         configuration.options.connectTimeout = .seconds(5)
+        // Off: its ping, written without a check, may go to a session the server just ended
+        // and never be answered; the backend pings the writer's kept session itself
+        // (`PostgresBackend.keepAlive`), and the shared ones close after `idle`.
+        configuration.options.keepAliveBehavior = nil
         // Whole milliseconds (PostgreSQL before 12 refuses a fraction in an integer setting), 1 at
         // least (0 would turn the timeout off).
         let milliseconds = max(1, statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000)

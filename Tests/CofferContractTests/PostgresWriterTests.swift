@@ -25,7 +25,7 @@ struct PostgresWriterTests {
     /// it; closed afterwards.
     static func withBackend<T>(
         poolSize: Int = 2, idle: Duration = .seconds(60), on cluster: PostgresCluster? = nil, timeouts: Bool = true,
-        statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10),
+        statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10), keepAlive: Duration = .seconds(30),
         _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
     ) async throws -> T {
         let cluster = if let cluster { cluster } else { try await PostgresCluster.shared() }
@@ -33,7 +33,7 @@ struct PostgresWriterTests {
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         let backend = try await PostgresBackend.open(
             try PostgresURL(url), poolSize: poolSize, timeouts: timeouts, idle: idle, statementTimeout: statementTimeout, deadline: deadline,
-            logger: Logger(label: "edges"))
+            keepAlive: keepAlive, logger: Logger(label: "edges"))
         do {
             try await backend.migrate()
             let result = try await body(backend, cluster, name)
@@ -112,6 +112,56 @@ struct PostgresWriterTests {
             let next = try await backend.transaction { c in try await c.column("SELECT 1", Int32.self, logger: backend.logger) }
             #expect(next == [1])
         }
+    }
+
+    @Test(
+        "the writer's idle session is pinged by the backend, the driver's own keep-alive off (its ping to a just-ended session never answers); after the server ends that session the next one is pinged"
+    )
+    func theWritersIdleSessionIsKeptAlive() async throws {
+        for options in [try PostgresURL("postgres://coffer@db:5432/coffer").clientConfiguration(poolSize: 3).options] {
+            if options.keepAliveBehavior != nil { Issue.record("the driver's keep-alive is on") }
+        }
+        try await Self.withBackend(keepAlive: .milliseconds(200)) { _, cluster, name in
+            /// The writer's session: its pid and when its last statement began, once it shows
+            /// a `SELECT 1` begun later than `after` (one that began in the same microsecond would not count).
+            func pinged(after: String?, notPid: String? = nil) async throws -> (pid: String, start: String) {
+                let deadline = ContinuousClock.now + .seconds(30)
+                while ContinuousClock.now < deadline {
+                    let row = try await cluster.psql(
+                        """
+                        SELECT pid || '|' || query_start::text FROM pg_stat_activity
+                        WHERE datname = '\(name)' AND application_name = 'coffer-writer' AND query = 'SELECT 1' AND state = 'idle'
+                          AND query_start > coalesce(\(after.map { "'\($0)'::timestamptz" } ?? "NULL"), '-infinity'::timestamptz)
+                          AND pid::text <> '\(notPid ?? "")'
+                        """, database: name)
+                    let parts = row.split(separator: "|").map(String.init)
+                    if parts.count == 2 { return (parts[0], parts[1]) }
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                throw PostgresStoreError.database("the writer's session was not pinged within 30 s")
+            }
+            // Pings while nothing else runs: the statement's start moves on twice.
+            let first = try await pinged(after: nil)
+            let second = try await pinged(after: first.start)
+            let third = try await pinged(after: second.start)
+            #expect(first.pid == third.pid, "one kept session")
+            // The server ends it: the next session (the pool opens one) is pinged in turn.
+            try await cluster.psql("SELECT pg_terminate_backend(\(third.pid))", database: name)
+            let next = try await pinged(after: third.start, notPid: third.pid)
+            _ = try await pinged(after: next.start)
+        }
+    }
+
+    @Test("closing waits a bounded time for the driver's tasks: one that never ends is given up on, one that ends is seen to")
+    func closingWaitsABoundedTime() async throws {
+        let release = Atomic<Bool>(false)
+        // Ignores cancellation, like a ping the driver wrote to a closed connection.
+        let stuck = Task {
+            while !release.load(ordering: .relaxed) { try? await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(await PostgresBackend.ends(stuck, within: .milliseconds(300)) == false)
+        release.store(true, ordering: .relaxed)
+        #expect(await PostgresBackend.ends(stuck, within: .seconds(60)) == true)
     }
 
     @Test("numbers from the database out of range are a storage error, never an overflow; the range is a constraint")
