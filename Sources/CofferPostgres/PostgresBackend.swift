@@ -44,12 +44,18 @@ public final class PostgresBackend: Sendable {
     private let running: Task<Void, Never>
     /// How long ``close()`` waits for the pools' tasks before it closes their connections anyway.
     static let closeWait: Duration = .seconds(10)
+    /// With `timeouts`: how long a statement may go without an answer before its connection is
+    /// closed (``PostgresConnection/checkedQuery(_:logger:waitsForStandbys:)``): the sessions'
+    /// `statement_timeout` and 10 s, for the server's answer to the timeout, or to a lock wait's, to arrive.
+    private let silence: Duration?
+    /// The bound of the backend call this task runs in (nil: none, tools).
+    @TaskLocal static var unanswered: Duration?
 
     /// `started` gets one element from each pool's task just before it calls `run()`.
     /// `keepAlive`: how often the writer's session is pinged when idle (nil: never).
     private init(
         client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?,
-        askedTimeout: Duration?, keepAlive: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
+        askedTimeout: Duration?, silence: Duration?, keepAlive: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
     ) {
         self.client = client
         self.writer = writer
@@ -59,13 +65,16 @@ public final class PostgresBackend: Sendable {
         self.url = url
         self.deadline = deadline
         self.askedTimeout = askedTimeout
+        self.silence = silence
         self.logger = logger
         let turns = TurnCount()
         self.turns = turns
         self.running = Task {
             await withDiscardingTaskGroup { pools in
                 if let keepAlive {
-                    pools.addTask { await Self.keepAlive(writer, turns: turns, every: keepAlive, logger: logger) }
+                    pools.addTask {
+                        await Self.$unanswered.withValue(silence) { await Self.keepAlive(writer, turns: turns, every: keepAlive, logger: logger) }
+                    }
                 }
                 // `run()` marks the client running before its first suspension point.
                 pools.addTask {
@@ -87,11 +96,12 @@ public final class PostgresBackend: Sendable {
     /// `statementTimeout` the sessions' `statement_timeout` with `timeouts` (tests shorten both),
     /// and `deadline` how long a call waits for a connection with `timeouts` (tests that load a
     /// small pool on a busy machine lengthen it). `keepAlive`, with `timeouts`: how often the
-    /// writer's kept session is pinged when it had no turn (``keepAlive(_:turns:every:logger:)``).
+    /// writer's kept session is pinged when it had no turn (``keepAlive(_:turns:every:logger:)``);
+    /// `unanswered` how long a statement may go unanswered (``silence``; tests shorten it).
     public static func open(
         _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60),
         statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10),
-        keepAlive: Duration = .seconds(30), logger: Logger
+        keepAlive: Duration = .seconds(30), unanswered: Duration? = nil, logger: Logger
     ) async throws -> PostgresBackend {
         let shared = try url.clientConfiguration(
             poolSize: max(1, poolSize - 1), timeouts: timeouts, idle: idle, statementTimeout: statementTimeout)
@@ -104,8 +114,8 @@ public final class PostgresBackend: Sendable {
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
             writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
-            deadline: timeouts ? deadline : nil, askedTimeout: timeouts ? statementTimeout : nil, keepAlive: timeouts ? keepAlive : nil,
-            logger: logger,
+            deadline: timeouts ? deadline : nil, askedTimeout: timeouts ? statementTimeout : nil,
+            silence: timeouts ? unanswered ?? statementTimeout + .seconds(10) : nil, keepAlive: timeouts ? keepAlive : nil, logger: logger,
             started: startedContinuation)
         // Both pools' tasks are on their way into `run()` before the first lease: the driver
         // warns about a lease before `run()` (a scary line in every tool's output), though the
@@ -276,6 +286,13 @@ public final class PostgresBackend: Sendable {
     ) async throws -> T {
         let client = writer ? self.writer : self.client
         guard let deadline = deadline ?? self.deadline else { return try await client.withConnection(body) }
+        // Bound here, inherited by the race's tasks.
+        return try await Self.$unanswered.withValue(silence) { try await race(client, deadline: deadline, body) }
+    }
+
+    private func race<T: Sendable>(
+        _ client: PostgresClient, deadline: Duration, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
         let race = LeaseRace()
         return try await withThrowingTaskGroup(of: T?.self) { [loop] group in
             group.addTask {
@@ -382,7 +399,7 @@ extension PostgresBackend {
         try await connection.checkedQuery(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation)"), logger: logger)
         do {
             let result = try await body(connection)
-            try await connection.checkedQuery("COMMIT", logger: logger)
+            try await connection.checkedQuery("COMMIT", logger: logger, waitsForStandbys: true)
             return result
         } catch {
             await connection.rollbackIfOpen(logger: logger)
@@ -391,8 +408,8 @@ extension PostgresBackend {
     }
 }
 
-/// A count of the writer's chain turns (``PostgresBackend/chainTurn(lease:_:)``), shared with
-/// its keep-alive task.
+/// A count shared between tasks: the writer's chain turns (``PostgresBackend/chainTurn(lease:_:)``),
+/// seen by its keep-alive task; a statement's silence timer having fired.
 final class TurnCount: Sendable {
     private let count = Atomic<UInt64>(0)
     var value: UInt64 { count.load(ordering: .relaxed) }
@@ -473,19 +490,43 @@ extension PostgresConnection {
     /// two statements waited forever, holding its lease
     /// (`aTransactionOnAnEndedSessionFailsAndTheNextRuns`). Already on that loop (the ledger
     /// writer), no hop; from elsewhere, one there and back.
+    ///
+    /// Within a backend's calls (``PostgresBackend/unanswered``) a statement whose first answer
+    /// has not come within that bound closes its connection, which fails it: the server ends
+    /// any statement at its `statement_timeout` and answers, so silence that long is a server
+    /// the network lost without a reset (a failover, a partition), where the kernel would
+    /// wait about 15 minutes (`tcp_retries2`) holding the caller, and for the ledger writer
+    /// every redemption of the instance. `waitsForStandbys`: a COMMIT, which waits for
+    /// synchronous standbys as long as they are gone (no timer ends that wait, by design).
     @discardableResult
-    func checkedQuery(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
-        if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger) }
+    func checkedQuery(_ query: PostgresQuery, logger: Logger, waitsForStandbys: Bool = false) async throws -> PostgresRowSequence {
+        let bound = waitsForStandbys ? nil : PostgresBackend.unanswered
+        if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger, bound: bound) }
         // Closed stays closed: fail without the hop (a loop shut down drops the jobs sent to it).
         guard !isClosed else { throw Self.closedBeforeSending }
-        return try await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) { try await queryIfOpen(query, logger: logger) }
+        return try await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) {
+            try await queryIfOpen(query, logger: logger, bound: bound)
+        }
     }
 
     static let closedBeforeSending = PostgresStoreError.database("the connection was closed before the statement was sent")
 
-    private func queryIfOpen(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
+    private func queryIfOpen(_ query: PostgresQuery, logger: Logger, bound: Duration?) async throws -> PostgresRowSequence {
         guard !isClosed else { throw Self.closedBeforeSending }
-        return try await self.query(query, logger: logger)
+        guard let bound else { return try await self.query(query, logger: logger) }
+        // A timer of this loop: an insert into its heap and a cancel per statement.
+        let fired = TurnCount()
+        let silence = eventLoop.scheduleTask(in: TimeAmount(bound)) { [self] in
+            fired.add()
+            logger.error("the database sent no answer to a statement within \(bound): closing the connection (a server lost without a reset?)")
+            let _: EventLoopFuture<Void> = self.close()  // the channel, at once
+        }
+        defer { silence.cancel() }
+        do {
+            return try await self.query(query, logger: logger)
+        } catch  where fired.value > 0 {
+            throw PostgresStoreError.database("no answer to a statement within \(bound): its connection was closed")
+        }
     }
 
     /// ROLLBACK, unless the connection is closed (``checkedQuery(_:logger:)``).

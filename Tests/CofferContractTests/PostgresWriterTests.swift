@@ -893,7 +893,8 @@ struct PostgresWriterTests {
     }
 
     /// A TCP proxy to PostgreSQL whose SIGUSR1 cuts every connection on the client's side only:
-    /// the server's sessions go on, as after a reset by a NAT or a proxy between them. While
+    /// the server's sessions go on, as after a reset by a NAT or a proxy between them; SIGUSR2
+    /// freezes them (``freeze()``). While
     /// the file `stripping` exists, the connections it opens drop the client's startup
     /// parameters but `user`, `database` and `application_name`, as a pooler told to ignore
     /// them does (PgBouncer's `ignore_startup_parameters`); it answers an SSLRequest "no".
@@ -950,9 +951,16 @@ struct PostgresWriterTests {
                     live.discard(entry)
                     kept.append(entry)
                     entry[0].transport.abort()
+            def freeze():
+                for entry in list(live):
+                    live.discard(entry)
+                    kept.append(entry)
+                    entry[0].transport.pause_reading()
+                    entry[1].transport.pause_reading()
             async def main():
                 server = await asyncio.start_server(handle, '127.0.0.1', 0)
                 asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, cut)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, freeze)
                 print(server.sockets[0].getsockname()[1], flush=True)
                 await server.serve_forever()
             asyncio.run(main())
@@ -983,6 +991,10 @@ struct PostgresWriterTests {
         }
 
         func cut() { kill(process.processIdentifier, SIGUSR1) }
+
+        /// Stops passing anything on the connections open now, both ways, and keeps them open:
+        /// their server is gone without a reset, to each side (new connections pass).
+        func freeze() { kill(process.processIdentifier, SIGUSR2) }
 
         deinit {
             kill(process.processIdentifier, SIGKILL)
@@ -1033,6 +1045,40 @@ struct PostgresWriterTests {
             #expect(outcome.inserted?.sequence == 2, "committed by the cut-off session, so answered as such: \(outcome)")
             #expect(try await cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
             #expect(try await ledger.insert(makeRedemption("985")).inserted?.sequence == 3)
+            await ledger.finishWrites()
+            await backend.close()
+        }
+    }
+
+    @Test(
+        "connections whose server went silent without a reset (frozen by a proxy): the redemption waiting on one answers 503 once its statement had no answer within the bound, nothing half-written, and the next is served on new connections",
+        .timeLimit(.minutes(4)))
+    func aSilentServersConnectionsAreClosedAndTheNextRedemptionServed() async throws {
+        try await Self.withPrivateCluster { _, cluster, name in
+            let proxy = try CuttingProxy(to: cluster.port)
+            let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
+            try #require(url != cluster.url(database: name))
+            let backend = try await PostgresBackend.open(
+                try PostgresURL(url), poolSize: 3, timeouts: true, statementTimeout: .seconds(2), deadline: .seconds(30),
+                unanswered: .seconds(3), logger: Logger(label: "silent"))
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("990")).inserted?.sequence == 1)
+            proxy.freeze()
+            // In a task of its own: without the bound it would wait for the kernel (~15 min).
+            let done = Mutex<Result<LedgerInsertOutcome, any Error>?>(nil)
+            let pending = Task {
+                let result: Result<LedgerInsertOutcome, any Error>
+                do { result = .success(try await ledger.insert(makeRedemption("991"))) } catch { result = .failure(error) }
+                done.withLock { $0 = result }
+            }
+            let deadline = ContinuousClock.now + .seconds(60)
+            while done.withLock({ $0 == nil }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            let outcome = try #require(done.withLock { $0 }, "the redemption never answered")
+            let error = #expect(throws: PostgresStoreError.self) { try outcome.get() }
+            #expect(error?.description.contains("no answer to a statement within 3.0 seconds") == true, "\(String(describing: error))")
+            _ = pending
+            #expect(try await ledger.insert(makeRedemption("992")).inserted?.sequence == 2, "served on new connections")
+            #expect(try await cluster.psql("SELECT string_agg(transaction_id, ',' ORDER BY sequence) FROM redemptions", database: name) == "990,992")
             await ledger.finishWrites()
             await backend.close()
         }
