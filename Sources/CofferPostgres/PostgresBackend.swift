@@ -44,18 +44,24 @@ public final class PostgresBackend: Sendable {
     private let running: Task<Void, Never>
     /// How long ``close()`` waits for the pools' tasks before it closes their connections anyway.
     static let closeWait: Duration = .seconds(10)
-    /// With `timeouts`: how long a statement may go without an answer before its connection is
-    /// closed (``PostgresConnection/checkedQuery(_:logger:waitsForStandbys:)``): the sessions'
-    /// `statement_timeout` and 10 s, for the server's answer to the timeout, or to a lock wait's, to arrive.
-    private let silence: Duration?
-    /// The bound of the backend call this task runs in (nil: none, tools).
-    @TaskLocal static var unanswered: Duration?
+    /// With `timeouts`: how this backend's calls watch their statements (``SilenceWatch``),
+    /// looking at a statement's session after the sessions' `statement_timeout` and 10 s
+    /// without an answer (the server answers a statement it ended at its timeout, or a lock
+    /// wait it ended, well within that).
+    private let watch: SilenceWatch?
+    /// The sessions of this backend's connections, for ``watch``.
+    private let sessions: ServerSessions
+    /// The probe's own pool (one connection, when needed).
+    private let probes: PostgresClient
+    /// The watch of the backend call this task runs in (nil: none, tools).
+    @TaskLocal static var silence: SilenceWatch?
 
     /// `started` gets one element from each pool's task just before it calls `run()`.
     /// `keepAlive`: how often the writer's session is pinged when idle (nil: never).
     private init(
-        client: PostgresClient, writer: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL, deadline: Duration?,
-        askedTimeout: Duration?, silence: Duration?, keepAlive: Duration?, logger: Logger, started: AsyncStream<Void>.Continuation
+        client: PostgresClient, writer: PostgresClient, probes: PostgresClient, group: MultiThreadedEventLoopGroup, url: PostgresURL,
+        deadline: Duration?, askedTimeout: Duration?, silence: Duration?, keepAlive: Duration?, logger: Logger,
+        started: AsyncStream<Void>.Continuation
     ) {
         self.client = client
         self.writer = writer
@@ -65,7 +71,15 @@ public final class PostgresBackend: Sendable {
         self.url = url
         self.deadline = deadline
         self.askedTimeout = askedTimeout
-        self.silence = silence
+        let sessions = ServerSessions()
+        self.sessions = sessions
+        self.probes = probes
+        let watch = silence.map { bound in
+            SilenceWatch(
+                bound: bound, sessions: sessions,
+                probe: SessionProbe(client: probes, bound: bound, deadline: deadline ?? .seconds(10), logger: logger))
+        }
+        self.watch = watch
         self.logger = logger
         let turns = TurnCount()
         self.turns = turns
@@ -73,7 +87,7 @@ public final class PostgresBackend: Sendable {
             await withDiscardingTaskGroup { pools in
                 if let keepAlive {
                     pools.addTask {
-                        await Self.$unanswered.withValue(silence) { await Self.keepAlive(writer, turns: turns, every: keepAlive, logger: logger) }
+                        await Self.$silence.withValue(watch) { await Self.keepAlive(writer, turns: turns, every: keepAlive, logger: logger) }
                     }
                 }
                 // `run()` marks the client running before its first suspension point.
@@ -85,6 +99,7 @@ public final class PostgresBackend: Sendable {
                     started.yield()
                     await writer.run()
                 }
+                pools.addTask { await probes.run() }
             }
         }
     }
@@ -97,7 +112,8 @@ public final class PostgresBackend: Sendable {
     /// and `deadline` how long a call waits for a connection with `timeouts` (tests that load a
     /// small pool on a busy machine lengthen it). `keepAlive`, with `timeouts`: how often the
     /// writer's kept session is pinged when it had no turn (``keepAlive(_:turns:every:logger:)``);
-    /// `unanswered` how long a statement may go unanswered (``silence``; tests shorten it).
+    /// `unanswered` how long a statement may go unanswered before its session is looked at
+    /// (``SilenceWatch``; tests shorten it).
     public static func open(
         _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60),
         statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10),
@@ -109,11 +125,15 @@ public final class PostgresBackend: Sendable {
         let own = try url.clientConfiguration(
             poolSize: 1, timeouts: timeouts, name: timeouts ? "coffer-writer" : nil, keep: timeouts ? 1 : 0, idle: idle,
             statementTimeout: statementTimeout)
+        // The silence watch's questions (SessionProbe): rare, on a connection of their own.
+        let probing = try url.clientConfiguration(
+            poolSize: 1, timeouts: timeouts, name: "coffer-probe", idle: .seconds(5), statementTimeout: statementTimeout)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let (started, startedContinuation) = AsyncStream<Void>.makeStream()
         let backend = PostgresBackend(
             client: PostgresClient(configuration: shared, eventLoopGroup: group, backgroundLogger: logger),
-            writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
+            writer: PostgresClient(configuration: own, eventLoopGroup: group, backgroundLogger: logger),
+            probes: PostgresClient(configuration: probing, eventLoopGroup: group, backgroundLogger: logger), group: group, url: url,
             deadline: timeouts ? deadline : nil, askedTimeout: timeouts ? statementTimeout : nil,
             silence: timeouts ? unanswered ?? statementTimeout + .seconds(10) : nil, keepAlive: timeouts ? keepAlive : nil, logger: logger,
             started: startedContinuation)
@@ -287,17 +307,18 @@ public final class PostgresBackend: Sendable {
         let client = writer ? self.writer : self.client
         guard let deadline = deadline ?? self.deadline else { return try await client.withConnection(body) }
         // Bound here, inherited by the race's tasks.
-        return try await Self.$unanswered.withValue(silence) { try await race(client, deadline: deadline, body) }
+        return try await Self.$silence.withValue(watch) { try await race(client, deadline: deadline, body) }
     }
 
     private func race<T: Sendable>(
         _ client: PostgresClient, deadline: Duration, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let race = LeaseRace()
-        return try await withThrowingTaskGroup(of: T?.self) { [loop] group in
+        return try await withThrowingTaskGroup(of: T?.self) { [loop, sessions, logger] group in
             group.addTask {
                 try await client.withConnection { connection in
                     guard race.connect() else { throw PostgresStoreError.timedOut(deadline) }
+                    try await sessions.learn(connection, logger: logger)
                     return try await body(connection)
                 }
             }
@@ -399,7 +420,7 @@ extension PostgresBackend {
         try await connection.checkedQuery(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation)"), logger: logger)
         do {
             let result = try await body(connection)
-            try await connection.checkedQuery("COMMIT", logger: logger, waitsForStandbys: true)
+            try await connection.checkedQuery("COMMIT", logger: logger)
             return result
         } catch {
             await connection.rollbackIfOpen(logger: logger)
@@ -491,41 +512,38 @@ extension PostgresConnection {
     /// (`aTransactionOnAnEndedSessionFailsAndTheNextRuns`). Already on that loop (the ledger
     /// writer), no hop; from elsewhere, one there and back.
     ///
-    /// Within a backend's calls (``PostgresBackend/unanswered``) a statement whose first answer
-    /// has not come within that bound closes its connection, which fails it: the server ends
-    /// any statement at its `statement_timeout` and answers, so silence that long is a server
-    /// the network lost without a reset (a failover, a partition), where the kernel would
-    /// wait about 15 minutes (`tcp_retries2`) holding the caller, and for the ledger writer
-    /// every redemption of the instance. `waitsForStandbys`: a COMMIT, which waits for
-    /// synchronous standbys as long as they are gone (no timer ends that wait, by design).
+    /// Within a backend's calls (``PostgresBackend/silence``) a statement without an answer
+    /// is watched (``SilenceWatch``): a connection whose server lost it is closed.
     @discardableResult
-    func checkedQuery(_ query: PostgresQuery, logger: Logger, waitsForStandbys: Bool = false) async throws -> PostgresRowSequence {
-        let bound = waitsForStandbys ? nil : PostgresBackend.unanswered
-        if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger, bound: bound) }
+    func checkedQuery(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
+        let watch = PostgresBackend.silence
+        if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger, watch: watch) }
         // Closed stays closed: fail without the hop (a loop shut down drops the jobs sent to it).
         guard !isClosed else { throw Self.closedBeforeSending }
         return try await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) {
-            try await queryIfOpen(query, logger: logger, bound: bound)
+            try await queryIfOpen(query, logger: logger, watch: watch)
         }
     }
 
     static let closedBeforeSending = PostgresStoreError.database("the connection was closed before the statement was sent")
+    /// The detail of the failure of a statement whose connection ``StatementWatch`` closed.
+    static let sessionLost = "no answer to a statement, and its session was lost: its connection was closed"
 
-    private func queryIfOpen(_ query: PostgresQuery, logger: Logger, bound: Duration?) async throws -> PostgresRowSequence {
+    /// Whether `error` is a statement failed by ``StatementWatch``: its connection was dead, not the database.
+    static func lostSession(_ error: any Error) -> Bool {
+        guard case .database(let detail)? = error as? PostgresStoreError else { return false }
+        return detail == sessionLost
+    }
+
+    private func queryIfOpen(_ query: PostgresQuery, logger: Logger, watch: SilenceWatch?) async throws -> PostgresRowSequence {
         guard !isClosed else { throw Self.closedBeforeSending }
-        guard let bound else { return try await self.query(query, logger: logger) }
-        // A timer of this loop: an insert into its heap and a cancel per statement.
-        let fired = TurnCount()
-        let silence = eventLoop.scheduleTask(in: TimeAmount(bound)) { [self] in
-            fired.add()
-            logger.error("the database sent no answer to a statement within \(bound): closing the connection (a server lost without a reset?)")
-            let _: EventLoopFuture<Void> = self.close()  // the channel, at once
-        }
-        defer { silence.cancel() }
+        guard let watch else { return try await self.query(query, logger: logger) }
+        let statement = StatementWatch(watch, self, logger: logger)
+        defer { statement.answered() }
         do {
             return try await self.query(query, logger: logger)
-        } catch  where fired.value > 0 {
-            throw PostgresStoreError.database("no answer to a statement within \(bound): its connection was closed")
+        } catch  where statement.closed {
+            throw PostgresStoreError.database(Self.sessionLost)
         }
     }
 

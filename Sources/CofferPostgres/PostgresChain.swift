@@ -163,7 +163,7 @@ enum PostgresChain {
             case "lock": try await c.checkedQuery("SELECT 1 FROM ledger_head FOR KEY SHARE", logger: logger)
             default: break
             }
-            try await c.checkedQuery("COMMIT /* coffer flush */", logger: logger, waitsForStandbys: true)
+            try await c.checkedQuery("COMMIT /* coffer flush */", logger: logger)
         } catch {
             await c.rollbackIfOpen(logger: logger)
             throw error

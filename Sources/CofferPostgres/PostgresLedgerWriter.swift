@@ -255,7 +255,9 @@ private struct BatchPlan {
         }
         // Up to three tries: what broke this connection (a reset) may have broken the pool's
         // too, and the pool hands out a dead one once before it knows. A slow failure (the
-        // lock not granted within lock_timeout, a flush that timed out) is final.
+        // lock not granted within lock_timeout, a flush that timed out) is final, unless it was
+        // a dead connection's silence (a server lost without a reset: the pool's other
+        // connections go silent too, and each one found is closed).
         for _ in 0..<3 {
             let start = ContinuousClock.now
             do {
@@ -267,7 +269,7 @@ private struct BatchPlan {
                 try await backend.read { c in try await PostgresChain.flush(c, logger: logger) }
                 return true
             } catch {
-                if ContinuousClock.now - start > .seconds(1) { return false }
+                if ContinuousClock.now - start > .seconds(1) && !PostgresConnection.lostSession(error) { return false }
             }
         }
         return false

@@ -26,14 +26,14 @@ struct PostgresWriterTests {
     static func withBackend<T>(
         poolSize: Int = 2, idle: Duration = .seconds(60), on cluster: PostgresCluster? = nil, timeouts: Bool = true,
         statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10), keepAlive: Duration = .seconds(30),
-        _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
+        unanswered: Duration? = nil, _ body: (PostgresBackend, PostgresCluster, String) async throws -> T
     ) async throws -> T {
         let cluster = if let cluster { cluster } else { try await PostgresCluster.shared() }
         let url = try await cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
         let backend = try await PostgresBackend.open(
             try PostgresURL(url), poolSize: poolSize, timeouts: timeouts, idle: idle, statementTimeout: statementTimeout, deadline: deadline,
-            keepAlive: keepAlive, logger: Logger(label: "edges"))
+            keepAlive: keepAlive, unanswered: unanswered, logger: Logger(label: "edges"))
         do {
             try await backend.migrate()
             let result = try await body(backend, cluster, name)
@@ -1075,10 +1075,77 @@ struct PostgresWriterTests {
             while done.withLock({ $0 == nil }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
             let outcome = try #require(done.withLock { $0 }, "the redemption never answered")
             let error = #expect(throws: PostgresStoreError.self) { try outcome.get() }
-            #expect(error?.description.contains("no answer to a statement within 3.0 seconds") == true, "\(String(describing: error))")
+            #expect(
+                error?.description == "PostgreSQL: no answer to a statement, and its session was lost: its connection was closed",
+                "\(String(describing: error))")
             _ = pending
             #expect(try await ledger.insert(makeRedemption("992")).inserted?.sequence == 2, "served on new connections")
             #expect(try await cluster.psql("SELECT string_agg(transaction_id, ',' ORDER BY sequence) FROM redemptions", database: name) == "990,992")
+            await ledger.finishWrites()
+            await backend.close()
+        }
+    }
+
+    @Test(
+        "a statement the server is still running (a sleep here; a lock, a slow disk, synchronous standbys) is asked about and waited for, never closed for its silence",
+        .timeLimit(.minutes(4)))
+    func aSlowStatementOfALiveServerIsWaitedFor() async throws {
+        try await Self.withBackend(statementTimeout: .seconds(30), unanswered: .seconds(1)) { backend, cluster, name in
+            let slept = try await backend.read { c in try await c.column("SELECT pg_sleep(4)::text || 'slept'", String.self, logger: backend.logger) }
+            #expect(slept == ["slept"])
+            // The probe's own session asked (its pool keeps it 5 s after its last question).
+            #expect(
+                try await cluster.psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '\(name)' AND application_name = 'coffer-probe'", database: name)
+                    == "1")
+        }
+    }
+
+    @Test(
+        "the writer's CALL waiting for a lock when its connection goes silent (frozen by a proxy): asked about while it runs, closed once it ran, and the batch answered as committed",
+        .timeLimit(.minutes(4)))
+    func aCallWhoseAnswerWasLostIsAnsweredOnceItCommits() async throws {
+        try await Self.withPrivateCluster { direct, cluster, name in
+            let proxy = try CuttingProxy(to: cluster.port)
+            let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
+            try #require(url != cluster.url(database: name))
+            let backend = try await PostgresBackend.open(
+                try PostgresURL(url), poolSize: 3, timeouts: true, deadline: .seconds(30), unanswered: .seconds(1), logger: Logger(label: "silent"))
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("993")).inserted?.sequence == 1)
+            // A lock the batch's write waits for, held on a direct connection (under lock_timeout, 10 s).
+            let (released, release) = AsyncStream<Void>.makeStream()
+            let holding = Task {
+                try await direct.transaction { c in
+                    try await c.query("LOCK TABLE ledger_events IN SHARE MODE", logger: direct.logger)
+                    var waiting = released.makeAsyncIterator()
+                    _ = await waiting.next()
+                }
+            }
+            var failed: (any Error)?
+            do {
+                _ = try await Self.waitingFor(cluster, name, "query LIKE 'LOCK TABLE ledger_events%' AND state = 'idle in transaction'")
+            } catch {
+                failed = error
+            }
+            let pending = Task { try await ledger.insert(makeRedemption("994")) }
+            do {
+                _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'CALL coffer_append_commit(%'")
+                proxy.freeze()
+                // Asked about (running: waited for) at least twice before the lock goes.
+                try await Task.sleep(for: .seconds(3))
+                _ = try await Self.waitingFor(cluster, name, "application_name = 'coffer-probe'")
+            } catch {
+                failed = error
+            }
+            release.finish()
+            try await holding.value
+            #expect(failed == nil, "\(String(describing: failed))")
+            let outcome = try await pending.value
+            #expect(outcome.inserted?.sequence == 2, "committed, so answered as such: \(outcome)")
+            #expect(try await ledger.insert(makeRedemption("995")).inserted?.sequence == 3)
+            #expect(
+                try await cluster.psql("SELECT string_agg(transaction_id, ',' ORDER BY sequence) FROM redemptions", database: name) == "993,994,995")
             await ledger.finishWrites()
             await backend.close()
         }
