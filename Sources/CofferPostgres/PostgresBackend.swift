@@ -48,7 +48,7 @@ public final class PostgresBackend: Sendable {
     /// looking at a statement's session after the sessions' `statement_timeout` and 10 s
     /// without an answer (the server answers a statement it ended at its timeout, or a lock
     /// wait it ended, well within that).
-    private let watch: SilenceWatch?
+    let watch: SilenceWatch?
     /// The sessions of this backend's connections, for ``watch``.
     private let sessions: ServerSessions
     /// The probe's own pool (one connection, when needed).

@@ -73,6 +73,9 @@ final class SessionProbe: Sendable {
     private let bound: Duration
     private let deadline: Duration
     private let logger: Logger
+    private let questions = Atomic<Int>(0)
+    /// Questions asked so far.
+    var asked: Int { questions.load(ordering: .relaxed) }
 
     init(client: PostgresClient, bound: Duration, deadline: Duration, logger: Logger) {
         self.client = client
@@ -82,6 +85,7 @@ final class SessionProbe: Sendable {
     }
 
     func state(of session: ServerSession, sessions: ServerSessions) async -> SessionState {
+        questions.add(1, ordering: .relaxed)
         let watch = SilenceWatch(bound: bound, sessions: sessions, probe: nil)
         let (client, deadline, logger) = (client, deadline, logger)
         do {
