@@ -76,8 +76,8 @@ public final class PostgresBackend: Sendable {
         self.probes = probes
         let watch = silence.map { bound in
             SilenceWatch(
-                bound: bound, sessions: sessions,
-                probe: SessionProbe(client: probes, bound: bound, deadline: deadline ?? .seconds(10), logger: logger))
+                bound: bound, sessions: sessions, probe: SessionProbe(client: probes, deadline: deadline ?? .seconds(10), logger: logger),
+                counts: SilenceCounts())
         }
         self.watch = watch
         self.logger = logger
@@ -281,10 +281,18 @@ public final class PostgresBackend: Sendable {
         }
     }
 
-    /// Runs `body` on a leased connection (reads).
-    func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    /// The pools of a backend: ``client``, ``writer``, ``probes``.
+    enum Pool {
+        case shared, writer
+        /// One connection, opened when needed and closed 5 s after use: one that is not one
+        /// of a lost server's silent connections (``SilenceWatch``).
+        case probe
+    }
+
+    /// Runs `body` on a leased connection (reads) of `pool`.
+    func read<T: Sendable>(on pool: Pool = .shared, _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await withConnection(body)
+            return try await withConnection(on: pool, body)
         } catch {
             throw PostgresStoreError.wrapping(error)
         }
@@ -302,9 +310,14 @@ public final class PostgresBackend: Sendable {
     /// connection or the deadline, wins (``LeaseRace``): a connection granted after the
     /// deadline runs nothing.
     private func withConnection<T: Sendable>(
-        deadline: Duration? = nil, writer: Bool = false, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+        deadline: Duration? = nil, on pool: Pool = .shared, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
-        let client = writer ? self.writer : self.client
+        let client =
+            switch pool {
+            case .shared: self.client
+            case .writer: self.writer
+            case .probe: self.probes
+            }
         guard let deadline = deadline ?? self.deadline else { return try await client.withConnection(body) }
         // Bound here, inherited by the race's tasks.
         return try await Self.$silence.withValue(watch) { try await race(client, deadline: deadline, body) }
@@ -364,10 +377,11 @@ public final class PostgresBackend: Sendable {
     /// ``deadline`` (`deadline` overrides it for this call, when the backend has one: tests).
     @discardableResult
     func transaction<T: Sendable>(
-        isolation: String = "READ COMMITTED", deadline: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+        isolation: String = "READ COMMITTED", deadline: Duration? = nil, on pool: Pool = .shared,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         do {
-            return try await withConnection(deadline: self.deadline == nil ? nil : deadline) { [logger] connection in
+            return try await withConnection(deadline: self.deadline == nil ? nil : deadline, on: pool) { [logger] connection in
                 try await Self.inTransaction(connection, isolation: isolation, logger: logger, body)
             }
         } catch {
@@ -385,7 +399,7 @@ public final class PostgresBackend: Sendable {
     func chainTurn<T: Sendable>(lease: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
             turns.add()
-            return try await withConnection(deadline: lease, writer: true) { [logger] connection in
+            return try await withConnection(deadline: lease, on: .writer) { [logger] connection in
                 do {
                     try await self.checkSession(connection)
                     return try await body(connection)
@@ -429,8 +443,7 @@ extension PostgresBackend {
     }
 }
 
-/// A count shared between tasks: the writer's chain turns (``PostgresBackend/chainTurn(lease:_:)``),
-/// seen by its keep-alive task; a statement's silence timer having fired.
+/// A count of the writer's chain turns (``PostgresBackend/chainTurn(lease:_:)``), seen by its keep-alive task.
 final class TurnCount: Sendable {
     private let count = Atomic<UInt64>(0)
     var value: UInt64 { count.load(ordering: .relaxed) }

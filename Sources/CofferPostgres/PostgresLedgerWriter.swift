@@ -233,7 +233,7 @@ private struct BatchPlan {
             // answer lost): the batch's last event says. Committed rows are never answered
             // 503 — once flushed: that COMMIT did not wait for the flush (migration 0005).
             guard let last = linked.sequences.last, let hash = linked.hashes.last,
-                await Self.committedAndFlushed(c, backend: backend, sequence: last, hash: hash)
+                await Self.committedAndFlushed(c, backend: backend, sequence: last, hash: hash, failure: error)
             else { throw error }
             logger.warning("the ledger write reported an error after it committed", metadata: ["error": "\(error)"])
             await PostgresChain.letGo(c, logger: logger)
@@ -242,12 +242,15 @@ private struct BatchPlan {
 
     /// Whether the event at `sequence` holds `hash` and the WAL is now flushed through it —
     /// asked on `c`, or, when that fails (the connection dropped, its session terminated
-    /// during the CALL's flush), on a connection of the shared pool: a batch that committed
+    /// during the CALL's flush), on a connection of the shared pool (of the probe's pool when
+    /// `failure` was the connection's silence, ``SilenceWatch``): a batch that committed
     /// is then answered as committed, not 503 with every retry a 409. There the chain's lock
     /// is taken first (`lock_timeout`): a session the client side lost (a reset by a NAT or a
     /// proxy) may still be running the CALL, holding the lock until it has committed or rolled
     /// back — read before that, the batch would look uncommitted and then commit.
-    private static func committedAndFlushed(_ c: PostgresConnection, backend: PostgresBackend, sequence: Int64, hash: String) async -> Bool {
+    private static func committedAndFlushed(
+        _ c: PostgresConnection, backend: PostgresBackend, sequence: Int64, hash: String, failure: any Error
+    ) async -> Bool {
         let logger = backend.logger
         if !c.isClosed, let answer = try? await Self.committed(c, sequence: sequence, hash: hash, logger: logger) {
             guard answer else { return false }
@@ -256,17 +259,19 @@ private struct BatchPlan {
         // Up to three tries: what broke this connection (a reset) may have broken the pool's
         // too, and the pool hands out a dead one once before it knows. A slow failure (the
         // lock not granted within lock_timeout, a flush that timed out) is final, unless it was
-        // a dead connection's silence (a server lost without a reset: the pool's other
-        // connections go silent too, and each one found is closed).
+        // a dead connection's silence. When this connection went silent, the shared pool's
+        // may all be a lost server's, each costing the silence bound: the probe's own pool
+        // (a fresh connection) asks.
+        let pool: PostgresBackend.Pool = PostgresConnection.lostSession(failure) ? .probe : .shared
         for _ in 0..<3 {
             let start = ContinuousClock.now
             do {
-                let committed = try await backend.transaction { c in
+                let committed = try await backend.transaction(on: pool) { c in
                     try await c.checkedQuery("SELECT pg_advisory_xact_lock(\(PostgresChain.lockKey))", logger: logger)
                     return try await Self.committed(c, sequence: sequence, hash: hash, logger: logger)
                 }
                 guard committed else { return false }
-                try await backend.read { c in try await PostgresChain.flush(c, logger: logger) }
+                try await backend.read(on: pool) { c in try await PostgresChain.flush(c, logger: logger) }
                 return true
             } catch {
                 if ContinuousClock.now - start > .seconds(1) && !PostgresConnection.lostSession(error) { return false }

@@ -7,7 +7,9 @@ import Synchronization
 /// or name another server's process after a failover.
 struct ServerSession: Sendable, Hashable {
     let pid: Int32
-    let start: String
+    /// `backend_start` in microseconds since 1970, computed by the server (no text round trip
+    /// through two sessions' DateStyle and TimeZone).
+    let start: Int64
 }
 
 /// What the server says of a session asked about on another connection (``SessionProbe``).
@@ -38,27 +40,51 @@ struct SilenceWatch: Sendable {
     let sessions: ServerSessions
     /// Nil: silence closes the connection at once (the probe's own statements).
     let probe: SessionProbe?
+    /// What the watches did, for tests and logs.
+    let counts: SilenceCounts
 
     /// Silence this long closes the connection even when nobody could say what its session does.
     var limit: Duration { bound * 4 }
 }
 
+/// Counts of a backend's silence watches.
+final class SilenceCounts: Sendable {
+    private let questions = Atomic<Int>(0)
+    private let closes = Atomic<Int>(0)
+    /// Questions asked about silent sessions.
+    var asked: Int { questions.load(ordering: .relaxed) }
+    /// Connections closed for their silence.
+    var closed: Int { closes.load(ordering: .relaxed) }
+    func ask() { questions.add(1, ordering: .relaxed) }
+    func close() { closes.add(1, ordering: .relaxed) }
+}
+
 /// The server sessions of a backend's open connections, learned once per connection.
 final class ServerSessions: Sendable {
-    private let known = Mutex<[ObjectIdentifier: ServerSession]>([:])
+    /// By connection: its session, or nil when the server did not show it.
+    private let known = Mutex<[ObjectIdentifier: ServerSession?]>([:])
 
-    func session(of connection: PostgresConnection) -> ServerSession? { known.withLock { $0[ObjectIdentifier(connection)] } }
+    func session(of connection: PostgresConnection) -> ServerSession? { known.withLock { $0[ObjectIdentifier(connection)] ?? nil } }
 
     /// Learns `connection`'s session, unless known: one statement on each new connection.
-    /// Forgotten when the connection closes (before it is freed, so its identifier is not reused meanwhile).
+    /// Forgotten when the connection closes (before it is freed, so its identifier is not
+    /// reused meanwhile). A server that does not show it (a look-alike of PostgreSQL, a proxy)
+    /// leaves it unknown, logged once per connection: that connection's silence then closes
+    /// it at once, and the request goes on.
     func learn(_ connection: PostgresConnection, logger: Logger) async throws {
-        guard session(of: connection) == nil else { return }
-        let found = try await connection.rows(
-            "SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()", logger: logger
-        ) { row in ServerSession(pid: try row[0].decode(Int32.self), start: try row[1].decode(String.self)) }
-        guard let session = found.first else { throw PostgresStoreError.database("the connection's server session could not be found") }
         let key = ObjectIdentifier(connection)
-        known.withLock { $0[key] = session }
+        guard known.withLock({ $0[key] == nil }) else { return }
+        let found = try await connection.rows(
+            """
+            SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint FROM pg_stat_activity
+            WHERE pid = pg_backend_pid() AND backend_start IS NOT NULL
+            """, logger: logger
+        ) { row in ServerSession(pid: try row[0].decode(Int32.self), start: try row[1].decode(Int64.self)) }
+        if found.isEmpty {
+            logger.notice(
+                "the database does not show this connection's session in pg_stat_activity: its statements cannot be asked about when silent")
+        }
+        known.withLock { $0[key] = .some(found.first) }
         connection.closeFuture.whenComplete { [self] _ in _ = known.withLock { $0.removeValue(forKey: key) } }
     }
 
@@ -70,23 +96,21 @@ final class ServerSessions: Sendable {
 /// ends after `deadline`.
 final class SessionProbe: Sendable {
     private let client: PostgresClient
-    private let bound: Duration
     private let deadline: Duration
     private let logger: Logger
-    private let questions = Atomic<Int>(0)
-    /// Questions asked so far.
-    var asked: Int { questions.load(ordering: .relaxed) }
 
-    init(client: PostgresClient, bound: Duration, deadline: Duration, logger: Logger) {
+    init(client: PostgresClient, deadline: Duration, logger: Logger) {
         self.client = client
-        self.bound = bound
         self.deadline = deadline
         self.logger = logger
     }
 
-    func state(of session: ServerSession, sessions: ServerSessions) async -> SessionState {
-        questions.add(1, ordering: .relaxed)
-        let watch = SilenceWatch(bound: bound, sessions: sessions, probe: nil)
+    /// What the server says `session` does — within about `deadline`: the wait for the
+    /// probe's connection ends then, and so does the silence of its own statement (a
+    /// connection of a lost server too).
+    func state(of session: ServerSession, sessions: ServerSessions, counts: SilenceCounts) async -> SessionState {
+        counts.ask()
+        let watch = SilenceWatch(bound: deadline, sessions: sessions, probe: nil, counts: counts)
         let (client, deadline, logger) = (client, deadline, logger)
         do {
             let states = try await PostgresBackend.$silence.withValue(watch) {
@@ -95,8 +119,8 @@ final class SessionProbe: Sendable {
                         try await client.withConnection { c in
                             try await c.column(
                                 """
-                                SELECT coalesce(state, '?') FROM pg_stat_activity
-                                WHERE pid = \(session.pid) AND backend_start = \(session.start)::timestamptz
+                                SELECT coalesce(state, '?') || '/' || coalesce(wait_event, '') FROM pg_stat_activity
+                                WHERE pid = \(session.pid) AND (extract(epoch FROM backend_start) * 1000000)::bigint = \(session.start)
                                 """, String.self, logger: logger)
                         }
                     }
@@ -109,15 +133,24 @@ final class SessionProbe: Sendable {
                     return states
                 }
             }
-            guard let state = states.first else { return .notRunning }
-            return switch state {
-            case "active": .running
-            case "?": .unknown  // not ours to see (another role's session)
-            default: .notRunning
-            }
+            guard let answer = states.first else { return .notRunning }
+            return Self.state(answer)
         } catch {
             logger.warning("could not ask the database about a silent session: \(PostgresStoreError.wrapping(error))")
             return .unknown
+        }
+    }
+
+    /// A session's `state/wait_event` as ``state(of:sessions:counts:)`` reads it.
+    static func state(_ answer: String) -> SessionState {
+        let (state, wait) = answer.firstIndex(of: "/").map { (answer[..<$0], answer[answer.index(after: $0)...]) } ?? (answer[...], "")
+        switch state {
+        case "active", "fastpath function call":
+            // Sending to the client, or waiting for it, mid-statement: its flow is what stalled.
+            return wait == "ClientWrite" || wait == "ClientRead" ? .notRunning : .running
+        // Not ours to see (another role's session), or not tracked (track_activities off).
+        case "?", "disabled": return .unknown
+        default: return .notRunning  // idle, idle in transaction (aborted)
         }
     }
 }
@@ -128,14 +161,15 @@ final class StatementWatch: Sendable {
         var answered = false
         var closed = false
         var timer: Scheduled<Void>?
-        var silent: Duration = .zero
     }
 
     private let state = Mutex(State())
     private let watch: SilenceWatch
     private let connection: PostgresConnection
     private let logger: Logger
+    private let sent = ContinuousClock.now
 
+    /// On the connection's event loop, where ``answered()`` runs too.
     init(_ watch: SilenceWatch, _ connection: PostgresConnection, logger: Logger) {
         self.watch = watch
         self.connection = connection
@@ -164,37 +198,45 @@ final class StatementWatch: Sendable {
         if answered { timer.cancel() }
     }
 
+    /// On the loop (the timer).
     private func silent() {
-        let silence: Duration? = state.withLock { state in
-            guard !state.answered else { return nil }
-            state.silent += watch.bound
-            return state.silent
-        }
-        guard let silence else { return }
+        guard !state.withLock({ $0.answered }) else { return }
         guard let probe = watch.probe, let session = watch.sessions.session(of: connection) else {
-            return close(after: silence, because: "its session is not known")
+            return close(because: "its session is not known")
         }
-        let limit = watch.limit
+        let (limit, sessions, counts) = (watch.limit, watch.sessions, watch.counts)
         Task {
-            switch await probe.state(of: session, sessions: watch.sessions) {
-            case .running:
-                logger.notice("a database statement has had no answer for \(silence); its session is still running it: waiting on")
-                arm()
-            case .unknown where silence < limit: arm()
-            case .unknown: close(after: silence, because: "nobody could say what its session does")
-            case .notRunning: close(after: silence, because: "its session is not running it (idle, or unknown to that server)")
+            let answer = await probe.state(of: session, sessions: sessions, counts: counts)
+            connection.eventLoop.execute { [self] in
+                let silence = ContinuousClock.now - sent
+                switch answer {
+                case .running:
+                    if !state.withLock({ $0.answered }) {
+                        logger.notice(
+                            "a database statement has had no answer for \(silence.components.seconds) s; its session is still running it: waiting on")
+                        arm()
+                    }
+                case .unknown where silence < limit: arm()
+                case .unknown: close(because: "nobody could say what its session does")
+                case .notRunning: close(because: "its session is not running it (idle, sending to a stalled client, or unknown to that server)")
+                }
             }
         }
     }
 
-    private func close(after silence: Duration, because reason: String) {
+    /// On the loop: the decision and the close before any answer can end the statement, and
+    /// so before its connection can go back to its pool and to another caller.
+    private func close(because reason: String) {
         let close = state.withLock { state in
             guard !state.answered else { return false }
             state.closed = true
             return true
         }
         guard close else { return }
-        logger.error("a database statement has had no answer for \(silence), and \(reason): closing its connection (a server lost without a reset?)")
+        watch.counts.close()
+        logger.error(
+            "a database statement has had no answer for \((ContinuousClock.now - sent).components.seconds) s, and \(reason): closing its connection (a server lost without a reset?)"
+        )
         let _: EventLoopFuture<Void> = connection.close()  // the channel, at once: the statement fails
     }
 }

@@ -152,6 +152,22 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test(
+        "a silent session's state: running a statement (any wait but on its client) is waited for; idle, or stalled on its client, is lost; untracked or unseen is unknown"
+    )
+    func silentSessionStates() {
+        #expect(SessionProbe.state("active/") == .running)
+        #expect(SessionProbe.state("active/SyncRep") == .running)
+        #expect(SessionProbe.state("active/advisory") == .running)
+        #expect(SessionProbe.state("fastpath function call/") == .running)
+        #expect(SessionProbe.state("active/ClientWrite") == .notRunning)
+        #expect(SessionProbe.state("active/ClientRead") == .notRunning)
+        #expect(SessionProbe.state("idle/ClientRead") == .notRunning)
+        #expect(SessionProbe.state("idle in transaction (aborted)/ClientRead") == .notRunning)
+        #expect(SessionProbe.state("disabled/") == .unknown)
+        #expect(SessionProbe.state("?/") == .unknown)
+    }
+
     @Test("closing waits a bounded time for the driver's tasks: one that never ends is given up on, one that ends is seen to")
     func closingWaitsABoundedTime() async throws {
         let release = Atomic<Bool>(false)
@@ -1091,10 +1107,13 @@ struct PostgresWriterTests {
         .timeLimit(.minutes(4)))
     func aSlowStatementOfALiveServerIsWaitedFor() async throws {
         try await Self.withBackend(statementTimeout: .seconds(30), unanswered: .seconds(1)) { backend, _, _ in
-            let slept = try await backend.read { c in try await c.column("SELECT pg_sleep(4)::text || 'slept'", String.self, logger: backend.logger) }
+            // 7 s: well past the 4 s after which a session nobody can tell about is closed.
+            let slept = try await backend.read { c in try await c.column("SELECT pg_sleep(7)::text || 'slept'", String.self, logger: backend.logger) }
             #expect(slept == ["slept"])
-            // Asked about each second it ran (not closed: each answer said running).
-            #expect((backend.watch?.probe?.asked ?? 0) >= 2)
+            // Asked about each second it ran, never closed: each answer said running.
+            let counts = try #require(backend.watch?.counts)
+            #expect(counts.asked >= 4)
+            #expect(counts.closed == 0)
         }
     }
 
@@ -1130,16 +1149,20 @@ struct PostgresWriterTests {
                 _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'CALL coffer_append_commit(%'")
                 proxy.freeze()
                 // Asked about (running: waited for) at least twice before the lock goes.
-                try await Task.sleep(for: .seconds(3))
-                _ = try await Self.waitingFor(cluster, name, "application_name = 'coffer-probe'")
+                let asked = ContinuousClock.now + .seconds(20)
+                while (backend.watch?.counts.asked ?? 0) < 2, ContinuousClock.now < asked { try await Task.sleep(for: .milliseconds(20)) }
             } catch {
                 failed = error
             }
+            let counts = try #require(backend.watch?.counts)
+            #expect(counts.asked >= 2)
+            #expect(counts.closed == 0, "not closed while its session ran the CALL")
             release.finish()
             try await holding.value
             #expect(failed == nil, "\(String(describing: failed))")
             let outcome = try await pending.value
             #expect(outcome.inserted?.sequence == 2, "committed, so answered as such: \(outcome)")
+            #expect(counts.closed >= 1, "closed once its session had run it")
             #expect(try await ledger.insert(makeRedemption("995")).inserted?.sequence == 3)
             #expect(
                 try await cluster.psql("SELECT string_agg(transaction_id, ',' ORDER BY sequence) FROM redemptions", database: name) == "993,994,995")
