@@ -908,6 +908,46 @@ struct PostgresWriterTests {
         #expect(untimed.0.count == 1 && untimed.1 == nil)
     }
 
+    /// `name`'s URL through `proxy`.
+    static func url(of name: String, on cluster: PostgresCluster, through proxy: CuttingProxy) throws -> PostgresURL {
+        let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
+        try #require(url != cluster.url(database: name))
+        return try PostgresURL(url)
+    }
+
+    /// Redeems `id` through `ledger` while its batch's CALL waits for a lock held on `direct`
+    /// (under `lock_timeout`, 10 s): `meanwhile` runs once the CALL waits, then the lock goes.
+    static func redeemWhileTheCallWaits(
+        _ id: String, _ ledger: PostgresLedger, _ direct: PostgresBackend, _ cluster: PostgresCluster, _ name: String,
+        meanwhile: () async throws -> Void
+    ) async throws -> LedgerInsertOutcome {
+        let (released, release) = AsyncStream<Void>.makeStream()
+        let holding = Task {
+            try await direct.transaction { c in
+                try await c.query("LOCK TABLE ledger_events IN SHARE MODE", logger: direct.logger)
+                var waiting = released.makeAsyncIterator()
+                _ = await waiting.next()
+            }
+        }
+        var failed: (any Error)?
+        do {
+            _ = try await Self.waitingFor(cluster, name, "query LIKE 'LOCK TABLE ledger_events%' AND state = 'idle in transaction'")
+        } catch {
+            failed = error
+        }
+        let pending = Task { try await ledger.insert(makeRedemption(id)) }
+        do {
+            _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'CALL coffer_append_commit(%'")
+            try await meanwhile()
+        } catch {
+            failed = error
+        }
+        release.finish()
+        try await holding.value
+        #expect(failed == nil, "\(String(describing: failed))")
+        return try await pending.value
+    }
+
     /// A TCP proxy to PostgreSQL whose SIGUSR1 cuts every connection on the client's side only:
     /// the server's sessions go on, as after a reset by a NAT or a proxy between them; SIGUSR2
     /// freezes them (``freeze()``). While
@@ -1024,40 +1064,16 @@ struct PostgresWriterTests {
     func connectionCutWhileTheCallRunsIsAnsweredOnceItCommits() async throws {
         try await Self.withPrivateCluster { direct, cluster, name in
             let proxy = try CuttingProxy(to: cluster.port)
-            let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
-            try #require(url != cluster.url(database: name))
-            let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 3, timeouts: true, logger: Logger(label: "proxied"))
+            let url = try Self.url(of: name, on: cluster, through: proxy)
+            let backend = try await PostgresBackend.open(url, poolSize: 3, timeouts: true, logger: Logger(label: "proxied"))
             let ledger = PostgresLedger(backend, checkpoints: nil)
             #expect(try await ledger.insert(makeRedemption("983")).inserted?.sequence == 1)
-            // A lock the batch's INSERT waits for, held on a direct connection.
-            let (released, release) = AsyncStream<Void>.makeStream()
-            let holding = Task {
-                try await direct.transaction { c in
-                    try await c.query("LOCK TABLE ledger_events IN SHARE MODE", logger: direct.logger)
-                    var waiting = released.makeAsyncIterator()
-                    _ = await waiting.next()
-                }
-            }
-            var failed: (any Error)?
-            do {
-                _ = try await Self.waitingFor(cluster, name, "query LIKE 'LOCK TABLE ledger_events%' AND state = 'idle in transaction'")
-            } catch {
-                failed = error
-            }
-            let pending = Task { try await ledger.insert(makeRedemption("984")) }
-            do {
-                _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'CALL coffer_append_commit(%'")
+            let outcome = try await Self.redeemWhileTheCallWaits("984", ledger, direct, cluster, name) {
                 proxy.cut()
                 // The check, on a new connection: it waits for the chain's lock, which the
                 // cut-off session holds until its CALL ends.
                 _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'SELECT pg_advisory_xact_lock(%'")
-            } catch {
-                failed = error
             }
-            release.finish()
-            try await holding.value
-            #expect(failed == nil, "\(String(describing: failed))")
-            let outcome = try await pending.value
             #expect(outcome.inserted?.sequence == 2, "committed by the cut-off session, so answered as such: \(outcome)")
             #expect(try await cluster.psql("SELECT count(*) FROM redemptions", database: name) == "2")
             #expect(try await ledger.insert(makeRedemption("985")).inserted?.sequence == 3)
@@ -1072,10 +1088,9 @@ struct PostgresWriterTests {
     func aSilentServersConnectionsAreClosedAndTheNextRedemptionServed() async throws {
         try await Self.withPrivateCluster { _, cluster, name in
             let proxy = try CuttingProxy(to: cluster.port)
-            let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
-            try #require(url != cluster.url(database: name))
+            let url = try Self.url(of: name, on: cluster, through: proxy)
             let backend = try await PostgresBackend.open(
-                try PostgresURL(url), poolSize: 3, timeouts: true, statementTimeout: .seconds(2), deadline: .seconds(30),
+                url, poolSize: 3, timeouts: true, statementTimeout: .seconds(2), deadline: .seconds(30),
                 unanswered: .seconds(3), logger: Logger(label: "silent"))
             let ledger = PostgresLedger(backend, checkpoints: nil)
             #expect(try await ledger.insert(makeRedemption("990")).inserted?.sequence == 1)
@@ -1123,44 +1138,20 @@ struct PostgresWriterTests {
     func aCallWhoseAnswerWasLostIsAnsweredOnceItCommits() async throws {
         try await Self.withPrivateCluster { direct, cluster, name in
             let proxy = try CuttingProxy(to: cluster.port)
-            let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
-            try #require(url != cluster.url(database: name))
+            let url = try Self.url(of: name, on: cluster, through: proxy)
             let backend = try await PostgresBackend.open(
-                try PostgresURL(url), poolSize: 3, timeouts: true, deadline: .seconds(30), unanswered: .seconds(1), logger: Logger(label: "silent"))
+                url, poolSize: 3, timeouts: true, deadline: .seconds(30), unanswered: .seconds(1), logger: Logger(label: "silent"))
             let ledger = PostgresLedger(backend, checkpoints: nil)
             #expect(try await ledger.insert(makeRedemption("993")).inserted?.sequence == 1)
-            // A lock the batch's write waits for, held on a direct connection (under lock_timeout, 10 s).
-            let (released, release) = AsyncStream<Void>.makeStream()
-            let holding = Task {
-                try await direct.transaction { c in
-                    try await c.query("LOCK TABLE ledger_events IN SHARE MODE", logger: direct.logger)
-                    var waiting = released.makeAsyncIterator()
-                    _ = await waiting.next()
-                }
-            }
-            var failed: (any Error)?
-            do {
-                _ = try await Self.waitingFor(cluster, name, "query LIKE 'LOCK TABLE ledger_events%' AND state = 'idle in transaction'")
-            } catch {
-                failed = error
-            }
-            let pending = Task { try await ledger.insert(makeRedemption("994")) }
-            do {
-                _ = try await Self.waitingFor(cluster, name, "wait_event_type = 'Lock' AND query LIKE 'CALL coffer_append_commit(%'")
+            let counts = try #require(backend.watch?.counts)
+            let outcome = try await Self.redeemWhileTheCallWaits("994", ledger, direct, cluster, name) {
                 proxy.freeze()
                 // Asked about (running: waited for) at least twice before the lock goes.
                 let asked = ContinuousClock.now + .seconds(20)
-                while (backend.watch?.counts.asked ?? 0) < 2, ContinuousClock.now < asked { try await Task.sleep(for: .milliseconds(20)) }
-            } catch {
-                failed = error
+                while counts.asked < 2, ContinuousClock.now < asked { try await Task.sleep(for: .milliseconds(20)) }
+                #expect(counts.asked >= 2)
+                #expect(counts.closed == 0, "not closed while its session ran the CALL")
             }
-            let counts = try #require(backend.watch?.counts)
-            #expect(counts.asked >= 2)
-            #expect(counts.closed == 0, "not closed while its session ran the CALL")
-            release.finish()
-            try await holding.value
-            #expect(failed == nil, "\(String(describing: failed))")
-            let outcome = try await pending.value
             #expect(outcome.inserted?.sequence == 2, "committed, so answered as such: \(outcome)")
             #expect(counts.closed >= 1, "closed once its session had run it")
             #expect(try await ledger.insert(makeRedemption("995")).inserted?.sequence == 3)
@@ -1179,9 +1170,8 @@ struct PostgresWriterTests {
             try await Self.withBackend { _, cluster, name in
                 let stripping = folder.appendingPathComponent("stripping")
                 let proxy = try CuttingProxy(to: cluster.port, stripping: stripping.path)
-                let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
-                try #require(url != cluster.url(database: name))
-                let backend = try await PostgresBackend.open(try PostgresURL(url), poolSize: 3, logger: Logger(label: "pooled"))
+                let url = try Self.url(of: name, on: cluster, through: proxy)
+                let backend = try await PostgresBackend.open(url, poolSize: 3, logger: Logger(label: "pooled"))
                 let ledger = PostgresLedger(backend, checkpoints: nil)
                 #expect(try await ledger.insert(makeRedemption("990")).inserted?.sequence == 1)
                 // From now on the proxy drops Coffer's startup parameters, and the role's
