@@ -38,7 +38,8 @@ struct SilenceWatch: Sendable {
     /// How long a statement may go without an answer before its session is looked at.
     let bound: Duration
     let sessions: ServerSessions
-    /// Nil: silence closes the connection at once (the probe's own statements).
+    /// Nil: silence closes the connection at once (the probe's own statements). Otherwise a
+    /// connection whose session is not known is closed after ``limit``.
     let probe: SessionProbe?
     /// What the watches did, for tests and logs.
     let counts: SilenceCounts
@@ -201,7 +202,12 @@ final class StatementWatch: Sendable {
     /// On the loop (the timer).
     private func silent() {
         guard !state.withLock({ $0.answered }) else { return }
-        guard let probe = watch.probe, let session = watch.sessions.session(of: connection) else {
+        // The probe's own statement: nothing else to ask.
+        guard let probe = watch.probe else { return close(because: "it was a question about another statement's session") }
+        guard let session = watch.sessions.session(of: connection) else {
+            // Not learned yet (the statement that learns it, on a busy server) or not shown by
+            // the server: nobody can be asked, so it has the time of one nobody could say about.
+            guard ContinuousClock.now - sent >= watch.limit else { return arm() }
             return close(because: "its session is not known")
         }
         let (limit, sessions, counts) = (watch.limit, watch.sessions, watch.counts)
