@@ -241,13 +241,14 @@ public final class PostgresBackend: Sendable {
         let resume: @Sendable (Bool) -> Void = { ended in first.withLock { $0.take() }?.resume(returning: ended) }
         return await withCheckedContinuation { continuation in
             first.withLock { $0 = continuation }
+            let sleeper = Task {
+                try? await Task.sleep(for: duration)
+                resume(false)
+            }
             Task {
                 await task.value
                 resume(true)
-            }
-            Task {
-                try? await Task.sleep(for: duration)
-                resume(false)
+                sleeper.cancel()  // not left sleeping out the bound
             }
         }
     }

@@ -70,8 +70,8 @@ final class ServerSessions: Sendable {
     /// Learns `connection`'s session, unless known: one statement on each new connection.
     /// Forgotten when the connection closes (before it is freed, so its identifier is not
     /// reused meanwhile). A server that does not show it (a look-alike of PostgreSQL, a proxy)
-    /// leaves it unknown, logged once per connection: that connection's silence then closes
-    /// it at once, and the request goes on.
+    /// leaves it unknown, logged once per connection, and the request goes on: a silence of
+    /// that connection is then closed after ``SilenceWatch/limit``, nobody to ask.
     func learn(_ connection: PostgresConnection, logger: Logger) async throws {
         let key = ObjectIdentifier(connection)
         guard known.withLock({ $0[key] == nil }) else { return }
@@ -88,8 +88,6 @@ final class ServerSessions: Sendable {
         known.withLock { $0[key] = .some(found.first) }
         connection.closeFuture.whenComplete { [self] _ in _ = known.withLock { $0.removeValue(forKey: key) } }
     }
-
-    var count: Int { known.withLock { $0.count } }
 }
 
 /// Asks, on a connection of its own pool (one connection, opened when needed), what a session
