@@ -62,8 +62,9 @@ public struct PostgresStorage: CofferStorage {
             let ledger = PostgresLedger(backend, checkpoints: policy)
             try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
             return PostgresStorage(
-                configuration: configuration, backend: backend, catalogue: CachedCatalogue(PostgresCatalogue(backend), maxAge: catalogueMaxAge),
-                ledger: ledger, ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: PostgresKeys(backend),
+                configuration: configuration, backend: backend,
+                catalogue: CachedCatalogue(PostgresCatalogue(backend, checkpoints: policy), maxAge: catalogueMaxAge), ledger: ledger,
+                ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: PostgresKeys(backend, checkpoints: policy),
                 adminLog: PostgresAdminLog(backend, checkpoints: policy), content: files.content)
         } catch {
             await backend.close()

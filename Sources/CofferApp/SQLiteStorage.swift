@@ -49,8 +49,8 @@ public struct SQLiteStorage: CofferStorage {
             throw error
         }
         return SQLiteStorage(
-            configuration: configuration, database: database, catalogue: CachedCatalogue(SQLiteCatalogue(database)), ledger: ledger,
-            ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: SQLiteKeys(database),
+            configuration: configuration, database: database, catalogue: CachedCatalogue(SQLiteCatalogue(database, checkpoints: policy)),
+            ledger: ledger, ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: SQLiteKeys(database, checkpoints: policy),
             adminLog: SQLiteAdminLog(database, checkpoints: policy), content: files.content)
     }
 

@@ -14,13 +14,8 @@ public struct PostgresAdminLog: AdminLogRepository {
     }
 
     public func record(_ a: AdminAction) async throws {
-        let action = AdminAction.escapedForLedger(a)
         let logger = backend.logger
-        try await backend.transaction { [checkpoints] c in
-            try await PostgresChain.sealed(c, policy: checkpoints, logger: logger) { locked in
-                _ = try await PostgresChain.insert(c, action, policy: checkpoints, head: locked.head, logger: logger)
-            }
-        }
+        try await backend.transaction { [checkpoints] c in try await PostgresChain.log(c, a, policy: checkpoints, logger: logger) }
     }
 
     public func actions(after: Int64, limit: Int) async throws -> [AdminAction] {

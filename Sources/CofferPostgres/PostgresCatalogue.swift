@@ -2,15 +2,21 @@ import CofferCore
 import Foundation
 import PostgresNIO
 
-/// The catalogue (products and versioned assets) in PostgreSQL.
+/// The catalogue (products and versioned assets) in PostgreSQL. A change's admin-log entry is
+/// written in its transaction, chained and sealed under `checkpoints`.
 public struct PostgresCatalogue: CatalogueRepository {
     private let backend: PostgresBackend
+    private let checkpoints: CheckpointPolicy?
 
-    public init(_ backend: PostgresBackend) { self.backend = backend }
+    /// `checkpoints` seals the chain when a change is logged (the server's policy, as its admin log's).
+    public init(_ backend: PostgresBackend, checkpoints: CheckpointPolicy? = nil) {
+        self.backend = backend
+        self.checkpoints = checkpoints
+    }
 
     /// Inserts or replaces the product with the same product id.
-    public func putProduct(_ p: Product) async throws {
-        try await backend.transaction { c in
+    public func putProduct(_ p: Product, logging: AdminAction?) async throws {
+        try await backend.transaction { [checkpoints] c in
             try await c.checkedQuery(
                 """
                 INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at, family_shareable, duration_seconds)
@@ -20,6 +26,7 @@ public struct PostgresCatalogue: CatalogueRepository {
                   title = excluded.title, updated_at = excluded.updated_at, family_shareable = excluded.family_shareable,
                   duration_seconds = excluded.duration_seconds
                 """, logger: backend.logger)
+            try await PostgresChain.log(c, logging, policy: checkpoints, logger: backend.logger)
         }
     }
 
@@ -34,17 +41,23 @@ public struct PostgresCatalogue: CatalogueRepository {
         try await backend.read { c in try await c.rows("SELECT * FROM products ORDER BY product_id", logger: backend.logger, Self.product) }
     }
 
-    public func deleteProduct(_ productId: String) async throws -> Bool {
-        try await backend.transaction { c in
-            !(try await c.column("DELETE FROM products WHERE product_id = \(productId) RETURNING product_id", String.self, logger: backend.logger))
-                .isEmpty
+    public func deleteProduct(_ productId: String, logging: AdminAction?) async throws -> Bool {
+        try await backend.transaction { [checkpoints] c in
+            guard
+                !(try await c.column(
+                    "DELETE FROM products WHERE product_id = \(productId) RETURNING product_id", String.self, logger: backend.logger)).isEmpty
+            else { return false }
+            try await PostgresChain.log(c, logging, policy: checkpoints, logger: backend.logger)
+            return true
         }
     }
 
     /// Stores version `max(version) + 1` of an asset (1 for a new asset). Instances adding a
     /// version of the same asset at once are serialised by an advisory lock on its id.
-    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset {
-        try await backend.transaction { c in
+    public func addAssetVersion(
+        assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date, logging: AssetLogging?
+    ) async throws -> Asset {
+        try await backend.transaction { [checkpoints] c in
             try await c.checkedQuery("SELECT pg_advisory_xact_lock(hashtextextended(\("asset:" + assetId), 0))", logger: backend.logger)
             let versions = try await c.column(
                 """
@@ -54,7 +67,10 @@ public struct PostgresCatalogue: CatalogueRepository {
                 RETURNING version
                 """, Int32.self, logger: backend.logger)
             guard let version = versions.first else { throw PostgresStoreError.invalidValue(column: "assets.version", value: "none returned") }
-            return Asset(assetId: assetId, version: Int(version), name: name, contentType: contentType, size: size, sha256: sha256, createdAt: at)
+            let asset = Asset(
+                assetId: assetId, version: Int(version), name: name, contentType: contentType, size: size, sha256: sha256, createdAt: at)
+            try await PostgresChain.log(c, logging?(asset), policy: checkpoints, logger: backend.logger)
+            return asset
         }
     }
 

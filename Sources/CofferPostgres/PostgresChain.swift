@@ -320,6 +320,14 @@ enum PostgresChain {
     static func insert(_ c: PostgresConnection, _ action: AdminAction, policy: CheckpointPolicy?, head: Head, logger: Logger) async throws
         -> AdminAction
     {
+        let row = try await insertRow(c, action, logger: logger)
+        try await append(c, policy: policy, head: head, now: action.at, entries: [{ .adminAction(row, sequence: $0) }], logger: logger)
+        return row
+    }
+
+    /// Inserts an admin action's row (no chain event: the caller appends it) and returns it with
+    /// its sequence.
+    static func insertRow(_ c: PostgresConnection, _ action: AdminAction, logger: Logger) async throws -> AdminAction {
         try checkStorable(.adminAction(action, sequence: 1))
         let sequences = try await c.column(
             """
@@ -329,8 +337,18 @@ enum PostgresChain {
             """, Int64.self, logger: logger)
         var stored = action
         stored.sequence = sequences.first ?? 0
-        let row = stored
-        try await append(c, policy: policy, head: head, now: action.at, entries: [{ .adminAction(row, sequence: $0) }], logger: logger)
         return stored
+    }
+
+    /// Records an admin change's entry (escaped for the ledger) in the admin log, chained and
+    /// sealed, in the caller's transaction — the change's own, after its writes: the chain's
+    /// lock is taken last, so redemptions wait for it no longer than for any admin entry.
+    /// Nothing without an entry.
+    static func log(_ c: PostgresConnection, _ action: AdminAction?, policy: CheckpointPolicy?, logger: Logger) async throws {
+        guard let action else { return }
+        let stored = AdminAction.escapedForLedger(action)
+        try await sealed(c, policy: policy, logger: logger) { locked in
+            _ = try await insert(c, stored, policy: policy, head: locked.head, logger: logger)
+        }
     }
 }

@@ -2,21 +2,28 @@ import CofferCore
 import Foundation
 import PostgresNIO
 
-/// Admin and auditor keys in PostgreSQL (only the secret's hash is stored).
+/// Admin and auditor keys in PostgreSQL (only the secret's hash is stored). A change's
+/// admin-log entry is written in its transaction, chained and sealed under `checkpoints`.
 public struct PostgresKeys: KeyRepository {
     private let backend: PostgresBackend
+    private let checkpoints: CheckpointPolicy?
 
-    public init(_ backend: PostgresBackend) { self.backend = backend }
+    /// `checkpoints` seals the chain when a change is logged.
+    public init(_ backend: PostgresBackend, checkpoints: CheckpointPolicy? = nil) {
+        self.backend = backend
+        self.checkpoints = checkpoints
+    }
 
     /// Inserts a key; a duplicate key id or secret hash throws (never overwrites a key).
-    public func create(_ key: APIKey) async throws {
-        try await backend.transaction { c in
+    public func create(_ key: APIKey, logging: AdminAction?) async throws {
+        try await backend.transaction { [checkpoints] c in
             try await c.checkedQuery(
                 """
                 INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at, signature)
                 VALUES (\(key.keyId), \(key.name), \(key.role.rawValue), \(key.secretHash), \(key.createdAt.timeIntervalSince1970),
                   \(key.revokedAt?.timeIntervalSince1970), \(key.signature))
                 """, logger: backend.logger)
+            try await PostgresChain.log(c, logging, policy: checkpoints, logger: backend.logger)
         }
     }
 
@@ -28,11 +35,15 @@ public struct PostgresKeys: KeyRepository {
     }
 
     /// Sets `revokedAt` on a live key; returns whether one changed.
-    public func revoke(keyId: String, at: Date) async throws -> Bool {
-        try await backend.transaction { c in
-            !(try await c.column(
-                "UPDATE api_keys SET revoked_at = \(at.timeIntervalSince1970) WHERE key_id = \(keyId) AND revoked_at IS NULL RETURNING key_id",
-                String.self, logger: backend.logger)).isEmpty
+    public func revoke(keyId: String, at: Date, logging: AdminAction?) async throws -> Bool {
+        try await backend.transaction { [checkpoints] c in
+            guard
+                !(try await c.column(
+                    "UPDATE api_keys SET revoked_at = \(at.timeIntervalSince1970) WHERE key_id = \(keyId) AND revoked_at IS NULL RETURNING key_id",
+                    String.self, logger: backend.logger)).isEmpty
+            else { return false }
+            try await PostgresChain.log(c, logging, policy: checkpoints, logger: backend.logger)
+            return true
         }
     }
 
@@ -42,11 +53,15 @@ public struct PostgresKeys: KeyRepository {
         }
     }
 
-    public func sign(keyId: String, signature: String) async throws -> Bool {
-        try await backend.transaction { c in
-            !(try await c.column(
-                "UPDATE api_keys SET signature = \(signature) WHERE key_id = \(keyId) AND signature IS NULL RETURNING key_id", String.self,
-                logger: backend.logger)).isEmpty
+    public func sign(keyId: String, signature: String, logging: AdminAction?) async throws -> Bool {
+        try await backend.transaction { [checkpoints] c in
+            guard
+                !(try await c.column(
+                    "UPDATE api_keys SET signature = \(signature) WHERE key_id = \(keyId) AND signature IS NULL RETURNING key_id", String.self,
+                    logger: backend.logger)).isEmpty
+            else { return false }
+            try await PostgresChain.log(c, logging, policy: checkpoints, logger: backend.logger)
+            return true
         }
     }
 

@@ -24,7 +24,7 @@ extension PostgresLedger {
 
     /// Appends the event and its chain event under the chain's lock; a notification already
     /// recorded (its UUID) is `.duplicate`.
-    public func append(_ event: PurchaseEvent) async throws -> PurchaseEventOutcome {
+    public func append(_ event: PurchaseEvent, logging: AdminAction?) async throws -> PurchaseEventOutcome {
         let e = PurchaseEvent.escapedForLedger(event)
         let logger = backend.logger
         return try await backend.transaction { [checkpoints] c in
@@ -51,8 +51,12 @@ extension PostgresLedger {
                         """, Int64.self, logger: logger
                     ).first ?? 0
                 let stored = row
-                try await PostgresChain.append(
-                    c, policy: checkpoints, head: locked.head, now: e.at, entries: [{ .purchaseEvent(stored, sequence: $0) }], logger: logger)
+                var entries: [(Int64) -> LedgerEntry] = [{ .purchaseEvent(stored, sequence: $0) }]
+                if let logging {
+                    let action = try await PostgresChain.insertRow(c, AdminAction.escapedForLedger(logging), logger: logger)
+                    entries.append { .adminAction(action, sequence: $0) }
+                }
+                try await PostgresChain.append(c, policy: checkpoints, head: locked.head, now: e.at, entries: entries, logger: logger)
                 return .appended(stored)
             }
         }

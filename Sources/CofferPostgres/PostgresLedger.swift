@@ -34,7 +34,7 @@ public struct PostgresLedger: LedgerRepository {
     /// is committed. At shutdown, before the pool closes.
     public func finishWrites() async { await writer.finish() }
 
-    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome {
+    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool, logging: AdminAction?) async throws -> RevocationOutcome {
         let key = PurchaseKey(environment: revocation.environment ?? "", key: revocation.replayKey ?? revocation.transactionId)
         let logger = backend.logger
         return try await backend.transaction { [checkpoints] c in
@@ -58,9 +58,13 @@ public struct PostgresLedger: LedgerRepository {
                         """, Int64.self, logger: logger
                     ).first ?? 0
                 let stored = row
+                var entries: [(Int64) -> LedgerEntry] = [{ .revocation(stored, sequence: $0) }]
+                if let logging {
+                    let action = try await PostgresChain.insertRow(c, AdminAction.escapedForLedger(logging), logger: logger)
+                    entries.append { .adminAction(action, sequence: $0) }
+                }
                 try await PostgresChain.append(
-                    c, policy: checkpoints, head: locked.head, now: revocation.recordedAt, entries: [{ .revocation(stored, sequence: $0) }],
-                    logger: logger)
+                    c, policy: checkpoints, head: locked.head, now: revocation.recordedAt, entries: entries, logger: logger)
                 return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
             }
         }

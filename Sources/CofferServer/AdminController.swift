@@ -69,9 +69,11 @@ struct AdminController {
                 }
                 return environment
             }
+            let entry = entry(context, .redemptionRevoke, target: body.transactionId, detail: body.reason)
             let revocation = try await vault.revoke(
-                transactionId: body.transactionId, environment: environment, reason: body.reason, by: context.identity?.name ?? "?", now: Date())
-            try await audit(context, .redemptionRevoke, target: body.transactionId, detail: body.reason)
+                transactionId: body.transactionId, environment: environment, reason: body.reason, by: context.identity?.name ?? "?", now: entry.at,
+                logging: entry)
+            note(context, entry)
             return try JSON.response(revocation, status: .created)
         }
         group.get("/audit-log") { request, _ in
@@ -82,8 +84,9 @@ struct AdminController {
         group.get("/products") { _, _ in try JSON.response(try await catalogue.products()) }
         group.delete("/products/:productId") { _, context in
             let id = context.parameters.get("productId") ?? ""
-            guard try await catalogue.deleteProduct(id) else { throw Problem(.unknownProduct, "no product \(id.prefix(128))") }
-            try await audit(context, .productDelete, target: id, detail: "")
+            let entry = entry(context, .productDelete, target: id, detail: "")
+            guard try await catalogue.deleteProduct(id, logging: entry) else { throw Problem(.unknownProduct, "no product \(id.prefix(128))") }
+            note(context, entry)
             return Response(status: .noContent)
         }
     }
@@ -135,20 +138,34 @@ struct AdminController {
             await writer.abort()
             throw error
         }
+        let entry = entry(context, .assetUpload, target: assetId, detail: "")
         let asset = try await catalogue.addAssetVersion(
-            assetId: assetId, name: name, contentType: String(contentType.prefix(128)), size: stored.size, sha256: stored.sha256, at: Date())
-        try await audit(context, .assetUpload, target: assetId, detail: "version \(asset.version), \(asset.size) bytes, sha256 \(asset.sha256)")
+            assetId: assetId, name: name, contentType: String(contentType.prefix(128)), size: stored.size, sha256: stored.sha256, at: entry.at,
+            logging: { asset in Self.uploadEntry(entry, asset) })
+        note(context, Self.uploadEntry(entry, asset))
         return try JSON.response(asset, status: .created)
     }
 
-    /// Records an admin action in the admin log (and the server log).
-    func audit(_ context: CofferRequestContext, _ action: AdminActionName, target: String, detail: String) async throws {
-        let entry = AdminAction(
+    /// The admin-log entry of an action by this request's key: the repositories store it in
+    /// the change's own transaction, so no change lands without it.
+    func entry(_ context: CofferRequestContext, _ action: AdminActionName, target: String, detail: String) -> AdminAction {
+        AdminAction(
             at: Date(), keyId: context.identity?.keyId ?? "?", keyName: context.identity?.name ?? "?", action: action, target: target, detail: detail,
             clientAddress: context.clientAddress)
-        try await adminLog.record(entry)
+    }
+
+    /// An upload's entry, once its version is known.
+    static func uploadEntry(_ entry: AdminAction, _ asset: Asset) -> AdminAction {
+        var logged = entry
+        logged.detail = "version \(asset.version), \(asset.size) bytes, sha256 \(asset.sha256)"
+        return logged
+    }
+
+    /// Writes a logged action to the server log too, once it is stored.
+    func note(_ context: CofferRequestContext, _ entry: AdminAction) {
         context.logger.notice(
-            "admin action", metadata: ["action": "\(action)", "target": "\(target)", "detail": "\(detail)", "by": "\(entry.keyName)"])
+            "admin action",
+            metadata: ["action": "\(entry.action)", "target": "\(entry.target)", "detail": "\(entry.detail)", "by": "\(entry.keyName)"])
     }
 
     /// Longest asset name, in UTF-8 bytes.
@@ -249,12 +266,13 @@ struct AdminController {
         let product = Product(
             productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date(),
             familyShareable: body.familyShareable ?? false, durationSeconds: body.durationSeconds)
-        try await catalogue.putProduct(product)
-        try await audit(
+        let entry = entry(
             context, .productPut, target: productId,
             detail:
                 "bundle \(body.bundleId), \(body.type.rawValue)\(product.familyShareable ? ", family-shareable" : "")\(product.durationSeconds.map { ", \($0) s" } ?? ""), assets \(body.assetIds.joined(separator: " "))"
         )
+        try await catalogue.putProduct(product, logging: entry)
+        note(context, entry)
         return try JSON.response(product)
     }
 }

@@ -92,14 +92,15 @@ public enum APIKeys {
         try await issue(role: role, name: name, in: keys, signer: signer, now: now).secret
     }
 
-    /// ``create(role:name:in:signer:now:)``, also returning the key as stored.
-    public static func issue(role: Role, name: String, in keys: any KeyRepository, signer: LedgerSigner, now: Date) async throws
-        -> (secret: String, key: APIKey)
-    {
+    /// ``create(role:name:in:signer:now:)``, also returning the key as stored; `logging` makes
+    /// the admin-log entry stored with the key (in its transaction) from the key.
+    public static func issue(
+        role: Role, name: String, in keys: any KeyRepository, signer: LedgerSigner, now: Date, logging: ((APIKey) -> AdminAction)? = nil
+    ) async throws -> (secret: String, key: APIKey) {
         var rng = SystemRandomNumberGenerator()
         let secret = "cof_\(role.rawValue)_" + Base64.encodeURL((0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
         let key = try signer.signed(APIKey(keyId: UUID().uuidString.lowercased(), name: name, role: role, secretHash: hash(secret), createdAt: now))
-        try await keys.create(key)
+        try await keys.create(key, logging: logging?(key))
         return (secret, key)
     }
 }

@@ -68,6 +68,14 @@ enum ChainStore {
         return stored
     }
 
+    /// Records an admin change's entry (escaped for the ledger) in the admin log, chained and
+    /// sealed, in the caller's transaction — the change's own. Nothing without an entry.
+    static func log(_ db: Database, _ action: AdminAction?, policy: CheckpointPolicy?) throws {
+        guard let action else { return }
+        let stored = AdminAction.escapedForLedger(action)
+        try sealed(db, policy: policy, now: stored.at) { _ = try insert(db, stored, policy: policy) }
+    }
+
     /// Inserts a revocation (no chain event: the caller appends it) and returns it with its sequence.
     static func insert(_ db: Database, _ revocation: Revocation) throws -> Revocation {
         var record = RevocationRecord(revocation)

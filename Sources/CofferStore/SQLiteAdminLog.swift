@@ -16,10 +16,7 @@ public struct SQLiteAdminLog: AdminLogRepository {
     }
 
     public func record(_ a: AdminAction) async throws {
-        let stored = AdminAction.escapedForLedger(a)
-        try await db.pool.write { [checkpoints] db in
-            _ = try ChainStore.sealed(db, policy: checkpoints, now: stored.at) { try ChainStore.insert(db, stored, policy: checkpoints) }
-        }
+        try await db.pool.write { [checkpoints] db in try ChainStore.log(db, a, policy: checkpoints) }
     }
 
     public func actions(after: Int64, limit: Int) async throws -> [AdminAction] {

@@ -2,16 +2,25 @@ import CofferCore
 import Foundation
 import GRDB
 
-/// The catalogue (products and versioned assets) in SQLite.
+/// The catalogue (products and versioned assets) in SQLite. A change's admin-log entry is
+/// written in its transaction, chained and sealed under `checkpoints`.
 public struct SQLiteCatalogue: CatalogueRepository {
     private let db: CofferDatabase
+    private let checkpoints: CheckpointPolicy?
 
-    /// A catalogue stored in `db`.
-    public init(_ db: CofferDatabase) { self.db = db }
+    /// A catalogue stored in `db`; `checkpoints` seals the chain when a change is logged (the
+    /// server's policy, as its admin log's).
+    public init(_ db: CofferDatabase, checkpoints: CheckpointPolicy? = nil) {
+        self.db = db
+        self.checkpoints = checkpoints
+    }
 
     /// Inserts or replaces the product with the same product id.
-    public func putProduct(_ product: Product) async throws {
-        try await db.pool.write { db in try ProductRecord(product).upsert(db) }
+    public func putProduct(_ product: Product, logging: AdminAction?) async throws {
+        try await db.pool.write { [checkpoints] db in
+            try ProductRecord(product).upsert(db)
+            try ChainStore.log(db, logging, policy: checkpoints)
+        }
     }
 
     /// The product with this id, if any.
@@ -25,19 +34,24 @@ public struct SQLiteCatalogue: CatalogueRepository {
     }
 
     /// Deletes a product; returns whether one was deleted.
-    public func deleteProduct(_ productId: String) async throws -> Bool {
-        try await db.pool.write { db in try ProductRecord.deleteOne(db, key: productId) }
+    public func deleteProduct(_ productId: String, logging: AdminAction?) async throws -> Bool {
+        try await db.pool.write { [checkpoints] db in
+            guard try ProductRecord.deleteOne(db, key: productId) else { return false }
+            try ChainStore.log(db, logging, policy: checkpoints)
+            return true
+        }
     }
 
     /// Stores version `max(version) + 1` of an asset (1 for a new asset) in one write transaction.
-    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws
-        -> Asset
-    {
-        try await db.pool.write { db in
+    public func addAssetVersion(
+        assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date, logging: AssetLogging?
+    ) async throws -> Asset {
+        try await db.pool.write { [checkpoints] db in
             let latest = try AssetRecord.latestVersion(of: assetId, in: db) ?? 0
             let asset = Asset(
                 assetId: assetId, version: latest + 1, name: name, contentType: contentType, size: size, sha256: sha256, createdAt: at)
             try AssetRecord(asset).insert(db)
+            try ChainStore.log(db, logging?(asset), policy: checkpoints)
             return asset
         }
     }

@@ -22,7 +22,7 @@ extension SQLiteLedger {
 
     /// Appends the event and its chain event in one sealed transaction; a notification already
     /// recorded (its UUID) is `.duplicate`.
-    public func append(_ event: PurchaseEvent) async throws -> PurchaseEventOutcome {
+    public func append(_ event: PurchaseEvent, logging: AdminAction?) async throws -> PurchaseEventOutcome {
         let stored = PurchaseEvent.escapedForLedger(event)
         return try await db.pool.write { [checkpoints] db in
             if stored.source == .notification,
@@ -33,7 +33,9 @@ extension SQLiteLedger {
                 return .duplicate
             }
             return try ChainStore.sealed(db, policy: checkpoints, now: stored.at) {
-                .appended(try ChainStore.insert(db, stored, policy: checkpoints))
+                let appended = try ChainStore.insert(db, stored, policy: checkpoints)
+                if let logging { try ChainStore.insert(db, AdminAction.escapedForLedger(logging), policy: checkpoints) }
+                return .appended(appended)
             }
         }
     }

@@ -48,11 +48,17 @@ public struct SQLiteLedger: LedgerRepository {
 
     /// Appends a revocation and its chain event in one transaction (see
     /// ``LedgerRepository/revoke(_:keepUnredeemed:)``).
-    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome {
+    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool, logging: AdminAction?) async throws -> RevocationOutcome {
         let key = revocation.replayKey ?? revocation.transactionId
         return try await db.pool.write { [checkpoints] db in
             try ChainStore.sealed(db, policy: checkpoints, now: revocation.recordedAt) { () throws -> RevocationOutcome in
-                try Self.revoke(db, revocation, key: key, keepUnredeemed: keepUnredeemed, checkpoints: checkpoints)
+                let outcome = try Self.revoke(db, revocation, key: key, keepUnredeemed: keepUnredeemed, checkpoints: checkpoints)
+                switch outcome {
+                case .revoked, .recordedUnredeemed:
+                    if let logging { try ChainStore.insert(db, AdminAction.escapedForLedger(logging), policy: checkpoints) }
+                case .alreadyRevoked, .notRedeemed: break
+                }
+                return outcome
             }
         }
     }

@@ -21,6 +21,8 @@ public actor InMemoryLedger: LedgerRepository {
     var adminRows: [AdminAction] = []
     var eventRows: [PurchaseEvent] = []
     var deliveryRows: [Delivery] = []
+    /// While set, admin-log writes fail (``failAdminLogWrites(_:)``).
+    var adminLogFails = false
 
     /// `signer` signs a checkpoint every `checkpointEvery` entries and the seal after every
     /// write; nil keeps the chain unsigned (like a SQLite ledger opened without a key).
@@ -77,18 +79,20 @@ public actor InMemoryLedger: LedgerRepository {
 
     public func redemption(grantHash: String) -> Redemption? { redemptionRows.first { $0.grantHash.sameBytes(grantHash) } }
 
-    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) throws -> RevocationOutcome {
+    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool, logging: AdminAction?) throws -> RevocationOutcome {
         let key = revocation.replayKey ?? revocation.transactionId
         return try sealed(now: revocation.recordedAt) {
             if self.revocation(environment: revocation.environment, replayKey: key) != nil { return .alreadyRevoked }
             let redemptionId = redemptionIds(environment: revocation.environment ?? "", replayKey: key).first
             if redemptionId == nil && !keepUnredeemed { return .notRedeemed }
+            if logging != nil { try checkAdminLogWritable() }
             var row = revocation
             row.redemptionId = redemptionId ?? ""
             row.sequence = Int64(revocationRows.count + 1)
             let stored = row
             try chain.append(now: revocation.recordedAt) { .revocation(stored, sequence: $0) }
             revocationRows.append(stored)
+            if let logging { try appendAdminAction(logging) }
             return redemptionId == nil ? .recordedUnredeemed(stored) : .revoked(stored)
         }
     }
@@ -133,16 +137,18 @@ public actor InMemoryLedger: LedgerRepository {
         redemptionRows.first { $0.environment.sameBytes(environment) && $0.effectiveReplayKey.sameBytes(replayKey) }
     }
 
-    public func append(_ event: PurchaseEvent) throws -> PurchaseEventOutcome {
+    public func append(_ event: PurchaseEvent, logging: AdminAction?) throws -> PurchaseEventOutcome {
         if event.source == .notification, eventRows.contains(where: { $0.source == .notification && $0.reference.sameBytes(event.reference) }) {
             return .duplicate
         }
         return try sealed(now: event.at) {
+            if logging != nil { try checkAdminLogWritable() }
             var row = PurchaseEvent.escapedForLedger(event)
             row.sequence = Int64(eventRows.count + 1)
             let stored = row
             try chain.append(now: event.at) { .purchaseEvent(stored, sequence: $0) }
             eventRows.append(stored)
+            if let logging { try appendAdminAction(logging) }
             return .appended(stored)
         }
     }

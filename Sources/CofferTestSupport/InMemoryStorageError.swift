@@ -7,4 +7,7 @@ public enum InMemoryStorageError: Error, Sendable, Hashable {
     case invalidValue(String)
     /// The chain does not end where the seal says.
     case sealBroken
+    /// The admin log cannot be written (``InMemoryLedger/failAdminLogWrites(_:)``), or a
+    /// change asked to be logged where no admin log was given.
+    case adminLogUnavailable
 }

@@ -58,9 +58,9 @@ enum DatabaseOption {
 
 /// Where a `keys` command writes: the key store and the admin log (chained and sealed with the
 /// server's ledger key), in the data directory's SQLite or in `--database`.
+/// Changes are logged in the chained admin log in their own transactions (`logging:`).
 struct KeyStores {
     var keys: any KeyRepository
-    var log: any AdminLogRepository
     /// The server's ledger key: it signs new keys (the server accepts no other).
     var signer: LedgerSigner
 
@@ -80,7 +80,7 @@ struct KeyStores {
             let isNew = !FileManager.default.fileExists(atPath: path)
             let db = try CofferDatabase(path: path)
             let key = try signer(create: allowNew && isNew)
-            return try await body(KeyStores(keys: SQLiteKeys(db), log: SQLiteAdminLog(db, checkpoints: CheckpointPolicy(signer: key)), signer: key))
+            return try await body(KeyStores(keys: SQLiteKeys(db, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
         return try await DatabaseOption.with(database, migrate: true) { backend in
             // New only when nothing is chained yet: a chain without a seal (copied in) is not new.
@@ -89,8 +89,7 @@ struct KeyStores {
                 try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             }
             let key = try signer(create: allowNew && isNew)
-            return try await body(
-                KeyStores(keys: PostgresKeys(backend), log: PostgresAdminLog(backend, checkpoints: CheckpointPolicy(signer: key)), signer: key))
+            return try await body(KeyStores(keys: PostgresKeys(backend, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
     }
 }

@@ -297,16 +297,12 @@ struct KeysCommand: AsyncParsableCommand {
             guard let role = Role(rawValue: role) else { throw UsageError("--role must be admin or auditor") }
             guard (1...128).contains(name.utf8.count) else { throw UsageError("--name must be 1–128 characters") }
             let secret = try await KeyStores.with(dataDir: dataDir, ledgerKey: ledgerKey, database: database, allowNew: true) { stores in
-                let (secret, created) = try await APIKeys.issue(role: role, name: name, in: stores.keys, signer: stores.signer, now: Date())
-                do {
-                    // The chained entry names the key by id too (names are not unique).
-                    try await stores.log.record(KeysCommand.localAction(.keyCreate, target: name, detail: "\(role.rawValue) key \(created.keyId)"))
-                } catch {
-                    // Never a live key the admin log does not show.
-                    _ = try? await stores.keys.revoke(keyId: created.keyId, at: Date())
-                    throw error
-                }
-                return secret
+                // The chained entry names the key by id too (names are not unique); it is stored with
+                // the key, so there is never a live key the admin log does not show.
+                try await APIKeys.issue(
+                    role: role, name: name, in: stores.keys, signer: stores.signer, now: Date(),
+                    logging: { KeysCommand.localAction(.keyCreate, target: name, detail: "\(role.rawValue) key \($0.keyId)") }
+                ).secret
             }
             print(secret)
         }
@@ -364,13 +360,12 @@ struct KeysCommand: AsyncParsableCommand {
                     guard let signature = signed.signature, signed.isAuthentic(signedBy: publicKey) else {
                         throw UsageError("could not sign \(describe(key))")
                     }
-                    guard try await stores.keys.sign(keyId: key.keyId, signature: signature) else {
+                    let entry = KeysCommand.localAction(
+                        .keyCreate, target: key.name,
+                        detail: "\(key.role.rawValue) key \(key.keyId), made before keys were signed: signed by keys adopt")
+                    guard try await stores.keys.sign(keyId: key.keyId, signature: signature, logging: entry) else {
                         throw UsageError("\(describe(key)) was changed meanwhile: not signed")
                     }
-                    try await stores.log.record(
-                        KeysCommand.localAction(
-                            .keyCreate, target: key.name,
-                            detail: "\(key.role.rawValue) key \(key.keyId), made before keys were signed: signed by keys adopt"))
                     print("signed: \(describe(key))")
                 }
             }
@@ -419,9 +414,9 @@ struct KeysCommand: AsyncParsableCommand {
                 } else {
                     live = try await stores.keys.live().first { $0.keyId == keyId }
                 }
-                guard let found = live, try await stores.keys.revoke(keyId: found.keyId, at: Date()) else { return nil }
-                try await stores.log.record(
-                    KeysCommand.localAction(.keyRevoke, target: found.name, detail: "\(found.role.rawValue) key \(found.keyId)"))
+                guard let found = live else { return nil }
+                let entry = KeysCommand.localAction(.keyRevoke, target: found.name, detail: "\(found.role.rawValue) key \(found.keyId)")
+                guard try await stores.keys.revoke(keyId: found.keyId, at: entry.at, logging: entry) else { return nil }
                 return found
             }
             guard let found else {

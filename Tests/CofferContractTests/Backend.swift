@@ -1,10 +1,11 @@
 import CofferCore
 import CofferPostgres
-import CofferStore
 import CofferTestSupport
 import Foundation
 import Logging
 import Testing
+
+@testable import CofferStore
 
 /// The implementations the storage contract runs against. Every contract test takes a
 /// `Backend` argument (`@Test(arguments: Backend.allCases)`), so a new backend — PostgreSQL —
@@ -33,8 +34,10 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
             let ledger = InMemoryLedger(signer: signer, checkpointEvery: checkpointEvery)
             return try await body(
                 ContractStorage(
-                    catalogue: InMemoryCatalogue(), ledger: ledger, ledgerAudit: ledger, adminLog: ledger, keys: InMemoryKeys(),
-                    content: InMemoryContentStore(chunkSize: 7), deliveries: ledger))
+                    catalogue: InMemoryCatalogue(adminLog: ledger), ledger: ledger, ledgerAudit: ledger, adminLog: ledger,
+                    keys: InMemoryKeys(adminLog: ledger),
+                    content: InMemoryContentStore(chunkSize: 7), deliveries: ledger,
+                    failAdminLogWrites: { await ledger.failAdminLogWrites($0) }))
         case .sqlite:
             return try await withTemporaryDirectory(prefix: "coffer-contract") { directory in
                 let database = try CofferDatabase(path: directory.appendingPathComponent("coffer.sqlite").path)
@@ -43,10 +46,18 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                 let ledger = SQLiteLedger(database, checkpoints: policy)
                 return try await body(
                     ContractStorage(
-                        catalogue: SQLiteCatalogue(database), ledger: ledger, ledgerAudit: ledger,
-                        adminLog: SQLiteAdminLog(database, checkpoints: policy), keys: SQLiteKeys(database),
+                        catalogue: SQLiteCatalogue(database, checkpoints: policy), ledger: ledger, ledgerAudit: ledger,
+                        adminLog: SQLiteAdminLog(database, checkpoints: policy), keys: SQLiteKeys(database, checkpoints: policy),
                         content: try LocalContentStore(root: directory.appendingPathComponent("content").path),
-                        deliveries: SQLiteDeliveries(database)))
+                        deliveries: SQLiteDeliveries(database),
+                        failAdminLogWrites: { fail in
+                            try await database.pool.write { db in
+                                try db.execute(
+                                    sql: fail
+                                        ? "CREATE TRIGGER contract_admin_log_down BEFORE INSERT ON admin_actions BEGIN SELECT RAISE(ABORT, 'admin log down'); END"
+                                        : "DROP TRIGGER contract_admin_log_down")
+                            }
+                        }))
             }
         case .postgres:
             let url = try PostgresURL(try await PostgresCluster.shared().createDatabase())
@@ -59,10 +70,20 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                 let result = try await withTemporaryDirectory(prefix: "coffer-contract") { directory in
                     try await body(
                         ContractStorage(
-                            catalogue: PostgresCatalogue(backend), ledger: ledger, ledgerAudit: ledger,
-                            adminLog: PostgresAdminLog(backend, checkpoints: policy), keys: PostgresKeys(backend),
+                            catalogue: PostgresCatalogue(backend, checkpoints: policy), ledger: ledger, ledgerAudit: ledger,
+                            adminLog: PostgresAdminLog(backend, checkpoints: policy), keys: PostgresKeys(backend, checkpoints: policy),
                             content: try LocalContentStore(root: directory.appendingPathComponent("content").path),
-                            deliveries: PostgresDeliveries(backend)))
+                            deliveries: PostgresDeliveries(backend),
+                            failAdminLogWrites: { fail in
+                                _ = try await PostgresCluster.shared().psql(
+                                    fail
+                                        ? """
+                                        CREATE FUNCTION contract_admin_log_down() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE 'admin log down'; END $$;
+                                        CREATE TRIGGER contract_admin_log_down BEFORE INSERT ON admin_actions FOR EACH ROW EXECUTE FUNCTION contract_admin_log_down();
+                                        """
+                                        : "DROP TRIGGER contract_admin_log_down ON admin_actions; DROP FUNCTION contract_admin_log_down();",
+                                    database: url.database)
+                            }))
                 }
                 await ledger.finishWrites()
                 await backend.close()

@@ -68,11 +68,16 @@ struct CachedCatalogueTests {
             try await gate()
             return value
         }
-        func putProduct(_ product: Product) async throws { await base.putProduct(product) }
+        func putProduct(_ product: Product, logging: AdminAction?) async throws { try await base.putProduct(product, logging: logging) }
         func products() async throws -> [Product] { await base.products() }
-        func deleteProduct(_ productId: String) async throws -> Bool { await base.deleteProduct(productId) }
-        func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset {
-            try await base.addAssetVersion(assetId: assetId, name: name, contentType: contentType, size: size, sha256: sha256, at: at)
+        func deleteProduct(_ productId: String, logging: AdminAction?) async throws -> Bool {
+            try await base.deleteProduct(productId, logging: logging)
+        }
+        func addAssetVersion(
+            assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date, logging: AssetLogging?
+        ) async throws -> Asset {
+            try await base.addAssetVersion(
+                assetId: assetId, name: name, contentType: contentType, size: size, sha256: sha256, at: at, logging: logging)
         }
         func assets() async throws -> [Asset] { await base.assets() }
         func versions(of assetId: String) async throws -> [Asset] { await base.versions(of: assetId) }
@@ -119,7 +124,7 @@ struct CachedCatalogueTests {
     @Test("callers that miss at once share one store read")
     func missesShareOneRead() async throws {
         let (store, _, cache) = Self.made()
-        await store.base.putProduct(Self.product("v1"))
+        try await store.base.putProduct(Self.product("v1"))
         store.shut()
         let called = Count()
         try await withThrowingTaskGroup(of: Product?.self) { group in
@@ -143,7 +148,7 @@ struct CachedCatalogueTests {
     @Test("an entry half maxAge old is read again in the background; callers are answered from the cache meanwhile")
     func refreshesAhead() async throws {
         let (store, clock, cache) = Self.made()
-        await store.base.putProduct(Self.product("v1"))
+        try await store.base.putProduct(Self.product("v1"))
         #expect(try await cache.product("com.coffer.demo.levelpack1")?.title == "v1")
         #expect(store.reads == 1)
 
@@ -153,7 +158,7 @@ struct CachedCatalogueTests {
         #expect(store.reads == 1)
 
         // Another instance changes it; the store is slow.
-        await store.base.putProduct(Self.product("v2"))
+        try await store.base.putProduct(Self.product("v2"))
         store.shut()
         clock.advance(.milliseconds(200))
         // Answered at once from the cache (a caller waiting for the read would hang here
@@ -171,9 +176,9 @@ struct CachedCatalogueTests {
     @Test("an entry older than maxAge is never served: callers wait for the store, or get its error")
     func neverOlderThanMaxAge() async throws {
         let (store, clock, cache) = Self.made()
-        await store.base.putProduct(Self.product("v1"))
+        try await store.base.putProduct(Self.product("v1"))
         _ = try await cache.product("com.coffer.demo.levelpack1")
-        await store.base.putProduct(Self.product("v2"))
+        try await store.base.putProduct(Self.product("v2"))
 
         // The store fails: past maxAge the stale entry is not an answer.
         store.fail(true)
@@ -193,14 +198,14 @@ struct CachedCatalogueTests {
     @Test("a read that hangs holds only the callers that came while it was younger than maxAge")
     func hungReadIsLeftBehind() async throws {
         let (store, clock, cache) = Self.made()
-        await store.base.putProduct(Self.product("v1"))
+        try await store.base.putProduct(Self.product("v1"))
         store.shut()
         let first = Task { try await cache.product("com.coffer.demo.levelpack1") }
         try await Self.until("the first read reached the store") { store.reads == 1 }
         clock.advance(Self.maxAge + .milliseconds(1))
         let later = Task { try await cache.product("com.coffer.demo.levelpack1") }
         try await Self.until("a read of its own") { store.reads == 2 }
-        await store.base.putProduct(Self.product("v2"))
+        try await store.base.putProduct(Self.product("v2"))
         // The later read lands first; the hung one lands after it, and must not replace its
         // entry with one already older than maxAge.
         store.release(1)
@@ -215,7 +220,7 @@ struct CachedCatalogueTests {
     @Test("a read begun before a write through the cache neither fills it nor answers callers after the write")
     func writeWins() async throws {
         let (store, _, cache) = Self.made()
-        await store.base.putProduct(Self.product("v1"))
+        try await store.base.putProduct(Self.product("v1"))
         store.shut()
         let before = Task { try await cache.product("com.coffer.demo.levelpack1") }
         try await Self.until("the first read reached the store") { store.reads == 1 }
@@ -236,9 +241,9 @@ struct CachedCatalogueTests {
             assetId: "level-1", name: "level-1.bin", contentType: "application/octet-stream", size: 3, sha256: String(repeating: "a", count: 64),
             at: Date(timeIntervalSince1970: 1_800_000_000))
         #expect(try await cache.asset("level-1") == asset)
-        await store.base.putProduct(Self.product("v1"))
+        try await store.base.putProduct(Self.product("v1"))
         #expect(try await cache.product("com.coffer.demo.levelpack1") != nil)
-        _ = await store.base.deleteProduct("com.coffer.demo.levelpack1")
+        _ = try await store.base.deleteProduct("com.coffer.demo.levelpack1")
         clock.advance(Self.maxAge + .milliseconds(1))
         #expect(try await cache.product("com.coffer.demo.levelpack1") == nil)
         let reads = store.reads

@@ -34,7 +34,7 @@ import Testing
                 (PlayerVaultTests.month, .nonRenewing, Int64(30 * 86400), false), (PlayerVaultTests.shared, .nonConsumable, nil, true),
                 (PlayerVaultTests.premium, .autoRenewable, nil, false),
             ] as [(String, ProductType, Int64?, Bool)] {
-                await catalogue.putProduct(
+                try await catalogue.putProduct(
                     Product(
                         productId: id, bundleId: PlayerVaultTests.bundle, type: type, assetIds: ["level"], title: id, updatedAt: testNow,
                         familyShareable: family, durationSeconds: duration))
@@ -399,7 +399,7 @@ import Testing
         let ledger = InMemoryLedger(signer: LedgerSigner(privateKey: .init()), checkpointEvery: 2)
         _ = try await catalogue.addAssetVersion(
             assetId: "pro", name: "pro.bin", contentType: "application/octet-stream", size: 3, sha256: fakeHash("pro"), at: testNow)
-        await catalogue.putProduct(
+        try await catalogue.putProduct(
             Product(
                 productId: "com.getsession.org.pro_sub", bundleId: bundle, type: .autoRenewable, assetIds: ["pro"], title: "Session Pro",
                 updatedAt: testNow))

@@ -35,7 +35,8 @@ import Testing
                 (VaultTests.pack, ProductType.nonConsumable, VaultTests.bundle, ["level-1", "tiles", "not-uploaded"]),
                 (VaultTests.gems, .consumable, VaultTests.bundle, ["tiles"]), ("com.other.pack", .nonConsumable, "com.other.app", ["tiles"]),
             ] {
-                await catalogue.putProduct(Product(productId: id, bundleId: bundle, type: type, assetIds: assetIds, title: id, updatedAt: testNow))
+                try await catalogue.putProduct(
+                    Product(productId: id, bundleId: bundle, type: type, assetIds: assetIds, title: id, updatedAt: testNow))
             }
             vault = Vault(
                 verifier: try sandboxVerifier(bundleIds: bundleIds), catalogue: catalogue, ledger: ledger, tokens: VaultTests.tokens, tokenTTL: 300)
@@ -223,11 +224,13 @@ import Testing
         struct Down: Error {}
         /// A catalogue whose database does not answer.
         struct DownCatalogue: CatalogueRepository {
-            func putProduct(_ product: Product) async throws { throw Down() }
+            func putProduct(_ product: Product, logging: AdminAction?) async throws { throw Down() }
             func product(_ productId: String) async throws -> Product? { throw Down() }
             func products() async throws -> [Product] { throw Down() }
-            func deleteProduct(_ productId: String) async throws -> Bool { throw Down() }
-            func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset {
+            func deleteProduct(_ productId: String, logging: AdminAction?) async throws -> Bool { throw Down() }
+            func addAssetVersion(
+                assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date, logging: AssetLogging?
+            ) async throws -> Asset {
                 throw Down()
             }
             func asset(_ assetId: String) async throws -> Asset? { throw Down() }

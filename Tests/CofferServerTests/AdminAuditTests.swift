@@ -8,6 +8,8 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 
+@testable import CofferStore
+
 @Suite struct AdminAuditTests {
     @Test func authentication() async throws {
         let h = try await Harness.make()
@@ -111,6 +113,65 @@ import Testing
             let page = try Harness.json(try await client.execute(uri: "/v1/admin/audit-log?limit=3", method: .get, headers: admin))
             #expect(page["nextCursor"] as? String == "3")
             #expect(try await client.execute(uri: "/v1/admin/audit-log", method: .get, headers: h.bearer(h.auditorKey)).status == .forbidden)
+        }
+    }
+
+    /// The admin log refuses its insert (a trigger here; a full disk, a lost database there):
+    /// each admin change is a 503 and is not made, and with the log back the same requests
+    /// succeed with their entries.
+    @Test func anAdminChangeIsNotMadeWhenItsLogEntryCannotBe() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let admin = h.bearer(h.adminKey)
+        @Sendable func logDown(_ down: Bool) async throws {
+            try await h.services.database.pool.write { db in
+                try db.execute(
+                    sql: down
+                        ? "CREATE TRIGGER test_admin_log_down BEFORE INSERT ON admin_actions BEGIN SELECT RAISE(ABORT, 'admin log down'); END"
+                        : "DROP TRIGGER test_admin_log_down")
+            }
+        }
+        try await h.app.test(.router) { client in
+            let r = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("70")]))
+            #expect(r.status == .created)
+            let requests: [(uri: String, method: HTTPRequest.Method, body: ByteBuffer)] = [
+                ("/v1/admin/assets/level-9", .put, ByteBuffer(string: "level nine")),
+                ("/v1/admin/assets/level-1", .put, ByteBuffer(string: "level one, second version")),
+                (
+                    "/v1/admin/products/com.coffer.demo.levelpack3", .put,
+                    try Harness.body(["bundleId": Harness.bundle, "type": "consumable", "assetIds": ["tiles"], "title": "Pack 3"])
+                ),
+                ("/v1/admin/products/com.coffer.demo.levelpack2", .delete, ByteBuffer()),
+                ("/v1/admin/revocations", .post, try Harness.body(["transactionId": "70", "reason": "chargeback"])),
+            ]
+            try await logDown(true)
+            for request in requests {
+                let refused = try await client.execute(uri: request.uri, method: request.method, headers: admin, body: request.body)
+                #expect(refused.status == .serviceUnavailable, "\(request.method) \(request.uri)")
+                #expect(Harness.code(refused) == "storageUnavailable", "\(request.method) \(request.uri)")
+            }
+            // Nothing of them was made.
+            #expect(try await client.execute(uri: "/v1/admin/assets/level-9", method: .get, headers: admin).status == .notFound)
+            #expect(try await h.services.catalogue.versions(of: "level-1").count == 1)
+            #expect(try await h.services.catalogue.product("com.coffer.demo.levelpack3") == nil)
+            #expect(try await h.services.catalogue.product("com.coffer.demo.levelpack2") != nil)
+            #expect(try await h.services.ledger.revocations(after: 0, limit: 10).isEmpty)
+            #expect(try await h.services.adminLog.actions(after: 0, limit: 10).isEmpty)
+
+            try await logDown(false)
+            var expected: [HTTPResponse.Status] = [.created, .created, .ok, .noContent, .created]
+            for request in requests {
+                let made = try await client.execute(uri: request.uri, method: request.method, headers: admin, body: request.body)
+                #expect(made.status == expected.removeFirst(), "\(request.method) \(request.uri)")
+            }
+            let log = try Harness.json(try await client.execute(uri: "/v1/admin/audit-log", method: .get, headers: admin))
+            let items = try #require(log["items"] as? [[String: Any]])
+            #expect(
+                items.map { $0["action"] as? String }
+                    == ["asset.upload", "asset.upload", "product.put", "product.delete", "redemption.revoke"])
+            #expect(items.map { $0["detail"] as? String }.first??.hasPrefix("version 1, 10 bytes, sha256 ") == true)
+            #expect(items.map { $0["detail"] as? String }[1]?.hasPrefix("version 2, 25 bytes, sha256 ") == true)
         }
     }
 

@@ -79,15 +79,17 @@ final class HeldLedger: LedgerRepository {
     func redemption(grantHash: String) async throws -> Redemption? { try await base.redemption(grantHash: grantHash) }
     func attempts(_ filter: AuditFilter) async throws -> [RejectedAttempt] { try await base.attempts(filter) }
     func hourlyCounts(from: Date, to: Date) async throws -> [HourlyCount] { try await base.hourlyCounts(from: from, to: to) }
-    func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome {
-        try await base.revoke(revocation, keepUnredeemed: keepUnredeemed)
+    func revoke(_ revocation: Revocation, keepUnredeemed: Bool, logging: AdminAction?) async throws -> RevocationOutcome {
+        try await base.revoke(revocation, keepUnredeemed: keepUnredeemed, logging: logging)
     }
     func revocation(of redemption: Redemption) async throws -> Revocation? { try await base.revocation(of: redemption) }
     func revocations(after: Int64, limit: Int) async throws -> [Revocation] { try await base.revocations(after: after, limit: limit) }
     func redemption(environment: String, replayKey: String) async throws -> Redemption? {
         try await base.redemption(environment: environment, replayKey: replayKey)
     }
-    func append(_ event: PurchaseEvent) async throws -> PurchaseEventOutcome { try await base.append(event) }
+    func append(_ event: PurchaseEvent, logging: AdminAction?) async throws -> PurchaseEventOutcome {
+        try await base.append(event, logging: logging)
+    }
     func purchaseEvents(environment: String, replayKey: String) async throws -> [PurchaseEvent] {
         try await base.purchaseEvents(environment: environment, replayKey: replayKey)
     }

@@ -28,8 +28,8 @@ import Testing
         self.configuration = configuration
         let signer = LedgerSigner(privateKey: .init())
         ledger = InMemoryLedger(signer: signer, checkpointEvery: 3)
-        let catalogue = InMemoryCatalogue()
-        let keys = InMemoryKeys()
+        let catalogue = InMemoryCatalogue(adminLog: ledger)
+        let keys = InMemoryKeys(adminLog: ledger)
         let content = InMemoryContentStore(chunkSize: 5)
         dependencies = ServerDependencies(
             catalogue: catalogue, ledger: ledger, ledgerAudit: ledger, keys: keys, adminLog: ledger, content: content,
@@ -42,7 +42,7 @@ import Testing
             }, maxBytes: 1024, expectedSHA256: nil)
         _ = try await catalogue.addAssetVersion(
             assetId: "level-1", name: "level-1.json", contentType: "application/json", size: stored.size, sha256: stored.sha256, at: Date())
-        await catalogue.putProduct(
+        try await catalogue.putProduct(
             Product(
                 productId: Harness.product, bundleId: Harness.bundle, type: .nonConsumable, assetIds: ["level-1"], title: "Level Pack 1",
                 updatedAt: Date()))

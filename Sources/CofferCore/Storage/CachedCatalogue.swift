@@ -31,9 +31,9 @@ public final class CachedCatalogue: CatalogueRepository {
         assetTable = ReadThrough(maxAge: maxAge, now: now)
     }
 
-    public func putProduct(_ product: Product) async throws {
+    public func putProduct(_ product: Product, logging: AdminAction?) async throws {
         defer { productTable.invalidate(product.productId) }
-        try await store.putProduct(product)
+        try await store.putProduct(product, logging: logging)
     }
 
     public func product(_ productId: String) async throws -> Product? {
@@ -42,14 +42,17 @@ public final class CachedCatalogue: CatalogueRepository {
 
     public func products() async throws -> [Product] { try await store.products() }
 
-    public func deleteProduct(_ productId: String) async throws -> Bool {
+    public func deleteProduct(_ productId: String, logging: AdminAction?) async throws -> Bool {
         defer { productTable.invalidate(productId) }
-        return try await store.deleteProduct(productId)
+        return try await store.deleteProduct(productId, logging: logging)
     }
 
-    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset {
+    public func addAssetVersion(
+        assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date, logging: AssetLogging?
+    ) async throws -> Asset {
         defer { assetTable.invalidate(assetId) }
-        return try await store.addAssetVersion(assetId: assetId, name: name, contentType: contentType, size: size, sha256: sha256, at: at)
+        return try await store.addAssetVersion(
+            assetId: assetId, name: name, contentType: contentType, size: size, sha256: sha256, at: at, logging: logging)
     }
 
     public func asset(_ assetId: String) async throws -> Asset? {

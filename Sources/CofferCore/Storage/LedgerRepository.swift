@@ -19,8 +19,9 @@ public protocol LedgerRepository: Sendable {
     /// Appends a revocation of the purchase `revocation.environment` / `revocation.replayKey`
     /// (both required). When it was redeemed, `redemptionId` is filled in from the ledger;
     /// when not, it is kept (`recordedUnredeemed`) if `keepUnredeemed`, else `notRedeemed`.
-    /// At most one revocation per environment and replay key.
-    func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome
+    /// At most one revocation per environment and replay key. `logging` (an admin's revocation)
+    /// is recorded in the admin log in the same transaction when a revocation is stored.
+    func revoke(_ revocation: Revocation, keepUnredeemed: Bool, logging: AdminAction?) async throws -> RevocationOutcome
     /// The revocation of a redemption (by its id, or by its environment and replay key), if any.
     func revocation(of redemption: Redemption) async throws -> Revocation?
     /// Revocations after `after`, oldest first.
@@ -29,7 +30,9 @@ public protocol LedgerRepository: Sendable {
     func redemption(environment: String, replayKey: String) async throws -> Redemption?
     /// Appends a purchase event to the chain. A notification's event whose `reference` (the
     /// notification UUID) is already in the ledger is `.duplicate`: Apple retries notifications.
-    func append(_ event: PurchaseEvent) async throws -> PurchaseEventOutcome
+    /// `logging` (an admin's action) is recorded in the admin log in the same transaction when
+    /// the event is appended.
+    func append(_ event: PurchaseEvent, logging: AdminAction?) async throws -> PurchaseEventOutcome
     /// The chained events of one purchase, oldest first (rows no chain event covers are left out).
     func purchaseEvents(environment: String, replayKey: String) async throws -> [PurchaseEvent]
     /// Events after `after`, oldest first.
@@ -39,4 +42,12 @@ public protocol LedgerRepository: Sendable {
 extension LedgerRepository {
     /// Inserts a redemption, recording nothing when it is refused.
     public func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome { try await insert(redemption, refusals: nil) }
+
+    /// Appends a revocation, logging nothing in the admin log (Apple's notifications, tools).
+    public func revoke(_ revocation: Revocation, keepUnredeemed: Bool) async throws -> RevocationOutcome {
+        try await revoke(revocation, keepUnredeemed: keepUnredeemed, logging: nil)
+    }
+
+    /// Appends a purchase event, logging nothing in the admin log.
+    public func append(_ event: PurchaseEvent) async throws -> PurchaseEventOutcome { try await append(event, logging: nil) }
 }

@@ -389,8 +389,9 @@ public struct Vault: Sendable {
 
     /// An admin takes a redemption back (chargeback handled outside Apple, abuse). The
     /// transaction id is looked up in every environment unless `environment` is given.
+    /// `logging` is the admin-log entry of the revocation, stored in its transaction.
     public func revoke(
-        transactionId: String, environment: Environment? = nil, reason: String, by admin: String, now: Date
+        transactionId: String, environment: Environment? = nil, reason: String, by admin: String, now: Date, logging: AdminAction? = nil
     ) async throws(VaultFailure) -> Revocation {
         guard LedgerText.isIdentifier(transactionId) else {
             throw .malformedRequest("transactionId must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
@@ -413,7 +414,7 @@ public struct Vault: Sendable {
             redemptionId: "", transactionId: transactionId, revokedAt: now, reason: LedgerText.escaped(reason, maxBytes: 512), source: .admin,
             reference: LedgerText.escaped(admin, maxBytes: 128), recordedAt: now, environment: redemption.environment,
             replayKey: redemption.effectiveReplayKey)
-        switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: false) }) {
+        switch try await storage({ try await ledger.revoke(revocation, keepUnredeemed: false, logging: logging) }) {
         case .revoked(let stored), .recordedUnredeemed(let stored): return stored
         case .notRedeemed: throw VaultFailure(.notRedeemed, "transaction \(transactionId) was never redeemed here")
         case .alreadyRevoked:
@@ -425,7 +426,7 @@ public struct Vault: Sendable {
                 at: now, kind: .revokedAgain, environment: redemption.environment, replayKey: redemption.effectiveReplayKey,
                 redemptionId: redemption.redemptionId, transactionId: transactionId, playerId: redemption.playerId, detail: revocation.reason,
                 source: .admin, reference: revocation.reference)
-            _ = try await storage({ try await ledger.append(again) })
+            _ = try await storage({ try await ledger.append(again, logging: logging) })
             var answered = first
             answered.revokedAt = now
             answered.reason = revocation.reason
