@@ -44,10 +44,10 @@ public final class PostgresBackend: Sendable {
     private let running: Task<Void, Never>
     /// How long ``close()`` waits for the pools' tasks before it closes their connections anyway.
     static let closeWait: Duration = .seconds(10)
-    /// With `timeouts`: how this backend's calls watch their statements (``SilenceWatch``),
-    /// looking at a statement's session after the sessions' `statement_timeout` and 10 s
-    /// without an answer (the server answers a statement it ended at its timeout, or a lock
-    /// wait it ended, well within that).
+    /// With `timeouts`: how this backend's calls watch their statements (``SilenceWatch``):
+    /// a statement's session is looked at after 2 s without an answer, and one its server
+    /// shows idle is closed after the sessions' `statement_timeout` and 10 s (the server answers
+    /// a statement it ended at its timeout, or a lock wait it ended, well within that).
     let watch: SilenceWatch?
     /// The sessions of this backend's connections, for ``watch``.
     private let sessions: ServerSessions
@@ -112,8 +112,9 @@ public final class PostgresBackend: Sendable {
     /// and `deadline` how long a call waits for a connection with `timeouts` (tests that load a
     /// small pool on a busy machine lengthen it). `keepAlive`, with `timeouts`: how often the
     /// writer's kept session is pinged when it had no turn (``keepAlive(_:turns:every:logger:)``);
-    /// `unanswered` how long a statement may go unanswered before its session is looked at
-    /// (``SilenceWatch``; tests shorten it).
+    /// `unanswered` how long a statement may go unanswered, its session not running it, before
+    /// its connection is closed (``SilenceWatch/bound``; its first question comes after 2 s or
+    /// this, the shorter; tests shorten it).
     public static func open(
         _ url: PostgresURL, poolSize: Int, timeouts: Bool = true, idle: Duration = .seconds(60),
         statementTimeout: Duration = PostgresBackend.statementTimeout, deadline: Duration = .seconds(10),
@@ -485,6 +486,9 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
     case timedOut(Duration)
     /// `coffer ledger copy` needs an empty ledger to copy into.
     case notEmpty(String)
+    /// A statement had no answer and its session was found lost (``StatementWatch``): its
+    /// connection was closed. The connection was dead, not the database.
+    case sessionLost
 
     /// Our own errors (and the ledger's integrity errors) pass; the driver's become ``database(_:)``.
     static func wrapping(_ error: any Error) -> any Error {
@@ -510,6 +514,7 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
         case .closed: "the ledger's writer has finished: the server is shutting down"
         case .timedOut(let deadline): "no answer from the database within \(deadline)"
         case .notEmpty(let what): "the target database is not empty (\(what)): copy into a new database"
+        case .sessionLost: "PostgreSQL: no answer to a statement, and its session was lost: its connection was closed"
         }
     }
 }
@@ -540,13 +545,11 @@ extension PostgresConnection {
     }
 
     static let closedBeforeSending = PostgresStoreError.database("the connection was closed before the statement was sent")
-    /// The detail of the failure of a statement whose connection ``StatementWatch`` closed.
-    static let sessionLost = "no answer to a statement, and its session was lost: its connection was closed"
 
     /// Whether `error` is a statement failed by ``StatementWatch``: its connection was dead, not the database.
     static func lostSession(_ error: any Error) -> Bool {
-        guard case .database(let detail)? = error as? PostgresStoreError else { return false }
-        return detail == sessionLost
+        guard case .sessionLost? = error as? PostgresStoreError else { return false }
+        return true
     }
 
     private func queryIfOpen(_ query: PostgresQuery, logger: Logger, watch: SilenceWatch?) async throws -> PostgresRowSequence {
@@ -557,7 +560,7 @@ extension PostgresConnection {
         do {
             return try await self.query(query, logger: logger)
         } catch  where statement.closed {
-            throw PostgresStoreError.database(Self.sessionLost)
+            throw PostgresStoreError.sessionLost
         }
     }
 

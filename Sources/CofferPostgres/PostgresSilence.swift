@@ -10,14 +10,21 @@ struct ServerSession: Sendable, Hashable {
     /// `backend_start` in microseconds since 1970, computed by the server (no text round trip
     /// through two sessions' DateStyle and TimeZone).
     let start: Int64
+    /// The server's own start (`pg_postmaster_start_time()`, microseconds since 1970): which
+    /// server the session is on. A standby promoted in a failover started at another time.
+    let server: Int64
 }
 
 /// What the server says of a session asked about on another connection (``SessionProbe``).
-enum SessionState: Sendable {
+enum SessionState: Sendable, Hashable {
     /// Running a statement: busy (a lock, a slow disk, synchronous standbys), not lost.
     case running
-    /// Idle, or unknown to the server that answered: whatever it was sent, its answer is lost.
+    /// Idle, or waiting on its client: whatever it was sent, its answer is lost — unless that
+    /// answer is still on its way (so this closes only after the watch's bound).
     case notRunning
+    /// Unknown to the server that answered, whose own start is `server`: the session ended, or
+    /// is on another server (a failover). Nothing can still answer it.
+    case gone(server: Int64)
     /// No answer to the question either.
     case unknown
 }
@@ -34,8 +41,16 @@ enum SessionState: Sendable {
 /// server that is alive but slow (a COMMIT waiting for synchronous standbys, which no timer
 /// ends by design; a disk stalled in a WAL flush) would see a batch it then commits answered
 /// 503, and every retry 409.
+///
+/// The first question is asked after ``first`` (2 s at most): a session the server that
+/// answers does not know is closed then — and when that server is another one, every
+/// connection of the server it replaced is closed with it (``ServerSessions/onServer(_:)``),
+/// so a failover costs each instance one wait of 2 s, not one of ``bound`` per pooled
+/// connection. A session the server shows idle is closed only after ``bound``: its answer may
+/// still be on its way.
 struct SilenceWatch: Sendable {
-    /// How long a statement may go without an answer before its session is looked at.
+    /// How long a statement may go without an answer, its session not running it, before its
+    /// connection is closed.
     let bound: Duration
     let sessions: ServerSessions
     /// Nil: silence closes the connection at once (the probe's own statements). Otherwise a
@@ -46,26 +61,51 @@ struct SilenceWatch: Sendable {
 
     /// Silence this long closes the connection even when nobody could say what its session does.
     var limit: Duration { bound * 4 }
+    /// When a silent statement's session is first looked at.
+    var first: Duration { min(bound, .seconds(2)) }
 }
 
 /// Counts of a backend's silence watches.
 final class SilenceCounts: Sendable {
     private let questions = Atomic<Int>(0)
     private let closes = Atomic<Int>(0)
+    private let replacements = Atomic<Int>(0)
     /// Questions asked about silent sessions.
     var asked: Int { questions.load(ordering: .relaxed) }
     /// Connections closed for their silence.
     var closed: Int { closes.load(ordering: .relaxed) }
+    /// Other connections closed because their server was found replaced.
+    var replaced: Int { replacements.load(ordering: .relaxed) }
     func ask() { questions.add(1, ordering: .relaxed) }
     func close() { closes.add(1, ordering: .relaxed) }
+    func replace() { replacements.add(1, ordering: .relaxed) }
 }
 
-/// The server sessions of a backend's open connections, learned once per connection.
+/// The server sessions of a backend's open connections, learned once per connection, and the
+/// statement each is waiting for.
 final class ServerSessions: Sendable {
-    /// By connection: its session, or nil when the server did not show it.
-    private let known = Mutex<[ObjectIdentifier: ServerSession?]>([:])
+    private struct Entry {
+        let connection: PostgresConnection
+        /// Nil when the server did not show it.
+        let session: ServerSession?
+        /// The statement the connection waits for an answer to, if any (one at a time).
+        var statement: StatementWatch?
+    }
 
-    func session(of connection: PostgresConnection) -> ServerSession? { known.withLock { $0[ObjectIdentifier(connection)] ?? nil } }
+    /// By connection, while it is open.
+    private let known = Mutex<[ObjectIdentifier: Entry]>([:])
+
+    func session(of connection: PostgresConnection) -> ServerSession? { known.withLock { $0[ObjectIdentifier(connection)]?.session } }
+
+    /// `statement` waits on `connection` (nil: its answer came).
+    func waiting(_ statement: StatementWatch?, on connection: PostgresConnection) {
+        known.withLock { $0[ObjectIdentifier(connection)]?.statement = statement }
+    }
+
+    /// The open connections whose sessions are on `server`, with the statement each waits for.
+    func onServer(_ server: Int64) -> [(connection: PostgresConnection, statement: StatementWatch?)] {
+        known.withLock { known in known.values.filter { $0.session?.server == server }.map { ($0.connection, $0.statement) } }
+    }
 
     /// Learns `connection`'s session, unless known: one statement on each new connection.
     /// Forgotten when the connection closes (before it is freed, so its identifier is not
@@ -77,15 +117,17 @@ final class ServerSessions: Sendable {
         guard known.withLock({ $0[key] == nil }) else { return }
         let found = try await connection.rows(
             """
-            SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint FROM pg_stat_activity
-            WHERE pid = pg_backend_pid() AND backend_start IS NOT NULL
+            SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint, (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint
+            FROM pg_stat_activity WHERE pid = pg_backend_pid() AND backend_start IS NOT NULL
             """, logger: logger
-        ) { row in ServerSession(pid: try row[0].decode(Int32.self), start: try row[1].decode(Int64.self)) }
+        ) { row in
+            ServerSession(pid: try row[0].decode(Int32.self), start: try row[1].decode(Int64.self), server: try row[2].decode(Int64.self))
+        }
         if found.isEmpty {
             logger.notice(
                 "the database does not show this connection's session in pg_stat_activity: its statements cannot be asked about when silent")
         }
-        known.withLock { $0[key] = .some(found.first) }
+        known.withLock { $0[key] = Entry(connection: connection, session: found.first) }
         connection.closeFuture.whenComplete { [self] _ in _ = known.withLock { $0.removeValue(forKey: key) } }
     }
 }
@@ -112,15 +154,17 @@ final class SessionProbe: Sendable {
         let watch = SilenceWatch(bound: deadline, sessions: sessions, probe: nil, counts: counts)
         let (client, deadline, logger) = (client, deadline, logger)
         do {
-            let states = try await PostgresBackend.$silence.withValue(watch) {
-                try await withThrowingTaskGroup(of: [String]?.self) { group in
+            let answers = try await PostgresBackend.$silence.withValue(watch) {
+                try await withThrowingTaskGroup(of: [(Int64, String?)]?.self) { group in
                     group.addTask {
                         try await client.withConnection { c in
-                            try await c.column(
+                            try await c.rows(
                                 """
-                                SELECT coalesce(state, '?') || '/' || coalesce(wait_event, '') FROM pg_stat_activity
-                                WHERE pid = \(session.pid) AND (extract(epoch FROM backend_start) * 1000000)::bigint = \(session.start)
-                                """, String.self, logger: logger)
+                                SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint,
+                                  (SELECT coalesce(state, '?') || '/' || coalesce(wait_event, '') FROM pg_stat_activity
+                                   WHERE pid = \(session.pid) AND (extract(epoch FROM backend_start) * 1000000)::bigint = \(session.start))
+                                """, logger: logger
+                            ) { row in (try row[0].decode(Int64.self), try row[1].decode(String?.self)) }
                         }
                     }
                     group.addTask {
@@ -128,11 +172,12 @@ final class SessionProbe: Sendable {
                         return nil
                     }
                     defer { group.cancelAll() }
-                    guard let first = try await group.next(), let states = first else { throw PostgresStoreError.timedOut(deadline) }
-                    return states
+                    guard let first = try await group.next(), let answers = first else { throw PostgresStoreError.timedOut(deadline) }
+                    return answers
                 }
             }
-            guard let answer = states.first else { return .notRunning }
+            guard let (server, answer) = answers.first else { return .unknown }
+            guard let answer else { return .gone(server: server) }
             return Self.state(answer)
         } catch {
             logger.warning("could not ask the database about a silent session: \(PostgresStoreError.wrapping(error))")
@@ -173,7 +218,8 @@ final class StatementWatch: Sendable {
         self.watch = watch
         self.connection = connection
         self.logger = logger
-        arm()
+        watch.sessions.waiting(self, on: connection)
+        arm(in: watch.first)
     }
 
     /// Whether the watch closed the connection.
@@ -181,6 +227,7 @@ final class StatementWatch: Sendable {
 
     /// The answer came, or the statement failed: no more timers, and a timer already due does nothing.
     func answered() {
+        watch.sessions.waiting(nil, on: connection)
         state.withLock { state -> Scheduled<Void>? in
             state.answered = true
             return state.timer.take()
@@ -188,8 +235,8 @@ final class StatementWatch: Sendable {
     }
 
     /// A timer of the connection's loop: an insert into its heap and a cancel per statement.
-    private func arm() {
-        let timer = connection.eventLoop.scheduleTask(in: TimeAmount(watch.bound)) { [self] in silent() }
+    private func arm(in delay: Duration) {
+        let timer = connection.eventLoop.scheduleTask(in: TimeAmount(delay)) { [self] in silent() }
         let answered = state.withLock { state in
             if !state.answered { state.timer = timer }
             return state.answered
@@ -205,10 +252,10 @@ final class StatementWatch: Sendable {
         guard let session = watch.sessions.session(of: connection) else {
             // Not learned yet (the statement that learns it, on a busy server) or not shown by
             // the server: nobody can be asked, so it has the time of one nobody could say about.
-            guard ContinuousClock.now - sent >= watch.limit else { return arm() }
+            guard ContinuousClock.now - sent >= watch.limit else { return arm(in: watch.bound) }
             return close(because: "its session is not known")
         }
-        let (limit, sessions, counts) = (watch.limit, watch.sessions, watch.counts)
+        let (bound, limit, sessions, counts) = (watch.bound, watch.limit, watch.sessions, watch.counts)
         Task {
             let answer = await probe.state(of: session, sessions: sessions, counts: counts)
             connection.eventLoop.execute { [self] in
@@ -216,31 +263,76 @@ final class StatementWatch: Sendable {
                 switch answer {
                 case .running:
                     if !state.withLock({ $0.answered }) {
-                        logger.notice(
-                            "a database statement has had no answer for \(silence.components.seconds) s; its session is still running it: waiting on")
-                        arm()
+                        if silence >= bound {
+                            logger.notice(
+                                "a database statement has had no answer for \(silence.components.seconds) s; its session is still running it: waiting on"
+                            )
+                        }
+                        arm(in: bound)
                     }
-                case .unknown where silence < limit: arm()
+                case .unknown where silence < limit: arm(in: bound)
                 case .unknown: close(because: "nobody could say what its session does")
-                case .notRunning: close(because: "its session is not running it (idle, sending to a stalled client, or unknown to that server)")
+                // Its answer may still be on its way, this soon.
+                case .notRunning where silence < bound: arm(in: bound - silence)
+                case .notRunning: close(because: "its session is not running it (idle, or waiting on a stalled client)")
+                case .gone(let server) where server == session.server:
+                    close(because: "its session has ended on the server (its end never reached this side)")
+                case .gone:
+                    close(because: "its session is unknown to the server that answers now, another one (a failover)")
+                    closeAll(on: session.server)
                 }
             }
         }
     }
 
+    /// On the loop: every other open connection to `server`, a server found replaced, is
+    /// closed — a statement waiting on one fails as lost, as this one did; an idle one leaves
+    /// its pool. Each would otherwise cost its next caller a silence of ``SilenceWatch/first``.
+    private func closeAll(on server: Int64) {
+        let stale = watch.sessions.onServer(server).filter { $0.connection !== connection }
+        guard !stale.isEmpty else { return }
+        logger.error("closing \(stale.count) more database connection(s) to the server that was replaced")
+        for (other, statement) in stale {
+            watch.counts.replace()
+            // The loop is the backend's one loop (every pool's); a check, not a hop.
+            guard other.eventLoop.inEventLoop else {
+                other.eventLoop.execute { Self.close(other, statement) }
+                continue
+            }
+            Self.close(other, statement)
+        }
+    }
+
+    private static func close(_ connection: PostgresConnection, _ statement: StatementWatch?) {
+        if let statement, statement.markClosed() { return connection.closeNow() }
+        if statement == nil { connection.closeNow() }
+    }
+
     /// On the loop: the decision and the close before any answer can end the statement, and
     /// so before its connection can go back to its pool and to another caller.
     private func close(because reason: String) {
-        let close = state.withLock { state in
-            guard !state.answered else { return false }
-            state.closed = true
-            return true
-        }
-        guard close else { return }
+        guard markClosed() else { return }
         watch.counts.close()
         logger.error(
             "a database statement has had no answer for \((ContinuousClock.now - sent).components.seconds) s, and \(reason): closing its connection (a server lost without a reset?)"
         )
-        let _: EventLoopFuture<Void> = connection.close()  // the channel, at once: the statement fails
+        connection.closeNow()
+    }
+
+    /// On the loop: marks the statement failed by its connection's close, unless it was
+    /// answered; returns whether it was marked (the caller then closes the connection).
+    fileprivate func markClosed() -> Bool {
+        state.withLock { state in
+            guard !state.answered else { return false }
+            state.closed = true
+            return true
+        }
+    }
+}
+
+extension PostgresConnection {
+    /// Closes the channel at once: a statement waiting on it fails.
+    fileprivate func closeNow() {
+        let _: EventLoopFuture<Void> = close()
     }
 }

@@ -950,14 +950,15 @@ struct PostgresWriterTests {
 
     /// A TCP proxy to PostgreSQL whose SIGUSR1 cuts every connection on the client's side only:
     /// the server's sessions go on, as after a reset by a NAT or a proxy between them; SIGUSR2
-    /// freezes them (``freeze()``). While
+    /// freezes them (``freeze()``). While the file `redirect` exists, the connections it opens
+    /// go to the port it holds instead (a failover's new primary). While
     /// the file `stripping` exists, the connections it opens drop the client's startup
     /// parameters but `user`, `database` and `application_name`, as a pooler told to ignore
     /// them does (PgBouncer's `ignore_startup_parameters`); it answers an SSLRequest "no".
     final class CuttingProxy: Sendable {
         static let script = """
             import asyncio, os, signal, sys, threading
-            upstream_port, stripping = int(sys.argv[1]), sys.argv[2]
+            upstream_port, stripping, redirect = int(sys.argv[1]), sys.argv[2], sys.argv[3]
             signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a spawned child may inherit signals blocked
             # Gone with the test process: its end of stdin closes then.
             threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
@@ -991,7 +992,8 @@ struct PostgresWriterTests {
                 except Exception:
                     cw.close()
                     return
-                ur, uw = await asyncio.open_connection('127.0.0.1', upstream_port)
+                port = int(open(redirect).read()) if os.path.exists(redirect) else upstream_port
+                ur, uw = await asyncio.open_connection('127.0.0.1', port)
                 uw.write(first)
                 entry = (cw, uw)
                 live.add(entry)
@@ -1028,10 +1030,10 @@ struct PostgresWriterTests {
 
         /// Never the test process's stdout or stderr: a child left holding them would keep
         /// `swift test` waiting for their end after the tests finished.
-        init(to upstream: Int, stripping: String = "/nonexistent") throws {
+        init(to upstream: Int, stripping: String = "/nonexistent", redirect: String = "/nonexistent") throws {
             process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3", "-c", Self.script, String(upstream), stripping]
+            process.arguments = ["python3", "-c", Self.script, String(upstream), stripping, redirect]
             let out = Pipe()
             process.standardOutput = out
             process.standardError = FileHandle.nullDevice
@@ -1114,6 +1116,68 @@ struct PostgresWriterTests {
             #expect(try await cluster.psql("SELECT string_agg(transaction_id, ',' ORDER BY sequence) FROM redemptions", database: name) == "990,992")
             await ledger.finishWrites()
             await backend.close()
+        }
+    }
+
+    @Test(
+        "a failover without a reset (the old server's connections frozen, new ones sent to another server): the redemption waiting is closed at the first question, long before the bound, every other connection to the replaced server with it, and the next calls are served by the new server at once",
+        .timeLimit(.minutes(4)))
+    func aFailoverClosesEveryConnectionToTheReplacedServer() async throws {
+        try await withTemporaryDirectory { folder in
+            try await Self.withPrivateCluster { _, cluster, name in
+                // The promoted standby: another server, holding what the old primary committed.
+                let promoted = try await PostgresCluster.start()
+                defer { try? promoted.destroy() }
+                _ = try await promoted.createDatabase(name)
+                let copy = try await PostgresBackend.open(
+                    try PostgresURL(promoted.url(database: name)), poolSize: 2, timeouts: false, logger: Logger(label: "promoted"))
+                try await copy.migrate()
+                let copied = PostgresLedger(copy, checkpoints: nil)
+                #expect(try await copied.insert(makeRedemption("990")).inserted?.sequence == 1)
+                await copied.finishWrites()
+                await copy.close()
+
+                let redirect = folder.appendingPathComponent("redirect")
+                let proxy = try CuttingProxy(to: cluster.port, redirect: redirect.path)
+                // A bound of 60 s: only the first question, after 2 s, can end the wait sooner.
+                let backend = try await PostgresBackend.open(
+                    try Self.url(of: name, on: cluster, through: proxy), poolSize: 4, timeouts: true, deadline: .seconds(30),
+                    unanswered: .seconds(60), logger: Logger(label: "failover"))
+                let ledger = PostgresLedger(backend, checkpoints: nil)
+                #expect(try await ledger.insert(makeRedemption("990")).inserted?.sequence == 1)
+                // Shared connections open and idle, as a pool has them.
+                let pids = try await concurrently(3) { _ in
+                    try await backend.read { c in
+                        try await c.column("SELECT pg_backend_pid()::text FROM pg_sleep(0.5)", String.self, logger: backend.logger)
+                    }
+                }
+                let shared = Set(pids.flatMap { $0 }).count
+                #expect(shared >= 2)
+                let counts = try #require(backend.watch?.counts)
+
+                proxy.freeze()
+                try Data(String(promoted.port).utf8).write(to: redirect)
+                let start = ContinuousClock.now
+                let error = await #expect(throws: PostgresStoreError.self) { _ = try await ledger.insert(makeRedemption("991")) }
+                let waited = ContinuousClock.now - start
+                #expect(error.map { "\($0)" } == "\(PostgresStoreError.sessionLost)", "\(String(describing: error))")
+                #expect(waited < .seconds(30), "closed at the first question, not after the bound: \(waited)")
+                #expect(counts.closed == 1)
+                #expect(counts.replaced == shared, "every idle shared connection to the replaced server closed with it")
+
+                // No connection to the replaced server is left to wait on: served by the new one.
+                let served = ContinuousClock.now
+                #expect(
+                    try await backend.read { c in try await c.column("SELECT count(*)::text FROM redemptions", String.self, logger: backend.logger) }
+                        == ["1"])
+                #expect(try await ledger.insert(makeRedemption("992")).inserted?.sequence == 2)
+                #expect(ContinuousClock.now - served < .seconds(20), "no wait on a silent connection")
+                #expect(counts.closed == 1)
+                #expect(
+                    try await promoted.psql("SELECT string_agg(transaction_id, ',' ORDER BY sequence) FROM redemptions", database: name) == "990,992")
+                await ledger.finishWrites()
+                await backend.close()
+            }
         }
     }
 
