@@ -104,7 +104,7 @@ GRANT EXECUTE ON FUNCTION coffer_flush_after() TO coffer_audit;
 
 -- Optional: cap the connections, at least instances × (COFFER_DATABASE_POOL_SIZE + 1) (default
 -- 10, 2 at least: one is the ledger writer's own; the + 1 is the `coffer-probe` connection an
--- instance opens while a statement has gone unanswered for 25 s) plus a few for `coffer keys`
+-- instance opens while a statement has gone unanswered for 2 s) plus a few for `coffer keys`
 -- and `coffer ledger`.
 -- ALTER ROLE coffer_app CONNECTION LIMIT 40;
 

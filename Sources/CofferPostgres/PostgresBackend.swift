@@ -522,6 +522,14 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
 /// The database's failures are storage failures: 503 `storageUnavailable` with `Retry-After`.
 extension PostgresStoreError: StorageFailure {}
 
+extension PostgresStoreError {
+    /// A statement failed by ``StatementWatch``: its connection was closed, its server lost.
+    var isSessionLost: Bool {
+        if case .sessionLost = self { return true }
+        return false
+    }
+}
+
 extension PostgresConnection {
     /// `query`, sent only while the connection is open, the check and the write on the
     /// connection's own event loop, where the channel cannot close between them.
@@ -535,33 +543,47 @@ extension PostgresConnection {
     /// is watched (``SilenceWatch``): a connection whose server lost it is closed.
     @discardableResult
     func checkedQuery(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRowSequence {
+        try await checkedQuery(query, logger: logger, streaming: false).rows
+    }
+
+    /// ``checkedQuery(_:logger:)``; `streaming`: the statement's watch goes on after its first
+    /// answer, while its rows come, and is returned — the caller reads every row, then calls
+    /// ``StatementWatch/finished()`` (``rows(_:logger:_:)`` and ``column(_:_:logger:)`` do).
+    func checkedQuery(_ query: PostgresQuery, logger: Logger, streaming: Bool) async throws -> (rows: PostgresRowSequence, watch: StatementWatch?) {
         let watch = PostgresBackend.silence
-        if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger, watch: watch) }
+        if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger, watch: watch, streaming: streaming) }
         // Closed stays closed: fail without the hop (a loop shut down drops the jobs sent to it).
         guard !isClosed else { throw Self.closedBeforeSending }
         return try await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) {
-            try await queryIfOpen(query, logger: logger, watch: watch)
+            try await queryIfOpen(query, logger: logger, watch: watch, streaming: streaming)
         }
     }
 
     static let closedBeforeSending = PostgresStoreError.database("the connection was closed before the statement was sent")
 
     /// Whether `error` is a statement failed by ``StatementWatch``: its connection was dead, not the database.
-    static func lostSession(_ error: any Error) -> Bool {
-        guard case .sessionLost? = error as? PostgresStoreError else { return false }
-        return true
-    }
+    static func lostSession(_ error: any Error) -> Bool { (error as? PostgresStoreError)?.isSessionLost ?? false }
 
-    private func queryIfOpen(_ query: PostgresQuery, logger: Logger, watch: SilenceWatch?) async throws -> PostgresRowSequence {
+    private func queryIfOpen(_ query: PostgresQuery, logger: Logger, watch: SilenceWatch?, streaming: Bool) async throws -> (
+        rows: PostgresRowSequence, watch: StatementWatch?
+    ) {
         guard !isClosed else { throw Self.closedBeforeSending }
-        guard let watch else { return try await self.query(query, logger: logger) }
+        guard let watch else { return (try await self.query(query, logger: logger), nil) }
         let statement = StatementWatch(watch, self, logger: logger)
-        defer { statement.answered() }
+        let rows: PostgresRowSequence
         do {
-            return try await self.query(query, logger: logger)
-        } catch  where statement.closed {
-            throw PostgresStoreError.sessionLost
+            rows = try await self.query(query, logger: logger)
+        } catch {
+            statement.answered()
+            if statement.closed { throw PostgresStoreError.sessionLost }
+            throw error
         }
+        guard streaming else {
+            statement.answered()
+            return (rows, nil)
+        }
+        statement.firstAnswer()
+        return (rows, statement)
     }
 
     /// ROLLBACK, unless the connection is closed (``checkedQuery(_:logger:)``).

@@ -19,17 +19,31 @@ extension PostgresRandomAccessRow {
 }
 
 extension PostgresConnection {
-    /// Every row of `query`, mapped by `transform` (rows read by column name).
+    /// Every row of `query`, mapped by `transform` (rows read by column name). Watched until the
+    /// last row (``StatementWatch/firstAnswer()``): rows that stop coming from a server lost
+    /// mid-stream fail as a lost session, never hang.
     func rows<T>(_ query: PostgresQuery, logger: Logger, _ transform: (PostgresRandomAccessRow) throws -> T) async throws -> [T] {
+        let (rows, watch) = try await checkedQuery(query, logger: logger, streaming: true)
+        defer { watch?.finished() }
         var result: [T] = []
-        for try await row in try await self.checkedQuery(query, logger: logger) { result.append(try transform(row.makeRandomAccess())) }
+        do {
+            for try await row in rows { result.append(try transform(row.makeRandomAccess())) }
+        } catch  where watch?.closed == true {
+            throw PostgresStoreError.sessionLost
+        }
         return result
     }
 
-    /// The first column of every row of `query`.
+    /// The first column of every row of `query`, watched as ``rows(_:logger:_:)`` is.
     func column<T: PostgresDecodable & Sendable>(_ query: PostgresQuery, _ type: T.Type, logger: Logger) async throws -> [T] {
+        let (rows, watch) = try await checkedQuery(query, logger: logger, streaming: true)
+        defer { watch?.finished() }
         var result: [T] = []
-        for try await value in try await self.checkedQuery(query, logger: logger).decode(T.self) { result.append(value) }
+        do {
+            for try await value in rows.decode(T.self) { result.append(value) }
+        } catch  where watch?.closed == true {
+            throw PostgresStoreError.sessionLost
+        }
         return result
     }
 }

@@ -94,12 +94,30 @@ final class ServerSessions: Sendable {
 
     /// By connection, while it is open.
     private let known = Mutex<[ObjectIdentifier: Entry]>([:])
+    /// When a server was last found replaced (``StatementWatch``'s failover).
+    private let replacement = Mutex<ContinuousClock.Instant?>(nil)
+
+    /// A server was found replaced: connections made before and never learned are the old one's.
+    func replaced() { replacement.withLock { $0 = .now } }
+
+    /// Whether a server was found replaced within `window`.
+    func replaced(within window: Duration) -> Bool {
+        replacement.withLock { $0.map { ContinuousClock.now - $0 < window } ?? false }
+    }
 
     func session(of connection: PostgresConnection) -> ServerSession? { known.withLock { $0[ObjectIdentifier(connection)]?.session } }
 
-    /// `statement` waits on `connection` (nil: its answer came).
-    func waiting(_ statement: StatementWatch?, on connection: PostgresConnection) {
+    /// `statement` waits on `connection`.
+    func waiting(_ statement: StatementWatch, on connection: PostgresConnection) {
         known.withLock { $0[ObjectIdentifier(connection)]?.statement = statement }
+    }
+
+    /// `statement` no longer waits on `connection` (a later one's wait stays).
+    func done(_ statement: StatementWatch, on connection: PostgresConnection) {
+        known.withLock { known in
+            let key = ObjectIdentifier(connection)
+            if known[key]?.statement === statement { known[key]?.statement = nil }
+        }
     }
 
     /// The open connections whose sessions are on `server`, with the statement each waits for.
@@ -115,13 +133,23 @@ final class ServerSessions: Sendable {
     func learn(_ connection: PostgresConnection, logger: Logger) async throws {
         let key = ObjectIdentifier(connection)
         guard known.withLock({ $0[key] == nil }) else { return }
-        let found = try await connection.rows(
-            """
-            SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint, (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint
-            FROM pg_stat_activity WHERE pid = pg_backend_pid() AND backend_start IS NOT NULL
-            """, logger: logger
-        ) { row in
-            ServerSession(pid: try row[0].decode(Int32.self), start: try row[1].decode(Int64.self), server: try row[2].decode(Int64.self))
+        let found: [ServerSession]
+        do {
+            found = try await connection.rows(
+                """
+                SELECT pid, (extract(epoch FROM backend_start) * 1000000)::bigint, (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint
+                FROM pg_stat_activity WHERE pid = pg_backend_pid() AND backend_start IS NOT NULL
+                """, logger: logger
+            ) { row in
+                ServerSession(pid: try row[0].decode(Int32.self), start: try row[1].decode(Int64.self), server: try row[2].decode(Int64.self))
+            }
+        } catch let error as PostgresStoreError where error.isSessionLost {
+            throw error  // its connection is closed: the body would fail on it too
+        } catch {
+            // Refused (EXECUTE revoked, a look-alike without these functions): not known, and
+            // the request goes on.
+            logger.notice("could not learn this connection's server session: \(PostgresStoreError.wrapping(error))")
+            found = []
         }
         if found.isEmpty {
             logger.notice(
@@ -155,16 +183,20 @@ final class SessionProbe: Sendable {
         let (client, deadline, logger) = (client, deadline, logger)
         do {
             let answers = try await PostgresBackend.$silence.withValue(watch) {
-                try await withThrowingTaskGroup(of: [(Int64, String?)]?.self) { group in
+                try await withThrowingTaskGroup(of: [(Int64, Bool, String?)]?.self) { group in
                     group.addTask {
                         try await client.withConnection { c in
-                            try await c.rows(
+                            // Asked on a connection made for the question, then closed: one kept
+                            // from before a failover could be one of the old server's, frozen, or
+                            // still answering for an old primary nobody fenced off.
+                            defer { c.closeNow() }
+                            return try await c.rows(
                                 """
-                                SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint,
+                                SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint, pg_is_in_recovery(),
                                   (SELECT coalesce(state, '?') || '/' || coalesce(wait_event, '') FROM pg_stat_activity
                                    WHERE pid = \(session.pid) AND (extract(epoch FROM backend_start) * 1000000)::bigint = \(session.start))
                                 """, logger: logger
-                            ) { row in (try row[0].decode(Int64.self), try row[1].decode(String?.self)) }
+                            ) { row in (try row[0].decode(Int64.self), try row[1].decode(Bool.self), try row[2].decode(String?.self)) }
                         }
                     }
                     group.addTask {
@@ -176,7 +208,8 @@ final class SessionProbe: Sendable {
                     return answers
                 }
             }
-            guard let (server, answer) = answers.first else { return .unknown }
+            // A standby knows nothing of the primary's sessions: no answer about them.
+            guard let (server, recovering, answer) = answers.first, !recovering else { return .unknown }
             guard let answer else { return .gone(server: server) }
             return Self.state(answer)
         } catch {
@@ -199,10 +232,14 @@ final class SessionProbe: Sendable {
     }
 }
 
-/// One statement's watch, from its sending until its first answer.
+/// One statement's watch, from its sending until its first answer — or, streaming, until its
+/// last row (``firstAnswer()``, ``finished()``). While its rows come, only a session gone from
+/// the server closes the connection: a consumer that reads slowly (a starved task, a client
+/// of an export) leaves the session idle or waiting on its client, alive.
 final class StatementWatch: Sendable {
     private struct State {
         var answered = false
+        var streaming = false
         var closed = false
         var timer: Scheduled<Void>?
     }
@@ -219,19 +256,32 @@ final class StatementWatch: Sendable {
         self.connection = connection
         self.logger = logger
         watch.sessions.waiting(self, on: connection)
-        arm(in: watch.first)
+        // The probe's own question has the probe's whole deadline.
+        arm(in: watch.probe == nil ? watch.bound : watch.first)
     }
 
     /// Whether the watch closed the connection.
     var closed: Bool { state.withLock { $0.closed } }
 
-    /// The answer came, or the statement failed: no more timers, and a timer already due does nothing.
+    /// The answer came, or the statement failed: no more timers, and a timer already due does
+    /// nothing. On the loop.
     func answered() {
-        watch.sessions.waiting(nil, on: connection)
+        watch.sessions.done(self, on: connection)
         state.withLock { state -> Scheduled<Void>? in
             state.answered = true
             return state.timer.take()
         }?.cancel()
+    }
+
+    /// On the loop: the first answer came and its rows are on their way; the watch goes on.
+    func firstAnswer() { state.withLock { $0.streaming = true } }
+
+    /// The last row was read (or the reading failed): the watch ends. Off the loop, its timer
+    /// is left to find it over when due, rather than woken to cancel it.
+    func finished() {
+        guard !connection.eventLoop.inEventLoop else { return answered() }
+        watch.sessions.done(self, on: connection)
+        state.withLock { $0.answered = true }
     }
 
     /// A timer of the connection's loop: an insert into its heap and a cancel per statement.
@@ -246,20 +296,39 @@ final class StatementWatch: Sendable {
 
     /// On the loop (the timer).
     private func silent() {
-        guard !state.withLock({ $0.answered }) else { return }
+        let (answered, streaming) = state.withLock { ($0.answered, $0.streaming) }
+        guard !answered else { return }
         // The probe's own statement: nothing else to ask.
-        guard let probe = watch.probe else { return close(because: "it was a question about another statement's session") }
+        guard let probe = watch.probe else { _ = close(because: "it was a question about another statement's session"); return }
         guard let session = watch.sessions.session(of: connection) else {
+            // Rows already coming: a session nobody can ask about is left to them.
+            if streaming { return arm(in: watch.bound) }
+            // Just after a failover, a connection made before it and never used (so never
+            // learned) is the old server's: its first statement, silent, is closed now.
+            if watch.sessions.replaced(within: watch.limit) {
+                close(because: "its session is not known, and a server was just found replaced")
+                return
+            }
             // Not learned yet (the statement that learns it, on a busy server) or not shown by
             // the server: nobody can be asked, so it has the time of one nobody could say about.
             guard ContinuousClock.now - sent >= watch.limit else { return arm(in: watch.bound) }
-            return close(because: "its session is not known")
+            close(because: "its session is not known")
+            return
         }
-        let (bound, limit, sessions, counts) = (watch.bound, watch.limit, watch.sessions, watch.counts)
+        let (first, bound, limit, sessions, counts) = (watch.first, watch.bound, watch.limit, watch.sessions, watch.counts)
         Task {
             let answer = await probe.state(of: session, sessions: sessions, counts: counts)
             connection.eventLoop.execute { [self] in
                 let silence = ContinuousClock.now - sent
+                if streaming {
+                    guard case .gone(let server) = answer else {
+                        if !state.withLock({ $0.answered }) { arm(in: answer == .unknown ? first : bound) }
+                        return
+                    }
+                    guard close(because: "its session is gone from the server that answers now, with the rest of its rows") else { return }
+                    if server != session.server { closeAll(on: session.server) }
+                    return
+                }
                 switch answer {
                 case .running:
                     if !state.withLock({ $0.answered }) {
@@ -270,7 +339,9 @@ final class StatementWatch: Sendable {
                         }
                         arm(in: bound)
                     }
-                case .unknown where silence < limit: arm(in: bound)
+                // Soon again, on a new connection: the probe's own may have been one of the lost
+                // server's (used within its last 5 s), closed by now for its own silence.
+                case .unknown where silence < limit: arm(in: first)
                 case .unknown: close(because: "nobody could say what its session does")
                 // Its answer may still be on its way, this soon.
                 case .notRunning where silence < bound: arm(in: bound - silence)
@@ -278,7 +349,8 @@ final class StatementWatch: Sendable {
                 case .gone(let server) where server == session.server:
                     close(because: "its session has ended on the server (its end never reached this side)")
                 case .gone:
-                    close(because: "its session is unknown to the server that answers now, another one (a failover)")
+                    // Answered meanwhile: its server is alive after all, and nothing is closed.
+                    guard close(because: "its session is unknown to the server that answers now, another one (a failover)") else { return }
                     closeAll(on: session.server)
                 }
             }
@@ -289,34 +361,40 @@ final class StatementWatch: Sendable {
     /// closed — a statement waiting on one fails as lost, as this one did; an idle one leaves
     /// its pool. Each would otherwise cost its next caller a silence of ``SilenceWatch/first``.
     private func closeAll(on server: Int64) {
+        watch.sessions.replaced()
         let stale = watch.sessions.onServer(server).filter { $0.connection !== connection }
         guard !stale.isEmpty else { return }
         logger.error("closing \(stale.count) more database connection(s) to the server that was replaced")
         for (other, statement) in stale {
-            watch.counts.replace()
             // The loop is the backend's one loop (every pool's); a check, not a hop.
             guard other.eventLoop.inEventLoop else {
-                other.eventLoop.execute { Self.close(other, statement) }
+                other.eventLoop.execute { [counts = watch.counts] in Self.close(other, statement, counts) }
                 continue
             }
-            Self.close(other, statement)
+            Self.close(other, statement, watch.counts)
         }
     }
 
-    private static func close(_ connection: PostgresConnection, _ statement: StatementWatch?) {
-        if let statement, statement.markClosed() { return connection.closeNow() }
-        if statement == nil { connection.closeNow() }
+    /// A connection to a replaced server: closed, failing the statement it waits for as lost —
+    /// one answered meanwhile came from that server after all, and is left alone.
+    private static func close(_ connection: PostgresConnection, _ statement: StatementWatch?, _ counts: SilenceCounts) {
+        if let statement, !statement.markClosed() { return }
+        counts.replace()
+        connection.closeNow()
     }
 
     /// On the loop: the decision and the close before any answer can end the statement, and
     /// so before its connection can go back to its pool and to another caller.
-    private func close(because reason: String) {
-        guard markClosed() else { return }
+    /// Returns whether it closed (not when the answer came first).
+    @discardableResult
+    private func close(because reason: String) -> Bool {
+        guard markClosed() else { return false }
         watch.counts.close()
         logger.error(
             "a database statement has had no answer for \((ContinuousClock.now - sent).components.seconds) s, and \(reason): closing its connection (a server lost without a reset?)"
         )
         connection.closeNow()
+        return true
     }
 
     /// On the loop: marks the statement failed by its connection's close, unless it was
