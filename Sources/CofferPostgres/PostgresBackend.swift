@@ -49,6 +49,8 @@ public final class PostgresBackend: Sendable {
     /// shows idle is closed after the sessions' `statement_timeout` and 10 s (the server answers
     /// a statement it ended at its timeout, or a lock wait it ended, well within that).
     let watch: SilenceWatch?
+    /// The repeated pass of ``ServerSessions/sweep()`` (with ``watch``).
+    private let sweeper: RepeatedTask?
     /// The sessions of this backend's connections, for ``watch``.
     private let sessions: ServerSessions
     /// The probe's own pool (one connection, when needed).
@@ -66,7 +68,8 @@ public final class PostgresBackend: Sendable {
         self.client = client
         self.writer = writer
         self.group = group
-        self.loop = group.next()
+        let loop = group.next()
+        self.loop = loop
         self.executor = EventLoopTaskExecutor(loop)
         self.url = url
         self.deadline = deadline
@@ -80,6 +83,10 @@ public final class PostgresBackend: Sendable {
                 counts: SilenceCounts())
         }
         self.watch = watch
+        // Rows slow to come (``StatementWatch/sweep()``): one pass over the connections, on their loop.
+        self.sweeper = watch.map { watch in
+            loop.scheduleRepeatedTask(initialDelay: TimeAmount(watch.first), delay: TimeAmount(watch.first)) { _ in sessions.sweep() }
+        }
         self.logger = logger
         let turns = TurnCount()
         self.turns = turns
@@ -227,6 +234,7 @@ public final class PostgresBackend: Sendable {
     /// loop, with whatever connections are left, even should a task of the driver never end
     /// (a shutdown that waited for it would hang the process until its supervisor kills it).
     public func close() async {
+        sweeper?.cancel()
         running.cancel()
         if await !Self.ends(running, within: Self.closeWait) {
             logger.warning(

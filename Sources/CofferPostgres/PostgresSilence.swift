@@ -86,10 +86,12 @@ final class SilenceCounts: Sendable {
 final class ServerSessions: Sendable {
     private struct Entry {
         let connection: PostgresConnection
-        /// Nil when the server did not show it.
-        let session: ServerSession?
+        /// Nil when the server did not show it, or the question failed.
+        var session: ServerSession?
         /// The statement the connection waits for an answer to, if any (one at a time).
         var statement: StatementWatch?
+        /// When a session not learned is asked about again.
+        var retry: ContinuousClock.Instant?
     }
 
     /// By connection, while it is open.
@@ -120,6 +122,13 @@ final class ServerSessions: Sendable {
         }
     }
 
+    /// On the loop, every ``SilenceWatch/first``: the statements whose rows have been coming
+    /// that long are looked at (``StatementWatch/sweep()``) — one pass over the open
+    /// connections, rather than a timer per statement left pending after its last row.
+    func sweep() {
+        for statement in known.withLock({ $0.values.compactMap(\.statement) }) { statement.sweep() }
+    }
+
     /// The open connections whose sessions are on `server`, with the statement each waits for.
     func onServer(_ server: Int64) -> [(connection: PostgresConnection, statement: StatementWatch?)] {
         known.withLock { known in known.values.filter { $0.session?.server == server }.map { ($0.connection, $0.statement) } }
@@ -127,12 +136,18 @@ final class ServerSessions: Sendable {
 
     /// Learns `connection`'s session, unless known: one statement on each new connection.
     /// Forgotten when the connection closes (before it is freed, so its identifier is not
-    /// reused meanwhile). A server that does not show it (a look-alike of PostgreSQL, a proxy)
-    /// leaves it unknown, logged once per connection, and the request goes on: a silence of
-    /// that connection is then closed after ``SilenceWatch/limit``, nobody to ask.
+    /// reused meanwhile). A server that does not show it (a look-alike of PostgreSQL, a proxy),
+    /// or a question that failed, leaves it unknown, logged, and the request goes on — asked
+    /// again on a lease a minute later: meanwhile a silence of that connection is closed
+    /// after ``SilenceWatch/limit``, nobody to ask.
     func learn(_ connection: PostgresConnection, logger: Logger) async throws {
         let key = ObjectIdentifier(connection)
-        guard known.withLock({ $0[key] == nil }) else { return }
+        let now = ContinuousClock.now
+        let (due, isNew) = known.withLock { known -> (Bool, Bool) in
+            guard let entry = known[key] else { return (true, true) }
+            return (entry.session == nil && entry.retry.map { $0 <= now } == true, false)
+        }
+        guard due else { return }
         let found: [ServerSession]
         do {
             found = try await connection.rows(
@@ -155,8 +170,16 @@ final class ServerSessions: Sendable {
             logger.notice(
                 "the database does not show this connection's session in pg_stat_activity: its statements cannot be asked about when silent")
         }
-        known.withLock { $0[key] = Entry(connection: connection, session: found.first) }
-        connection.closeFuture.whenComplete { [self] _ in _ = known.withLock { $0.removeValue(forKey: key) } }
+        let retry = found.isEmpty ? ContinuousClock.now + .seconds(60) : nil
+        known.withLock { known in
+            if known[key] == nil {
+                known[key] = Entry(connection: connection, session: found.first, retry: retry)
+            } else {
+                known[key]?.session = found.first
+                known[key]?.retry = retry
+            }
+        }
+        if isNew { connection.closeFuture.whenComplete { [self] _ in _ = known.withLock { $0.removeValue(forKey: key) } } }
     }
 }
 
@@ -186,19 +209,22 @@ final class SessionProbe: Sendable {
                 try await withThrowingTaskGroup(of: [(Int64, Bool, String?)]?.self) { group in
                     group.addTask {
                         try await client.withConnection { c in
-                            // Asked on a connection made for the question, then closed: one kept
-                            // from before a failover could be one of the old server's, frozen, or
+                            // Asked on a connection made for the question, then closed — before
+                            // the lease goes back, so the pool never hands it on: one kept from
+                            // before a failover could be one of the old server's, frozen, or
                             // still answering for an old primary nobody fenced off.
-                            defer { c.closeNow() }
-                            return try await c.rows(
-                                """
-                                SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint, pg_is_in_recovery(),
-                                  (SELECT coalesce(state, '?') || '/' || coalesce(wait_event, '') FROM pg_stat_activity
-                                   WHERE pid = \(session.pid) AND (extract(epoch FROM backend_start) * 1000000)::bigint = \(session.start))
-                                """, logger: logger
-                            ) { row in (try row[0].decode(Int64.self), try row[1].decode(Bool.self), try row[2].decode(String?.self)) }
+                            let answers: [(Int64, Bool, String?)]
+                            do {
+                                answers = try await Self.ask(c, session, logger: logger)
+                            } catch {
+                                try? await c.close()
+                                throw error
+                            }
+                            try? await c.close()
+                            return answers
                         }
                     }
+
                     group.addTask {
                         try await Task.sleep(for: deadline)
                         return nil
@@ -218,6 +244,18 @@ final class SessionProbe: Sendable {
         }
     }
 
+    /// The server's start, whether it is a standby, and `session`'s `state/wait_event` (nil:
+    /// not a session of that server).
+    private static func ask(_ c: PostgresConnection, _ session: ServerSession, logger: Logger) async throws -> [(Int64, Bool, String?)] {
+        try await c.rows(
+            """
+            SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint, pg_is_in_recovery(),
+              (SELECT coalesce(state, '?') || '/' || coalesce(wait_event, '') FROM pg_stat_activity
+               WHERE pid = \(session.pid) AND (extract(epoch FROM backend_start) * 1000000)::bigint = \(session.start))
+            """, logger: logger
+        ) { row in (try row[0].decode(Int64.self), try row[1].decode(Bool.self), try row[2].decode(String?.self)) }
+    }
+
     /// A session's `state/wait_event` as ``state(of:sessions:counts:)`` reads it.
     static func state(_ answer: String) -> SessionState {
         let (state, wait) = answer.firstIndex(of: "/").map { (answer[..<$0], answer[answer.index(after: $0)...]) } ?? (answer[...], "")
@@ -235,11 +273,14 @@ final class SessionProbe: Sendable {
 /// One statement's watch, from its sending until its first answer — or, streaming, until its
 /// last row (``firstAnswer()``, ``finished()``). While its rows come, only a session gone from
 /// the server closes the connection: a consumer that reads slowly (a starved task, a client
-/// of an export) leaves the session idle or waiting on its client, alive.
+/// of an export) leaves the session idle or waiting on its client, alive. The first answer
+/// ends the statement's timer; rows still coming after ``SilenceWatch/first`` are found by
+/// the backend's sweep (``ServerSessions/sweep()``), which arms one for them.
 final class StatementWatch: Sendable {
     private struct State {
         var answered = false
-        var streaming = false
+        /// When the first answer came, for a statement whose rows are read after it.
+        var streaming: ContinuousClock.Instant?
         var closed = false
         var timer: Scheduled<Void>?
     }
@@ -273,15 +314,33 @@ final class StatementWatch: Sendable {
         }?.cancel()
     }
 
-    /// On the loop: the first answer came and its rows are on their way; the watch goes on.
-    func firstAnswer() { state.withLock { $0.streaming = true } }
+    /// On the loop: the first answer came and its rows are on their way; the watch goes on,
+    /// its timer ended (the sweep arms one if the rows are slow to come).
+    func firstAnswer() {
+        state.withLock { state -> Scheduled<Void>? in
+            state.streaming = .now
+            return state.timer.take()
+        }?.cancel()
+    }
 
-    /// The last row was read (or the reading failed): the watch ends. Off the loop, its timer
-    /// is left to find it over when due, rather than woken to cancel it.
+    /// The last row was read (or the reading failed): the watch ends. Any thread: a timer is
+    /// left only for rows that were slow to come.
     func finished() {
-        guard !connection.eventLoop.inEventLoop else { return answered() }
         watch.sessions.done(self, on: connection)
-        state.withLock { $0.answered = true }
+        state.withLock { state -> Scheduled<Void>? in
+            state.answered = true
+            return state.timer.take()
+        }?.cancel()
+    }
+
+    /// On the loop (``ServerSessions/sweep()``): rows coming for ``SilenceWatch/first`` and no
+    /// timer yet get one, due now.
+    func sweep() {
+        let due = state.withLock { state in
+            guard !state.answered, state.timer == nil, let since = state.streaming else { return false }
+            return ContinuousClock.now - since >= watch.first
+        }
+        if due { arm(in: .zero) }
     }
 
     /// A timer of the connection's loop: an insert into its heap and a cancel per statement.
@@ -296,22 +355,19 @@ final class StatementWatch: Sendable {
 
     /// On the loop (the timer).
     private func silent() {
-        let (answered, streaming) = state.withLock { ($0.answered, $0.streaming) }
+        let (answered, streaming) = state.withLock { ($0.answered, $0.streaming != nil) }
         guard !answered else { return }
         // The probe's own statement: nothing else to ask.
         guard let probe = watch.probe else { _ = close(because: "it was a question about another statement's session"); return }
         guard let session = watch.sessions.session(of: connection) else {
-            // Rows already coming: a session nobody can ask about is left to them.
-            if streaming { return arm(in: watch.bound) }
-            // Just after a failover, a connection made before it and never used (so never
-            // learned) is the old server's: its first statement, silent, is closed now.
-            if watch.sessions.replaced(within: watch.limit) {
-                close(because: "its session is not known, and a server was just found replaced")
-                return
-            }
             // Not learned yet (the statement that learns it, on a busy server) or not shown by
-            // the server: nobody can be asked, so it has the time of one nobody could say about.
-            guard ContinuousClock.now - sent >= watch.limit else { return arm(in: watch.bound) }
+            // the server: nobody can be asked, so it has the time of one nobody could say
+            // about — but just after a failover, a connection made before it and never used
+            // (so never learned) is the old server's: a silent statement on one is closed after
+            // the bound. Rows already coming have the limit.
+            let silence = ContinuousClock.now - sent
+            let cap = !streaming && watch.sessions.replaced(within: watch.limit) ? watch.bound : watch.limit
+            guard silence >= cap else { return arm(in: min(watch.bound, cap - silence)) }
             close(because: "its session is not known")
             return
         }
@@ -320,9 +376,14 @@ final class StatementWatch: Sendable {
             let answer = await probe.state(of: session, sessions: sessions, counts: counts)
             connection.eventLoop.execute { [self] in
                 let silence = ContinuousClock.now - sent
-                if streaming {
+                // Read now: the first answer may have come while the question was out.
+                if state.withLock({ $0.streaming != nil }) {
                     guard case .gone(let server) = answer else {
-                        if !state.withLock({ $0.answered }) { arm(in: answer == .unknown ? first : bound) }
+                        if answer == .unknown && silence >= limit {
+                            close(because: "nobody could say what its session does, with the rest of its rows")
+                        } else if !state.withLock({ $0.answered }) {
+                            arm(in: answer == .unknown ? first : bound)
+                        }
                         return
                     }
                     guard close(because: "its session is gone from the server that answers now, with the rest of its rows") else { return }

@@ -38,19 +38,20 @@ public enum CofferExecutable {
 
     /// Runs `coffer arguments`, writes `stdin` (if any) and closes it, and waits for the exit.
     /// `environment` nil inherits this process's environment.
-    /// `timeout`: the process is killed (SIGKILL) once it has run this long — for a command
-    /// expected to refuse and exit (a `serve` that should not start), so that a regression
-    /// fails the test instead of hanging it.
+    /// `timeout`: the process is killed (SIGKILL) once it has run this long — shortened for a
+    /// command expected to refuse and exit (a `serve` that should not start) — so that a
+    /// regression fails its test (status 9 by signal) instead of hanging the whole run until
+    /// CI's limit. Every command has one: 10 minutes unless given.
     ///
     /// The command runs on a thread of its own (``offThePool(_:)``): it may talk to a server
     /// in this very process, whose tasks need the cooperative pool's threads.
-    public static func run(_ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil, timeout: Duration? = nil)
-        async throws -> Run
-    {
+    public static func run(
+        _ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil, timeout: Duration = .seconds(600)
+    ) async throws -> Run {
         try await offThePool { try runBlocking(arguments, stdin: stdin, environment: environment, timeout: timeout) }
     }
 
-    private static func runBlocking(_ arguments: [String], stdin: Data?, environment: [String: String]?, timeout: Duration?) throws -> Run {
+    private static func runBlocking(_ arguments: [String], stdin: Data?, environment: [String: String]?, timeout: Duration) throws -> Run {
         let process = Process()
         process.executableURL = try url
         process.arguments = arguments
@@ -65,12 +66,10 @@ public enum CofferExecutable {
         // Killed only while not yet reaped (its pid could be another process's later; the
         // moment between the reaping and the flag is too short for the pid to come round).
         let reaped = Mutex(false)
-        if let timeout {
-            let pid = process.processIdentifier
-            let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
-                reaped.withLock { if !$0 { kill(pid, SIGKILL) } }
-            }
+        let pid = process.processIdentifier
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+            reaped.withLock { if !$0 { kill(pid, SIGKILL) } }
         }
         // stderr is read on a thread of its own while stdout is read here: read one after the
         // other, a command that fills the pipe of the one not yet read (64 KiB) would wait for

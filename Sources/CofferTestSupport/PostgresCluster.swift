@@ -256,10 +256,13 @@ public final class PostgresCluster: Sendable {
         }
     }
 
-    /// `url` with `setting` for the session (`options=-c name=value`); `url` itself without one.
+    /// `url` with `setting` for the session (`options=-c name=value`), after a statement
+    /// timeout of 5 minutes: a psql waiting for a lock a test's own session holds (a test's
+    /// mistake) fails it instead of hanging the whole run until CI's limit.
     static func url(_ url: String, setting: (name: String, value: String)?) -> String {
-        guard let setting, var components = URLComponents(string: url) else { return url }
-        components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "options", value: "-c \(setting.name)=\(setting.value)")]
+        guard var components = URLComponents(string: url) else { return url }
+        let options = ["-c statement_timeout=300000"] + (setting.map { ["-c \($0.name)=\($0.value)"] } ?? [])
+        components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "options", value: options.joined(separator: " "))]
         return components.string ?? url
     }
 
