@@ -305,7 +305,7 @@ final class StatementWatch: Sendable {
     var closed: Bool { state.withLock { $0.closed } }
 
     /// The answer came, or the statement failed: no more timers, and a timer already due does
-    /// nothing. On the loop.
+    /// nothing. Any thread (on the loop, the cancel is a removal from its timer heap).
     func answered() {
         watch.sessions.done(self, on: connection)
         state.withLock { state -> Scheduled<Void>? in
@@ -323,15 +323,9 @@ final class StatementWatch: Sendable {
         }?.cancel()
     }
 
-    /// The last row was read (or the reading failed): the watch ends. Any thread: a timer is
-    /// left only for rows that were slow to come.
-    func finished() {
-        watch.sessions.done(self, on: connection)
-        state.withLock { state -> Scheduled<Void>? in
-            state.answered = true
-            return state.timer.take()
-        }?.cancel()
-    }
+    /// The last row was read (or the reading failed): the watch ends. Any thread: only rows
+    /// that were slow to come still have a timer to cancel.
+    func finished() { answered() }
 
     /// On the loop (``ServerSessions/sweep()``): rows coming for ``SilenceWatch/first`` and no
     /// timer yet get one, due now.
