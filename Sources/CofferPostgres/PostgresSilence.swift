@@ -183,9 +183,9 @@ final class ServerSessions: Sendable {
     }
 }
 
-/// Asks, on a connection of its own pool (one connection, opened when needed), what a session
-/// is doing; its own statements are watched without a probe, and the wait for its connection
-/// ends after `deadline`.
+/// Asks, on a connection of its own pool (one at a time, made for each question and closed
+/// after it), what a session is doing; its own statements are watched without a probe, and
+/// the wait for its connection ends after `deadline`.
 final class SessionProbe: Sendable {
     private let client: PostgresClient
     private let deadline: Duration
@@ -394,8 +394,7 @@ final class StatementWatch: Sendable {
                         }
                         arm(in: bound)
                     }
-                // Soon again, on a new connection: the probe's own may have been one of the lost
-                // server's (used within its last 5 s), closed by now for its own silence.
+                // Soon again: the question itself failed (no connection, the probe's deadline).
                 case .unknown where silence < limit: arm(in: first)
                 case .unknown: close(because: "nobody could say what its session does")
                 // Its answer may still be on its way, this soon.

