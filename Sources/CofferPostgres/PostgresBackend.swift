@@ -556,7 +556,7 @@ extension PostgresConnection {
 
     /// ``checkedQuery(_:logger:)``; `streaming`: the statement's watch goes on after its first
     /// answer, while its rows come, and is returned — the caller reads every row, then calls
-    /// ``StatementWatch/finished()`` (``rows(_:logger:_:)`` and ``column(_:_:logger:)`` do).
+    /// ``StatementWatch/answered()`` (``rows(_:logger:_:)`` and ``column(_:_:logger:)`` do).
     func checkedQuery(_ query: PostgresQuery, logger: Logger, streaming: Bool) async throws -> (rows: PostgresRowSequence, watch: StatementWatch?) {
         let watch = PostgresBackend.silence
         if eventLoop.inEventLoop { return try await queryIfOpen(query, logger: logger, watch: watch, streaming: streaming) }

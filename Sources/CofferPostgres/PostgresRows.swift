@@ -23,28 +23,31 @@ extension PostgresConnection {
     /// last row (``StatementWatch/firstAnswer()``): rows that stop coming from a server lost
     /// mid-stream fail as a lost session, never hang.
     func rows<T>(_ query: PostgresQuery, logger: Logger, _ transform: (PostgresRandomAccessRow) throws -> T) async throws -> [T] {
-        let (rows, watch) = try await checkedQuery(query, logger: logger, streaming: true)
-        defer { watch?.finished() }
-        var result: [T] = []
-        do {
+        try await readAll(query, logger: logger) { rows in
+            var result: [T] = []
             for try await row in rows { result.append(try transform(row.makeRandomAccess())) }
-        } catch  where watch?.closed == true {
-            throw PostgresStoreError.sessionLost
+            return result
         }
-        return result
     }
 
     /// The first column of every row of `query`, watched as ``rows(_:logger:_:)`` is.
     func column<T: PostgresDecodable & Sendable>(_ query: PostgresQuery, _ type: T.Type, logger: Logger) async throws -> [T] {
-        let (rows, watch) = try await checkedQuery(query, logger: logger, streaming: true)
-        defer { watch?.finished() }
-        var result: [T] = []
-        do {
+        try await readAll(query, logger: logger) { rows in
+            var result: [T] = []
             for try await value in rows.decode(T.self) { result.append(value) }
+            return result
+        }
+    }
+
+    /// `read` over `query`'s rows, its statement watched until `read` returns.
+    private func readAll<R>(_ query: PostgresQuery, logger: Logger, _ read: (PostgresRowSequence) async throws -> R) async throws -> R {
+        let (rows, watch) = try await checkedQuery(query, logger: logger, streaming: true)
+        defer { watch?.answered() }
+        do {
+            return try await read(rows)
         } catch  where watch?.closed == true {
             throw PostgresStoreError.sessionLost
         }
-        return result
     }
 }
 

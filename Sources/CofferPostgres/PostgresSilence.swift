@@ -271,7 +271,7 @@ final class SessionProbe: Sendable {
 }
 
 /// One statement's watch, from its sending until its first answer — or, streaming, until its
-/// last row (``firstAnswer()``, ``finished()``). While its rows come, only a session gone from
+/// last row (``firstAnswer()``, then ``answered()`` after the last row). While its rows come, only a session gone from
 /// the server closes the connection: a consumer that reads slowly (a starved task, a client
 /// of an export) leaves the session idle or waiting on its client, alive. The first answer
 /// ends the statement's timer; rows still coming after ``SilenceWatch/first`` are found by
@@ -304,8 +304,9 @@ final class StatementWatch: Sendable {
     /// Whether the watch closed the connection.
     var closed: Bool { state.withLock { $0.closed } }
 
-    /// The answer came, or the statement failed: no more timers, and a timer already due does
-    /// nothing. Any thread (on the loop, the cancel is a removal from its timer heap).
+    /// The answer came — streaming, the last row was read — or the statement failed: no more
+    /// timers, and a timer already due does nothing. Any thread (on the loop, the cancel is a
+    /// removal from its timer heap; off it, only rows that were slow to come have a timer).
     func answered() {
         watch.sessions.done(self, on: connection)
         state.withLock { state -> Scheduled<Void>? in
@@ -322,10 +323,6 @@ final class StatementWatch: Sendable {
             return state.timer.take()
         }?.cancel()
     }
-
-    /// The last row was read (or the reading failed): the watch ends. Any thread: only rows
-    /// that were slow to come still have a timer to cancel.
-    func finished() { answered() }
 
     /// On the loop (``ServerSessions/sweep()``): rows coming for ``SilenceWatch/first`` and no
     /// timer yet get one, due now.
@@ -370,18 +367,23 @@ final class StatementWatch: Sendable {
             let answer = await probe.state(of: session, sessions: sessions, counts: counts)
             connection.eventLoop.execute { [self] in
                 let silence = ContinuousClock.now - sent
-                // Read now: the first answer may have come while the question was out.
-                if state.withLock({ $0.streaming != nil }) {
-                    guard case .gone(let server) = answer else {
-                        if answer == .unknown && silence >= limit {
-                            close(because: "nobody could say what its session does, with the rest of its rows")
-                        } else if !state.withLock({ $0.answered }) {
-                            arm(in: answer == .unknown ? first : bound)
-                        }
+                if case .gone(let server) = answer {
+                    // Answered meanwhile: its server is alive after all, and nothing is closed.
+                    guard server != session.server else {
+                        close(because: "its session has ended on the server (its end never reached this side)")
                         return
                     }
-                    guard close(because: "its session is gone from the server that answers now, with the rest of its rows") else { return }
-                    if server != session.server { closeAll(on: session.server) }
+                    guard close(because: "its session is unknown to the server that answers now, another one (a failover)") else { return }
+                    return closeAll(on: session.server)
+                }
+                // Read now: the first answer may have come while the question was out. Rows
+                // coming: only a session gone (above), or nobody able to say for the limit, closes.
+                if state.withLock({ $0.streaming != nil }) {
+                    if answer == .unknown && silence >= limit {
+                        close(because: "nobody could say what its session does")
+                    } else if !state.withLock({ $0.answered }) {
+                        arm(in: answer == .unknown ? first : bound)
+                    }
                     return
                 }
                 switch answer {
@@ -400,12 +402,7 @@ final class StatementWatch: Sendable {
                 // Its answer may still be on its way, this soon.
                 case .notRunning where silence < bound: arm(in: bound - silence)
                 case .notRunning: close(because: "its session is not running it (idle, or waiting on a stalled client)")
-                case .gone(let server) where server == session.server:
-                    close(because: "its session has ended on the server (its end never reached this side)")
-                case .gone:
-                    // Answered meanwhile: its server is alive after all, and nothing is closed.
-                    guard close(because: "its session is unknown to the server that answers now, another one (a failover)") else { return }
-                    closeAll(on: session.server)
+                case .gone: break  // above
                 }
             }
         }

@@ -83,32 +83,21 @@ struct PostgresWriterTests {
             // The attempt runs in a task of its own: should it wait forever (a statement written
             // to the closed channel: `c.query` here instead of `checkedQuery` never answers), the
             // test fails instead of waiting with it.
-            let done = Mutex<Result<Int, any Error>?>(nil)
-            let attempt = Task {
-                let result: Result<Int, any Error>
-                do {
-                    result = .success(
-                        try await backend.transaction { c in
-                            let pid = try #require(try await c.column("SELECT pg_backend_pid()", Int32.self, logger: backend.logger).first)
-                            try await cluster.psql("SELECT pg_terminate_backend(\(pid))", database: name)
-                            let deadline = ContinuousClock.now + .seconds(20)
-                            while !c.isClosed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-                            try #require(c.isClosed, "the connection saw its session end")
-                            try await c.checkedQuery("SELECT 1", logger: backend.logger)
-                            return 1
-                        })
-                } catch {
-                    result = .failure(error)
+            let settled = try await Self.outcome(within: .seconds(60)) {
+                try await backend.transaction { c in
+                    let pid = try #require(try await c.column("SELECT pg_backend_pid()", Int32.self, logger: backend.logger).first)
+                    try await cluster.psql("SELECT pg_terminate_backend(\(pid))", database: name)
+                    let deadline = ContinuousClock.now + .seconds(20)
+                    while !c.isClosed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+                    try #require(c.isClosed, "the connection saw its session end")
+                    try await c.checkedQuery("SELECT 1", logger: backend.logger)
+                    return 1
                 }
-                done.withLock { $0 = result }
             }
-            let deadline = ContinuousClock.now + .seconds(60)
-            while done.withLock({ $0 == nil }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-            let outcome = try #require(done.withLock { $0 }, "the transaction never answered")
+            let outcome = try #require(settled, "the transaction never answered")
             // This very refusal: any other failure (psql, the pid) would not have reached it.
             let error = #expect(throws: PostgresStoreError.self) { try outcome.get() }
             #expect(error?.description == "PostgreSQL: the connection was closed before the statement was sent", "\(String(describing: error))")
-            _ = attempt
             let next = try await backend.transaction { c in try await c.column("SELECT 1", Int32.self, logger: backend.logger) }
             #expect(next == [1])
         }
@@ -908,6 +897,21 @@ struct PostgresWriterTests {
         #expect(untimed.0.count == 1 && untimed.1 == nil)
     }
 
+    /// `body`'s outcome, run in a task of its own; nil if it has not ended within `limit` (the
+    /// task goes on): a regression that hangs fails its test instead of holding the run.
+    static func outcome<T: Sendable>(within limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> Result<T, any Error>? {
+        let done = Mutex<Result<T, any Error>?>(nil)
+        let task = Task {
+            let result: Result<T, any Error>
+            do { result = .success(try await body()) } catch { result = .failure(error) }
+            done.withLock { $0 = result }
+        }
+        let deadline = ContinuousClock.now + limit
+        while done.withLock({ $0 == nil }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        _ = task
+        return done.withLock { $0 }
+    }
+
     /// `name`'s URL through `proxy`.
     static func url(of name: String, on cluster: PostgresCluster, through proxy: CuttingProxy) throws -> PostgresURL {
         let url = cluster.url(database: name).replacingOccurrences(of: ":\(cluster.port)/", with: ":\(proxy.port)/")
@@ -1098,20 +1102,12 @@ struct PostgresWriterTests {
             #expect(try await ledger.insert(makeRedemption("990")).inserted?.sequence == 1)
             proxy.freeze()
             // In a task of its own: without the bound it would wait for the kernel (~15 min).
-            let done = Mutex<Result<LedgerInsertOutcome, any Error>?>(nil)
-            let pending = Task {
-                let result: Result<LedgerInsertOutcome, any Error>
-                do { result = .success(try await ledger.insert(makeRedemption("991"))) } catch { result = .failure(error) }
-                done.withLock { $0 = result }
-            }
-            let deadline = ContinuousClock.now + .seconds(60)
-            while done.withLock({ $0 == nil }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-            let outcome = try #require(done.withLock { $0 }, "the redemption never answered")
+            let settled = try await Self.outcome(within: .seconds(60)) { try await ledger.insert(makeRedemption("991")) }
+            let outcome = try #require(settled, "the redemption never answered")
             let error = #expect(throws: PostgresStoreError.self) { try outcome.get() }
             #expect(
                 error?.description == "PostgreSQL: no answer to a statement, and its session was lost: its connection was closed",
                 "\(String(describing: error))")
-            _ = pending
             #expect(try await ledger.insert(makeRedemption("992")).inserted?.sequence == 2, "served on new connections")
             #expect(try await cluster.psql("SELECT string_agg(transaction_id, ',' ORDER BY sequence) FROM redemptions", database: name) == "990,992")
             await ledger.finishWrites()
@@ -1223,38 +1219,28 @@ struct PostgresWriterTests {
 
                 // 100 rows of 1 kB; the server stops 4 s at the 50th (the first ones are sent by
                 // then). The first row in, the server fails over: the rest never comes.
-                let done = Mutex<Result<Int, any Error>?>(nil)
-                let reading = Task {
-                    let result: Result<Int, any Error>
-                    do {
-                        let seen = Mutex(0)
-                        result = .success(
-                            try await backend.read { c in
-                                try await c.rows(
-                                    "SELECT g, repeat('x', 1000) FROM generate_series(1, 100) g, LATERAL (SELECT CASE WHEN g = 50 THEN pg_sleep(4) END) s",
-                                    logger: backend.logger
-                                ) { _ in
-                                    if seen.withLock({
-                                        $0 += 1; return $0
-                                    }) == 1 {
-                                        proxy.freeze()
-                                        try Data(String(promoted.port).utf8).write(to: redirect)
-                                    }
-                                }
-                            }.count)
-                    } catch {
-                        result = .failure(error)
-                    }
-                    done.withLock { $0 = result }
-                }
                 let start = ContinuousClock.now
-                while done.withLock({ $0 == nil }), ContinuousClock.now - start < .seconds(60) { try await Task.sleep(for: .milliseconds(20)) }
-                let outcome = try #require(done.withLock { $0 }, "the read hung on its missing rows")
+                let settled = try await Self.outcome(within: .seconds(60)) {
+                    let seen = Mutex(0)
+                    return try await backend.read { c in
+                        try await c.rows(
+                            "SELECT g, repeat('x', 1000) FROM generate_series(1, 100) g, LATERAL (SELECT CASE WHEN g = 50 THEN pg_sleep(4) END) s",
+                            logger: backend.logger
+                        ) { _ in
+                            if seen.withLock({
+                                $0 += 1; return $0
+                            }) == 1 {
+                                proxy.freeze()
+                                try Data(String(promoted.port).utf8).write(to: redirect)
+                            }
+                        }
+                    }.count
+                }
+                let outcome = try #require(settled, "the read hung on its missing rows")
                 let error = #expect(throws: PostgresStoreError.self) { try outcome.get() }
                 #expect(error.map { "\($0)" } == "\(PostgresStoreError.sessionLost)", "\(String(describing: error))")
                 #expect(ContinuousClock.now - start < .seconds(30), "closed at the first question, not after the bound")
                 #expect(counts.closed == 1)
-                _ = reading
                 await backend.close()
             }
         }
