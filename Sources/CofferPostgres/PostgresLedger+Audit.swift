@@ -262,8 +262,21 @@ extension PostgresLedger {
             audit.checkSeal(seal, last: last)
             var report = audit.finish()
             if report.problem == nil { report.problem = try await Self.tableProblems(c, logger: logger).first }
+            report.include(catalogue: try await Self.catalogueFindings(c, &audit.catalogue, logger: logger))
             return report
         }
+    }
+
+    /// Checks every product and asset version against the admin log's catalogue entries.
+    static func catalogueFindings(_ c: PostgresConnection, _ catalogue: inout CatalogueAudit, logger: Logger) async throws -> [CatalogueFinding] {
+        let products = try await c.rows("SELECT * FROM products ORDER BY product_id", logger: logger) { row in
+            (id: try row.value("product_id", String.self), product: try? PostgresCatalogue.product(row))
+        }
+        for row in products { catalogue.product(id: row.id, row.product) }
+        for asset in try await c.rows("SELECT * FROM assets ORDER BY asset_id, version", logger: logger, PostgresCatalogue.asset) {
+            catalogue.version(asset)
+        }
+        return catalogue.finish()
     }
 
     /// What only the tables show: a row the chain does not hold, two redemptions of one

@@ -157,7 +157,7 @@ struct AdminController {
     /// An upload's entry, once its version is known.
     static func uploadEntry(_ entry: AdminAction, _ asset: Asset) -> AdminAction {
         var logged = entry
-        logged.detail = "version \(asset.version), \(asset.size) bytes, sha256 \(asset.sha256)"
+        logged.detail = CatalogueLog.uploadDetail(asset)
         return logged
     }
 
@@ -266,11 +266,7 @@ struct AdminController {
         let product = Product(
             productId: productId, bundleId: body.bundleId, type: body.type, assetIds: body.assetIds, title: body.title, updatedAt: Date(),
             familyShareable: body.familyShareable ?? false, durationSeconds: body.durationSeconds)
-        let entry = entry(
-            context, .productPut, target: productId,
-            detail:
-                "bundle \(body.bundleId), \(body.type.rawValue)\(product.familyShareable ? ", family-shareable" : "")\(product.durationSeconds.map { ", \($0) s" } ?? ""), assets \(body.assetIds.joined(separator: " "))"
-        )
+        let entry = entry(context, .productPut, target: productId, detail: CatalogueLog.productDetail(product))
         try await catalogue.putProduct(product, logging: entry)
         note(context, entry)
         return try JSON.response(product)

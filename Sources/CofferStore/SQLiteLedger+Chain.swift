@@ -85,11 +85,27 @@ extension SQLiteLedger {
         try await db.pool.write { [checkpoints] db in
             let resealed = try Self.brokenSeal(db, policy: checkpoints, reseal: reseal)
             let chained = try Self.chainUnchainedRows(db, policy: checkpoints, now: now)
-            let stored = try ChainStore.insert(db, Self.adoption(by: actor, chained: chained, resealed: resealed), policy: checkpoints)
+            let findings = try Self.vouchForCatalogue(db, by: actor, policy: checkpoints)
+            let stored = try ChainStore.insert(
+                db, Self.adoption(by: actor, chained: chained, resealed: resealed, catalogue: findings), policy: checkpoints)
             // The operator vouches for the chain as it now stands: seal it.
             if let checkpoints { try ChainStore.seal(db, policy: checkpoints, now: now) }
-            return Adoption(chained: chained, action: stored)
+            return Adoption(chained: chained, action: stored, catalogue: findings)
         }
+    }
+
+    /// Logs what the admin log lacks to back the catalogue as it stands
+    /// (``CatalogueLog/adoption(of:by:)``); returns what it did not back. Every admin row is
+    /// chained by now, in row order, so the rows are the log the audit replays.
+    private static func vouchForCatalogue(_ db: Database, by actor: AdminAction, policy: CheckpointPolicy?) throws -> [CatalogueFinding] {
+        var catalogue = CatalogueAudit()
+        let rows = try AdminActionRecord.order(AdminActionRecord.CodingKeys.sequence).fetchCursor(db)
+        while let row = try rows.next() { catalogue.add(.adminAction(row.adminAction, sequence: row.sequence ?? 0)) }
+        let findings = try catalogueFindings(db, &catalogue)
+        for action in CatalogueLog.adoption(of: findings, by: actor) {
+            _ = try ChainStore.insert(db, AdminAction.escapedForLedger(action), policy: policy)
+        }
+        return findings
     }
 
     /// Nil when there is no key or the chain ends where it sealed it. Otherwise, with `reseal`,
@@ -124,12 +140,20 @@ extension SQLiteLedger {
     }
 
     /// The admin action `ledger.adopt` recording what was chained, done by `actor`.
-    private static func adoption(by actor: AdminAction, chained: [LedgerEventKind: Int], resealed: String?) -> AdminAction {
+    private static func adoption(
+        by actor: AdminAction, chained: [LedgerEventKind: Int], resealed: String?, catalogue: [CatalogueFinding]
+    ) -> AdminAction {
         var action = actor
         action.action = AdminActionName.ledgerAdopt.rawValue
         action.target = "ledger"
         let counts = chained.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }
-        action.detail = (counts.isEmpty ? "nothing to chain" : "chained " + counts.joined(separator: ", ")) + (resealed.map { "; " + $0 } ?? "")
+        let vouched = Dictionary(grouping: catalogue.filter { $0.kind != .productUnreadable }, by: \.kind)
+            .sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value.count) \($0.key.rawValue)" }
+        let unreadable = catalogue.filter { $0.kind == .productUnreadable }.count
+        action.detail =
+            (counts.isEmpty ? "nothing to chain" : "chained " + counts.joined(separator: ", "))
+            + (vouched.isEmpty ? "" : "; vouched for the catalogue: " + vouched.joined(separator: ", "))
+            + (unreadable == 0 ? "" : "; \(unreadable) unreadable product rows left") + (resealed.map { "; " + $0 } ?? "")
         return action
     }
 }
@@ -153,8 +177,19 @@ extension SQLiteLedger {
             var report = audit.finish()
             let tables = try Self.tableProblems(db)
             if report.problem == nil { report.problem = tables.first }
+            report.include(catalogue: try Self.catalogueFindings(db, &audit.catalogue))
             return report
         }
+    }
+
+    /// Checks every product and asset version against the admin log's catalogue entries.
+    static func catalogueFindings(_ db: Database, _ catalogue: inout CatalogueAudit) throws -> [CatalogueFinding] {
+        for record in try ProductRecord.order(ProductRecord.Columns.productId).fetchAll(db) {
+            catalogue.product(id: record.productId, try? record.product())
+        }
+        let versions = try AssetRecord.order(AssetRecord.Columns.assetId, AssetRecord.Columns.version).fetchCursor(db)
+        while let record = try versions.next() { catalogue.version(record.asset) }
+        return catalogue.finish()
     }
 
     /// Every signed checkpoint, in order.

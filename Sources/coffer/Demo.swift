@@ -107,15 +107,24 @@ enum Demo {
                 }, maxBytes: services.configuration.uploadLimit, expectedSHA256: Hex.encode(sha256))
             _ = try await services.catalogue.addAssetVersion(
                 assetId: asset.assetId, name: name, contentType: asset.contentType ?? MediaType.forUpload(fileName: name), size: stored.size,
-                sha256: stored.sha256, at: Date())
+                sha256: stored.sha256, at: Date(), logging: { Self.entry(.assetUpload, target: $0.assetId, detail: CatalogueLog.uploadDetail($0)) })
         }
         func put(_ p: ProductSpec) async throws {
+            let product = Product(
+                productId: p.productId, bundleId: p.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date(),
+                familyShareable: p.familyShareable, durationSeconds: p.durationSeconds)
             try await services.catalogue.putProduct(
-                Product(
-                    productId: p.productId, bundleId: p.bundleId, type: p.type, assetIds: p.assetIds, title: p.title, updatedAt: Date(),
-                    familyShareable: p.familyShareable, durationSeconds: p.durationSeconds))
+                product, logging: Self.entry(.productPut, target: p.productId, detail: CatalogueLog.productDetail(product)))
         }
-        func deleteProduct(_ productId: String) async throws { _ = try await services.catalogue.deleteProduct(productId) }
+        func deleteProduct(_ productId: String) async throws {
+            _ = try await services.catalogue.deleteProduct(productId, logging: Self.entry(.productDelete, target: productId, detail: ""))
+        }
+
+        /// The seed's admin-log entry: every catalogue row is backed by the log, the demo's too.
+        static func entry(_ action: AdminActionName, target: String, detail: String) -> AdminAction {
+            AdminAction(
+                at: Date(), keyId: "demo", keyName: "coffer serve --demo", action: action, target: target, detail: detail, clientAddress: "local")
+        }
     }
 
     static func prepare(_ services: any CofferStorage, contentDirectory: String, logger: Logger) async throws {

@@ -89,8 +89,9 @@ struct LedgerCommand: AsyncParsableCommand {
         }
 
         static func text(_ r: LedgerAuditReport) -> String {
+            let catalogueOnly = r.problem?.kind == .catalogueUnbacked
             var lines = [
-                r.intact ? "ledger intact" : "LEDGER TAMPERED",
+                r.intact ? "ledger intact" : catalogueOnly ? "CATALOGUE NOT BACKED BY THE ADMIN LOG (the chain itself verifies)" : "LEDGER TAMPERED",
                 "entries: \(r.entries), last sequence \(r.lastSequence), head \(r.headHash)",
                 "checkpoints verified: \(r.checkpointsVerified)\(r.lastCheckpoint.map { ", latest at \($0)" } ?? "")",
             ]
@@ -101,8 +102,15 @@ struct LedgerCommand: AsyncParsableCommand {
                 if let s = p.sequence { lines.append("first bad sequence: \(s)") }
                 lines.append("detail: \(p.detail)")
             }
+            for finding in r.catalogue.prefix(Self.findingsShown) { lines.append("catalogue: \(finding.kind.rawValue): \(finding)") }
+            if r.catalogue.count > Self.findingsShown {
+                lines.append("catalogue: \(r.catalogue.count - Self.findingsShown) more (--json lists every one)")
+            }
             return lines.joined(separator: "\n")
         }
+
+        /// How many catalogue findings the text report lists.
+        static let findingsShown = 50
 
         static func json(_ r: LedgerAuditReport) throws -> String {
             var object: [String: Any] = [
@@ -110,6 +118,13 @@ struct LedgerCommand: AsyncParsableCommand {
                 "checkpointsVerified": r.checkpointsVerified, "pinnedVerified": r.pinnedVerified, "adoptions": r.adoptions,
             ]
             object["lastCheckpoint"] = r.lastCheckpoint
+            object["catalogue"] = r.catalogue.map { f -> [String: Any] in
+                var finding: [String: Any] = ["kind": f.kind.rawValue, "id": f.id, "logged": f.logged, "detail": f.description]
+                finding["version"] = f.version
+                finding["stored"] = f.stored
+                finding["entry"] = f.sequence
+                return finding
+            }
             if let p = r.problem {
                 var problem: [String: Any] = ["kind": p.kind.rawValue, "detail": p.detail]
                 problem["firstBadSequence"] = p.sequence
@@ -206,7 +221,9 @@ struct LedgerCommand: AsyncParsableCommand {
                 behind its back. Run `coffer ledger verify` first and read what it names. Adopting chains every \
                 such row, oldest first, and appends a `ledger.adopt` admin action naming how many of each kind \
                 and who ran it: auditors see the adoption in the chain (`coffer ledger verify` lists every one). \
-                A chain that does not end where the server's key sealed it (entries appended or removed behind \
+                It also logs what the admin log lacks to back the catalogue as it stands (products and asset \
+                versions from before Coffer logged every catalogue change, or changed behind its back: `coffer \
+                ledger verify` names each), printing every one. A chain that does not end where the server's key sealed it (entries appended or removed behind \
                 its back, a seal by another key) is refused unless --reseal: then the old seal and the re-sealed \
                 range are recorded too. Stop the server first.
                 """)
@@ -231,6 +248,9 @@ struct LedgerCommand: AsyncParsableCommand {
                 throw ExitCode(1)
             }
             try await ledger.checkpointHead(now: Date())
+            for finding in adoption.catalogue {
+                print(finding.kind == .productUnreadable ? "not vouched for (mend or delete the row): \(finding)" : "vouched for: \(finding)")
+            }
             print("\(adoption.action.detail); recorded as admin action \(adoption.action.sequence)")
         }
     }

@@ -57,7 +57,9 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                                         ? "CREATE TRIGGER contract_admin_log_down BEFORE INSERT ON admin_actions BEGIN SELECT RAISE(ABORT, 'admin log down'); END"
                                         : "DROP TRIGGER contract_admin_log_down")
                             }
-                        }))
+                        },
+                        execute: { sql in try await database.pool.write { db in try db.execute(sql: sql) } },
+                        audit: { key in try await ledger.audit(publicKey: key) }))
             }
         case .postgres:
             let url = try PostgresURL(try await PostgresCluster.shared().createDatabase())
@@ -83,7 +85,9 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                                         """
                                         : "DROP TRIGGER contract_admin_log_down ON admin_actions; DROP FUNCTION contract_admin_log_down();",
                                     database: url.database)
-                            }))
+                            },
+                            execute: { sql in _ = try await PostgresCluster.shared().psql(sql, database: url.database) },
+                            audit: { key in try await ledger.audit(publicKey: key) }))
                 }
                 await ledger.finishWrites()
                 await backend.close()

@@ -1,4 +1,5 @@
 import CofferCore
+import Crypto
 
 /// One backend's implementation of every storage protocol, over one store: the ledger, its
 /// audit side and the admin log share one hash chain.
@@ -13,4 +14,9 @@ struct ContractStorage: Sendable {
     /// Makes every admin-log write fail (true) or work again (false), as a database refusing
     /// the log's insert would: for the tests that no admin change is stored without its entry.
     var failAdminLogWrites: @Sendable (Bool) async throws -> Void
+    /// Runs SQL on the database behind the repositories' back, as an insider with the file or
+    /// the owner role would (nil for the in-memory doubles).
+    var execute: (@Sendable (String) async throws -> Void)? = nil
+    /// The database audit (`coffer ledger verify`'s) with this public key (nil for the doubles).
+    var audit: (@Sendable (Curve25519.Signing.PublicKey?) async throws -> LedgerAuditReport)? = nil
 }

@@ -9,7 +9,7 @@ struct StoredNamesTests {
     @Test func rawValuesAreStable() {
         #expect(
             AdminActionName.allCases.map(\.rawValue) == [
-                "asset.upload", "product.put", "product.delete", "redemption.revoke", "key.create", "key.revoke", "ledger.adopt",
+                "asset.upload", "product.put", "product.delete", "redemption.revoke", "key.create", "key.revoke", "ledger.adopt", "asset.forget",
             ])
         #expect(RedemptionStatus.allCases.map(\.rawValue) == ["redeemed"])
         #expect(Environment.allCases.map(\.rawValue) == ["Production", "Sandbox", "Xcode", "LocalTesting"])

@@ -215,13 +215,15 @@ import Testing
         let walSize = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0
         #expect(walSize == 0, "WAL left with \(walSize) bytes")
         let db = try DatabaseQueue(path: data.appendingPathComponent("coffer.sqlite").path)
-        let (head, checkpoint) = try await db.read {
+        let (head, checkpoint, seeded) = try await db.read {
             (
                 try Int64.fetchOne($0, sql: "SELECT MAX(sequence) FROM ledger_events"),
-                try Int64.fetchOne($0, sql: "SELECT MAX(sequence) FROM ledger_checkpoints")
+                try Int64.fetchOne($0, sql: "SELECT MAX(sequence) FROM ledger_checkpoints"),
+                try Int64.fetchOne($0, sql: "SELECT COUNT(*) FROM admin_actions WHERE key_id = 'demo'") ?? 0
             )
         }
-        #expect(head == 2, "the redemption and the upload's admin action")
+        #expect(seeded > 0, "the demo's catalogue is in the admin log")
+        #expect(head == seeded + 2, "the demo catalogue's entries, the redemption and the upload's admin action")
         #expect(checkpoint == head)
         #expect(try await db.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM assets WHERE asset_id = 'late'") } == 1)
     }

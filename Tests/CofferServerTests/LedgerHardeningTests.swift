@@ -84,7 +84,7 @@ import Testing
         #expect(attempts.last?.transactionId == #"9\u{0}1"#)
         let report = try await Self.audit(h)
         #expect(report.intact, "\(String(describing: report.problem))")
-        #expect(report.entries == 3)
+        #expect(report.entries == 4 + 3, "the catalogue's 4, then 3")
         var export = ""
         try await h.services.ledger.export(publicKey: h.services.ledgerSigner.publicKey, now: Date()) { export += $0 }
         #expect(LedgerExport.verify(Data(export.utf8), publicKey: h.services.ledgerSigner.publicKey).intact)
@@ -217,12 +217,13 @@ import Testing
         let report = try await SQLiteLedger(db).audit(publicKey: h.services.ledgerSigner.publicKey)
         #expect(report.problem?.kind == .unsealed)
         #expect(
-            report.problem?.sequence == 6, "the last checkpoint is at 5, the forged entry 6 under no signature: \(String(describing: report.problem))"
+            report.problem?.sequence == 10,
+            "the last checkpoint is at 9, the forged entry 10 under no signature: \(String(describing: report.problem))"
         )
-        #expect(report.entries == 6)
+        #expect(report.entries == 10)
         let verify = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
-        #expect(verify.stdout.contains("entries 6–6 come after the last checkpoint"), "\(verify.stdout)")
+        #expect(verify.stdout.contains("entries 10–10 come after the last checkpoint"), "\(verify.stdout)")
         // The chain alone (no key: no checkpoints read) has nothing to say against it.
         let chainOnly = try await SQLiteLedger(db).audit(publicKey: nil)
         #expect(chainOnly.intact, "\(String(describing: chainOnly.problem))")
@@ -250,15 +251,15 @@ import Testing
         }
         let report = try await Self.audit(h)
         #expect(report.problem?.kind == .unsealed)
-        #expect(report.problem?.sequence == 6)
-        #expect(report.entries == 6, "nothing appended after the forged entry")
+        #expect(report.problem?.sequence == 10)
+        #expect(report.entries == 10, "nothing appended after the forged entry")
         // Stopped and restarted: refused, naming the entries.
         try h.services.database.close()
         do {
             _ = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "t"))
             Issue.record("the server started on a chain it did not seal")
         } catch let error as LedgerStartupError {
-            #expect(error.description.contains("entries 6–6 were appended"), "\(error)")
+            #expect(error.description.contains("entries 10–10 were appended"), "\(error)")
         }
         let verify = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
         #expect(verify.status == 1 && verify.stdout.contains("\"unsealed\""), "\(verify.stdout)")
@@ -269,12 +270,12 @@ import Testing
         #expect(try await CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path, "--reseal"]).status == 0)
         let afterwards = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(afterwards.status == 0)
-        #expect(afterwards.stdout.contains("note: an operator adopted rows (ledger.adopt) at entry 7"), "\(afterwards.stdout)")
+        #expect(afterwards.stdout.contains("note: an operator adopted rows (ledger.adopt) at entry 11"), "\(afterwards.stdout)")
         #expect(afterwards.stdout.contains("re-sealed over a broken seal"), "\(afterwards.stdout)")
         let reopened = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "t"))
         let adopted = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
-        #expect(adopted.intact && adopted.entries == 7)
-        #expect(try await reopened.adminLog.actions(after: 0, limit: 10).map(\.action) == ["ledger.adopt"])
+        #expect(adopted.intact && adopted.entries == 11)
+        #expect(try await reopened.adminLog.actions(after: 0, limit: 10).map(\.action) == Harness.catalogueActions + ["ledger.adopt"])
         try reopened.database.close()
     }
 
@@ -315,7 +316,7 @@ import Testing
         }
         let twice = try await Self.audit(h)
         #expect(twice.problem?.kind == .replayBroken, "\(String(describing: twice.problem))")
-        #expect(twice.entries == 2)
+        #expect(twice.entries == 4 + 2, "the catalogue's 4, then 2")
     }
 
     /// A dropped append-only trigger is named by verify, and the server will not start on it.
@@ -352,7 +353,7 @@ import Testing
             "keys", "create", "--data-dir", h.directory.path, "--role", "admin", "--name", "alice", "--ledger-key", keyPath,
         ])
         #expect(created.status == 0)
-        #expect(try await h.services.adminLog.actions(after: 0, limit: 10).map(\.target) == ["alice"])
+        #expect(try await h.services.adminLog.actions(after: 0, limit: 10).dropFirst(Harness.catalogueActions.count).map(\.target) == ["alice"])
         #expect(try await Self.audit(h).intact)
     }
 
@@ -369,7 +370,7 @@ import Testing
         }
         let report = try await Self.audit(h)
         #expect(report.intact, "\(String(describing: report.problem))")
-        #expect(report.entries == 3)
+        #expect(report.entries == 4 + 3, "the catalogue's 4, then 3")
     }
 
     // MARK: Pinned checkpoints, read-only verify, an external key
@@ -395,7 +396,7 @@ import Testing
         let before = checksum()
         let intact = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path])
         #expect(intact.status == 0)
-        #expect(intact.stdout.contains("pinned checkpoints still extended: 3"), "\(intact.stdout)")
+        #expect(intact.stdout.contains("pinned checkpoints still extended: 5"), "\(intact.stdout)")
         #expect(checksum() == before, "verify wrote to the database it audits")
 
         // A thief with the database and the key rewrites history: a new ledger, new checkpoints, same key.
@@ -414,28 +415,28 @@ import Testing
         #expect(caught.status == 1)
         #expect(caught.stdout.contains("checkpointMismatch"), "\(caught.stdout)")
 
-        // Truncated: the tail cut off after entry 3 (redemptions 1 and 2, attempt 1), its
-        // checkpoints with it. The seal still names the old head…
+        // Truncated: the tail cut off after entry 7 (the catalogue's 4, redemptions 1 and 2,
+        // attempt 1), its checkpoints with it. The seal still names the old head…
         let queue = try DatabaseQueue(path: database)
         try await queue.write { db in
             try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
-            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 3; DELETE FROM ledger_checkpoints WHERE sequence > 3")
+            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 7; DELETE FROM ledger_checkpoints WHERE sequence > 7")
             try db.execute(sql: "DROP TRIGGER attempts_no_delete; DROP TRIGGER redemptions_no_delete")
             try db.execute(sql: "DELETE FROM attempts WHERE sequence > 1; DELETE FROM redemptions WHERE sequence > 2")
         }
         let sealed = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(sealed.status == 1 && sealed.stdout.contains("truncated"), "the seal covers the cut tail: \(sealed.stdout)")
-        // …so the thief deletes the seal as well. Entry 3, after the last checkpoint (2), is now
+        // …so the thief deletes the seal as well. Entry 7, after the last checkpoint (6), is now
         // under no signature: `unsealed` without pins; with them, the cut is named `truncated`.
         try await queue.write { db in try db.execute(sql: "DELETE FROM ledger_head") }
         let unsealed = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(unsealed.status == 1 && unsealed.stdout.contains("unsealed"), "\(unsealed.stdout)")
         let named = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--checkpoint", saved.path, "--json"])
         #expect(named.status == 1 && named.stdout.contains("\"truncated\""), "\(named.stdout)")
-        // Cut exactly at the checkpoint (entry 3 and its attempt go too) and the triggers put
+        // Cut exactly at the checkpoint (entry 7 and its attempt go too) and the triggers put
         // back: without pins nothing is left to tell.
         try await queue.write { db in
-            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 2; DELETE FROM attempts")
+            try db.execute(sql: "DELETE FROM ledger_events WHERE sequence > 6; DELETE FROM attempts")
             for table in ["ledger_events", "ledger_checkpoints", "attempts", "redemptions"] {
                 try db.execute(
                     sql: "CREATE TRIGGER \(table)_no_delete BEFORE DELETE ON \(table) BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")
@@ -479,7 +480,7 @@ import Testing
         // Opened again: the mark is the seal as it stands; two more redemptions, and the
         // checkpoint service raises it.
         let reopened = try await SQLiteStorage.open(configuration, logger: logger)
-        #expect(try mark()?.sequence == 1)
+        #expect(try mark()?.sequence == 5, "the catalogue's 4 entries and the redemption")
         for id in ["402", "403"] { _ = try await reopened.dependencies.ledger.insert(makeRedemption(id), refusals: nil) }
         let seal = try #require(try await reopened.dependencies.ledgerAudit.sealedHead())
         await CheckpointService(
@@ -501,7 +502,7 @@ import Testing
         do {
             let opened = try await SQLiteStorage.open(configuration, logger: logger)
             try await opened.close()
-            Issue.record("a ledger rolled back from entry \(seal.sequence) to 1 was opened")
+            Issue.record("a ledger rolled back from entry \(seal.sequence) to 5 was opened")
         } catch {
             #expect("\(error)".contains("the ledger ends before entry \(seal.sequence)"), "\(error)")
             #expect("\(error)".contains("delete \(data.ledgerHighWater)"), "\(error)")
@@ -516,7 +517,7 @@ import Testing
         await #expect(throws: LedgerStartupError.self) { _ = try await SQLiteStorage.open(configuration, logger: logger) }
         try FileManager.default.removeItem(atPath: data.ledgerHighWater)
         let accepted = try await SQLiteStorage.open(configuration, logger: logger)
-        #expect(try mark()?.sequence == 1)
+        #expect(try mark()?.sequence == 5)
         try await accepted.close()
     }
 
@@ -558,7 +559,7 @@ import Testing
         }
         #expect(!FileManager.default.fileExists(atPath: LedgerKeyFile.path(dataDirectory: h.directory.path)))
         let report = try await h.services.ledger.audit(publicKey: external.publicKey)
-        #expect(report.intact && report.checkpointsVerified == 1)
+        #expect(report.intact && report.entries == 5 && report.checkpointsVerified == 5, "every entry signed: the catalogue's 4 and the redemption")
         // systemd credentials: picked up without a flag.
         let credentials = FileManager.default.temporaryDirectory.appendingPathComponent("creds-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: credentials) }
@@ -585,7 +586,7 @@ import Testing
             #expect(put.status == .ok)
         }
         let events = try await h.services.ledger.events(after: 0, limit: 10)
-        #expect(events.map(\.kind) == [.adminAction])
+        #expect(events.map(\.kind) == Array(repeating: .adminAction, count: Harness.catalogueActions.count + 1))
         #expect(try await Self.audit(h).intact)
         let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
         try await queue.write { db in
@@ -718,7 +719,7 @@ import Testing
     @Test func productTypesMustMatchSubscriptionsIncluded() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }
-        try await h.services.catalogue.putProduct(
+        try await h.services.catalogue.putLoggedProduct(
             Product(
                 productId: "com.coffer.demo.coins", bundleId: Harness.bundle, type: .consumable, assetIds: ["tiles"], title: "Coins",
                 updatedAt: Date()))

@@ -15,8 +15,9 @@ import Testing
 /// and `coffer ledger verify` catching each kind of tampering in a real database and in an
 /// exported file.
 @Suite struct LedgerTamperTests {
-    /// A harness whose ledger holds 3 redemptions and 2 refused replays (5 entries),
-    /// with a checkpoint signed every 2 entries (2, 4) and one at shutdown (5).
+    /// A harness whose ledger holds its catalogue's 4 admin entries (1–4), then 3 redemptions and
+    /// 2 refused replays (5–9), with a checkpoint signed every 2 entries (2, 4, 6, 8) and one at
+    /// shutdown (9).
     static func populated() async throws -> Harness {
         let h = try await Harness.make(checkpointEvery: 2)
         try await h.app.test(.router) { client in
@@ -33,8 +34,8 @@ import Testing
         defer { h.cleanUp() }
         let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
         #expect(report.intact, "\(String(describing: report.problem))")
-        #expect(report.entries == 5)
-        #expect(report.checkpointsVerified == 3)
+        #expect(report.entries == 9)
+        #expect(report.checkpointsVerified == 5)
         try await h.app.test(.router) { client in
             let auditor = h.bearer(h.auditorKey)
             let keyResponse = try Harness.json(try await client.execute(uri: "/v1/audit/public-key", method: .get, headers: auditor))
@@ -49,19 +50,19 @@ import Testing
             #expect(list["nextCursor"] as? String == "2")
             let latestResponse = try await client.execute(uri: "/v1/audit/checkpoints/latest", method: .get, headers: auditor)
             let latest = try JSONDecoder().decode(LedgerCheckpoint.self, from: Data(latestResponse.body.readableBytesView))
-            #expect(latest.sequence == 5, "signed when the server stopped")
+            #expect(latest.sequence == 9, "signed when the server stopped")
             #expect(latest.isSigned(by: key))
             #expect(try await client.execute(uri: "/v1/audit/checkpoints", method: .get).status == .unauthorized)
             #expect(try await client.execute(uri: "/v1/audit/checkpoints?limit=0", method: .get, headers: auditor).status == .badRequest)
         }
         // The interval checkpoint signs a new head once, then has nothing to do.
         #expect(try await h.services.ledger.checkpointHead(now: Date()) == nil)
-        for _ in 0..<2 {  // entries 6 (signed inline: every 2) and 7
+        for _ in 0..<2 {  // entries 10 (signed inline: every 2) and 11
             try await h.services.ledger.record(
                 RejectedAttempt(
                     at: Date(), code: "signatureInvalid", detail: "d", transactionId: nil, productId: nil, receiptSHA256: "00", clientAddress: "x"))
         }
-        #expect(try await h.services.ledger.checkpointHead(now: Date())?.sequence == 7)
+        #expect(try await h.services.ledger.checkpointHead(now: Date())?.sequence == 11)
         #expect(try await h.services.ledger.checkpointHead(now: Date()) == nil)
         #expect(try await h.services.ledger.checkpointHead(now: Date()) == nil)
 
@@ -109,21 +110,21 @@ import Testing
         #expect(ok.status == 0, "\(ok.stdout)")
         #expect(ok.stdout.contains("ledger intact"))
 
-        // Entry 3 is the first refused replay (attempt row 1); entry 2 is redemption row 2.
+        // Entry 7 is the first refused replay (attempt row 1); entry 6 is redemption row 2.
         let edited = try await tampered("UPDATE redemptions SET product_id = 'com.coffer.demo.levelpack2' WHERE sequence = 2")
         #expect(edited.0.problem?.kind == .hashMismatch)
-        #expect(edited.0.problem?.sequence == 2)
+        #expect(edited.0.problem?.sequence == 6)
         #expect(edited.1.status == 1)
-        #expect(edited.1.stdout.contains("first bad sequence: 2"), "\(edited.1.stdout)")
+        #expect(edited.1.stdout.contains("first bad sequence: 6"), "\(edited.1.stdout)")
 
         let deleted = try await tampered("DELETE FROM attempts WHERE sequence = 1")
         #expect(deleted.0.problem?.kind == .rowMismatch)
-        #expect(deleted.0.problem?.sequence == 3)
+        #expect(deleted.0.problem?.sequence == 7)
         #expect(deleted.1.status == 1)
 
-        let deletedEvent = try await tampered("DELETE FROM attempts WHERE sequence = 1; DELETE FROM ledger_events WHERE sequence = 3")
+        let deletedEvent = try await tampered("DELETE FROM attempts WHERE sequence = 1; DELETE FROM ledger_events WHERE sequence = 7")
         #expect(deletedEvent.0.problem?.kind == .sequenceBroken)
-        #expect(deletedEvent.0.problem?.sequence == 3)
+        #expect(deletedEvent.0.problem?.sequence == 7)
 
         let reordered = try await tampered(
             "UPDATE ledger_events SET sequence = 100 WHERE sequence = 1; UPDATE ledger_events SET sequence = 1 WHERE sequence = 2; UPDATE ledger_events SET sequence = 2 WHERE sequence = 100"
@@ -132,10 +133,10 @@ import Testing
         #expect(reordered.0.problem?.sequence == 1)
 
         let truncated = try await tampered(
-            "DELETE FROM ledger_events WHERE sequence >= 4; DELETE FROM attempts WHERE sequence = 2; DELETE FROM redemptions WHERE sequence = 3")
+            "DELETE FROM ledger_events WHERE sequence >= 8; DELETE FROM attempts WHERE sequence = 2; DELETE FROM redemptions WHERE sequence = 3")
         #expect(truncated.0.problem?.kind == .truncated)
-        #expect(truncated.0.problem?.sequence == 4)
-        #expect(truncated.1.stdout.contains("first bad sequence: 4"), "\(truncated.1.stdout)")
+        #expect(truncated.0.problem?.sequence == 8)
+        #expect(truncated.1.stdout.contains("first bad sequence: 8"), "\(truncated.1.stdout)")
 
         let inserted = try await tampered(
             "INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256, source_format, redeemed_at, client_address, status, grant_hash) VALUES ('forged', '999', 'p', 'b', 'Sandbox', 1, 'x', 'appReceipt', 0, 'x', 'redeemed', 'g')"
@@ -162,7 +163,7 @@ import Testing
         let keyFile = dir.appendingPathComponent("ledger.pub")
         try Data(pem.utf8).write(to: keyFile)
         var lines = exported.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
-        #expect(lines.count == 1 + 5 + 3, "header, 5 entries, 3 checkpoints")
+        #expect(lines.count == 1 + 9 + 5, "header, 9 entries, 5 checkpoints")
         let header = lines.removeFirst()
 
         func verify(_ name: String, _ body: [String]) async throws -> CofferExecutable.Run {
@@ -177,7 +178,7 @@ import Testing
 
         let ok = try await verify("intact.ndjson", lines)
         #expect(ok.status == 0, "\(ok.stdout)")
-        #expect(ok.stdout.contains("\"checkpointsVerified\":3"))
+        #expect(ok.stdout.contains("\"checkpointsVerified\":5"))
 
         var edited = lines
         edited[2] = edited[2].replacingOccurrences(of: "\"clientAddress\":\"", with: "\"clientAddress\":\"1")
@@ -198,7 +199,7 @@ import Testing
         #expect(r.status == 1)
         #expect(try firstBad(r) == 4)
 
-        let truncated = Array(lines.prefix(2)) + Array(lines.suffix(3))
+        let truncated = Array(lines.prefix(2)) + Array(lines.suffix(5))
         let t = try await verify("truncated.ndjson", truncated)
         #expect(t.status == 1)
         #expect(try firstBad(t) == 3)
@@ -253,11 +254,47 @@ import Testing
         let reopened = try await SQLiteStorage.open(configuration, logger: .init(label: "test"))
         let report = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
         #expect(report.intact, "\(String(describing: report.problem))")
-        // The five rows, then the adoption itself.
-        #expect(report.entries == 6)
+        // The nine rows (the catalogue's 4 admin entries among them), then the adoption itself.
+        #expect(report.entries == 10)
         let log = try await reopened.adminLog.actions(after: 0, limit: 10)
-        #expect(log.map(\.action) == ["ledger.adopt"])
+        #expect(log.map(\.action) == Harness.catalogueActions + ["ledger.adopt"])
         #expect(try await reopened.ledger.unchainedRows().isEmpty)
+    }
+
+    /// An insider with the database file points the cheap level's row at other bytes: every
+    /// request still works, but `coffer ledger verify` names the row the admin log does not
+    /// back (exit 1), and only an operator's `coffer ledger adopt`, itself logged, clears it.
+    @Test func aCatalogueChangedBehindTheServersBackIsNamedUntilAdopted() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let tiles = try #require(try await h.services.catalogue.asset("tiles"))
+        let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+        try await queue.write { db in try db.execute(sql: "UPDATE assets SET sha256 = ? WHERE asset_id = 'level-1'", arguments: [tiles.sha256]) }
+        try queue.close()
+        let named = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(named.status == 1)
+        #expect(named.stdout.hasPrefix("CATALOGUE NOT BACKED BY THE ADMIN LOG (the chain itself verifies)"), "\(named.stdout)")
+        #expect(
+            named.stdout.contains("catalogue: assetVersionChanged: asset level-1 version 1 is version 1, 28 bytes, sha256 \(tiles.sha256)"),
+            "\(named.stdout)")
+        let json = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path, "--json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect(object["intact"] as? Bool == false)
+        #expect((object["problem"] as? [String: Any])?["kind"] as? String == "catalogueUnbacked")
+        let findings = try #require(object["catalogue"] as? [[String: Any]])
+        #expect(findings.count == 1 && findings.first?["id"] as? String == "level-1" && findings.first?["version"] as? Int == 1, "\(findings)")
+        #expect(findings.first?["entry"] as? Int == 1, "the upload's entry")
+
+        let adopted = try await CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
+        #expect(adopted.status == 0, "\(adopted.stdout)\(adopted.stderr)")
+        #expect(adopted.stdout.contains("vouched for: asset level-1 version 1"), "\(adopted.stdout)")
+        #expect(adopted.stdout.contains("vouched for the catalogue: 1 assetVersionChanged"), "\(adopted.stdout)")
+        let afterwards = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
+        #expect(afterwards.status == 0, "\(afterwards.stdout)")
+        #expect(afterwards.stdout.contains("note: an operator adopted rows (ledger.adopt) at entry 7"), "\(afterwards.stdout)")
+        let log = try await h.services.adminLog.actions(after: 0, limit: 10).dropFirst(Harness.catalogueActions.count)
+        #expect(log.map { "\($0.action) \($0.target)" } == ["asset.forget level-1", "asset.upload level-1", "ledger.adopt ledger"])
+        #expect(log.first?.detail.hasPrefix("version 1, 28 bytes, sha256 ") == true && log.first?.detail.contains(tiles.sha256) == false)
     }
 
     /// `coffer keys create` / `revoke` against a running server's data directory: the key
@@ -275,7 +312,7 @@ import Testing
             #expect(try await client.execute(uri: "/v1/audit/attempts", method: .get, headers: h.bearer(key)).status == .unauthorized)
             #expect(try await CofferExecutable.run(["keys", "revoke", "--data-dir", h.directory.path, "--key", key]).status == 1, "already revoked")
         }
-        let log = try await h.services.adminLog.actions(after: 0, limit: 10)
+        let log = try await h.services.adminLog.actions(after: 0, limit: 10).dropFirst(Harness.catalogueActions.count)
         #expect(log.map(\.action) == ["key.create", "key.revoke"])
         #expect(log.allSatisfy { $0.target == "ci auditor" && $0.keyId == "cli" })
         #expect(Set(log.map(\.detail)).count == 1 && log.allSatisfy { $0.detail.hasPrefix("auditor key ") && $0.detail.count > 20 }, "\(log)")

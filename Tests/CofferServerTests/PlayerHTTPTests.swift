@@ -51,7 +51,7 @@ import Testing
         try JSONSerialization.data(withJSONObject: document).write(to: jwks)
         h.players = try await PlayerTokens.load(
             keyFiles: [pem.path, jwks.path], issuer: Self.issuer, audience: Self.audience, accountClaim: accountClaim)
-        try await h.services.catalogue.putProduct(
+        try await h.services.catalogue.putLoggedProduct(
             Product(
                 productId: "com.coffer.demo.season1", bundleId: Harness.bundle, type: .autoRenewable, assetIds: ["level-1"], title: "Season",
                 updatedAt: Date()))

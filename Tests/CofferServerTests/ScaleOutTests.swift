@@ -66,7 +66,9 @@ import Testing
         #expect(
             try await cluster.psql("SELECT count(*) FROM attempts WHERE code = 'alreadyRedeemed'", database: database) == "63",
             "every refusal recorded")
-        #expect(try await cluster.psql("SELECT count(*) FROM ledger_events", database: database) == "64", "one linear chain of 64 entries")
+        #expect(
+            try await cluster.psql("SELECT count(*) FROM ledger_events WHERE kind <> 'adminAction'", database: database) == "64",
+            "one linear chain of 64 entries (after the demo catalogue's admin entries)")
         let verify = try await CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
         #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
     }

@@ -57,22 +57,26 @@ struct Harness {
             deliveries: DeliveryRecorder(repository: services.deliveryRepository, logger: logger))
         try await harness.store(assetId: "level-1", bytes: level, contentType: "application/json")
         try await harness.store(assetId: "tiles", bytes: Array("# wall\n. floor\n".utf8), contentType: "text/plain")
-        try await services.catalogue.putProduct(
+        try await services.catalogue.putLoggedProduct(
             Product(
                 productId: product, bundleId: bundle, type: .nonConsumable, assetIds: ["level-1", "tiles"], title: "Level Pack 1", updatedAt: Date()))
-        try await services.catalogue.putProduct(
+        try await services.catalogue.putLoggedProduct(
             Product(
                 productId: "com.coffer.demo.levelpack2", bundleId: bundle, type: .nonConsumable, assetIds: ["tiles"], title: "Level Pack 2",
                 updatedAt: Date()))
         return harness
     }
 
+    /// The admin log's entries of the catalogue ``make(uploadLimit:tokenTTL:trustedProxies:checkpointEvery:configure:)``
+    /// stores (the ledger's entries 1–4), as an admin's uploads and puts are logged.
+    static let catalogueActions = ["asset.upload", "asset.upload", "product.put", "product.put"]
+
     func store(assetId: String, bytes: [UInt8], contentType: String) async throws {
         let stored = try await services.content.write(
             AsyncStream {
                 $0.yield(bytes); $0.finish()
             }, maxBytes: Int64.max, expectedSHA256: nil)
-        _ = try await services.catalogue.addAssetVersion(
+        _ = try await services.catalogue.addLoggedAssetVersion(
             assetId: assetId, name: assetId, contentType: contentType, size: stored.size, sha256: stored.sha256, at: Date())
     }
 

@@ -23,7 +23,7 @@ struct ChainedRecordTests {
     ]
 
     static let action = AdminAction(
-        at: at, keyId: "k-1", keyName: "ops", action: "product.put", target: "com.example.gems", detail: "d", clientAddress: "10.0.0.1")
+        at: at, keyId: "k-1", keyName: "ops", action: "key.create", target: "com.example.gems", detail: "d", clientAddress: "10.0.0.1")
 
     @Test("revocations, admin actions and checkpoints are stored as the hand-written SQL stored them")
     func recordsStoreTheSameValues() async throws {

@@ -60,7 +60,7 @@ import Testing
                 written.append(attempt)
                 try await log.record(
                     AdminAction(
-                        at: instant(Double(i)), keyId: "k", keyName: Self.awkward(&rng), action: "product.put", target: Self.awkward(&rng),
+                        at: instant(Double(i)), keyId: "k", keyName: Self.awkward(&rng), action: "key.create", target: Self.awkward(&rng),
                         detail: Self.awkward(&rng), clientAddress: "192.0.2.1"))
             }
             var filter = AuditFilter()

@@ -25,6 +25,9 @@ public struct LedgerProblem: Sendable, Hashable, CustomStringConvertible {
         case schemaAltered
         /// The export or database cannot be read as a ledger.
         case unreadable
+        /// A product or asset version that the chained admin log does not back: changed behind
+        /// the server's back, or from before Coffer logged every change (``CatalogueAudit``).
+        case catalogueUnbacked
     }
 
     public var kind: Kind
@@ -57,8 +60,21 @@ public struct LedgerAuditReport: Sendable, Hashable {
     public var adoptions: [String] = []
     /// The first problem found, nil when the ledger is intact.
     public var problem: LedgerProblem?
+    /// Every product and asset version the chained admin log does not back (a database audit
+    /// only: an export holds no catalogue).
+    public var catalogue: [CatalogueFinding] = []
 
     public var intact: Bool { problem == nil }
+
+    /// Records the catalogue's findings; the first is the problem when the ledger has no other.
+    public mutating func include(catalogue findings: [CatalogueFinding]) {
+        catalogue = findings
+        guard problem == nil, let first = findings.first else { return }
+        problem = LedgerProblem(
+            .catalogueUnbacked, sequence: nil,
+            "\(first)\(findings.count > 1 ? " (and \(findings.count - 1) more)" : ""): changed behind the server's back, or from before Coffer logged every catalogue change (`coffer ledger adopt` vouches for it)"
+        )
+    }
 }
 
 /// Verifies a ledger streamed entry by entry, in memory proportional to the checkpoints only.
@@ -79,6 +95,8 @@ public struct LedgerAudit: Sendable {
     private var maxPinned: Int64 = 0
     /// A public key was given: the checkpoints are read.
     private var hasKey = false
+    /// The admin log's catalogue entries, replayed for a database audit's catalogue check.
+    public var catalogue = CatalogueAudit()
     private var report = LedgerAuditReport(
         entries: 0, lastSequence: 0, headHash: LedgerChain.genesis.hexString, checkpointsVerified: 0, lastCheckpoint: nil, problem: nil)
 
@@ -124,6 +142,7 @@ public struct LedgerAudit: Sendable {
     public mutating func add(_ chained: ChainedEntry) {
         let entry = chained.entry
         report.entries += 1
+        catalogue.add(entry)
         if entry.kind == .adminAction, entry.values.count > 5, entry.values[3] == AdminActionName.ledgerAdopt.rawValue {
             report.adoptions.append("entry \(entry.sequence): \(entry.values[5] ?? "")")
         }

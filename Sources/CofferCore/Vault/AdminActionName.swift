@@ -9,4 +9,7 @@ public enum AdminActionName: String, Sendable, Hashable, CaseIterable, Codable {
     case keyRevoke = "key.revoke"
     /// `coffer ledger adopt`: rows chained on purpose (its detail says which, and any re-seal).
     case ledgerAdopt = "ledger.adopt"
+    /// `coffer ledger adopt`: a logged asset version the catalogue no longer holds as logged
+    /// (its detail is the upload's): the admin log stops expecting it.
+    case assetForget = "asset.forget"
 }

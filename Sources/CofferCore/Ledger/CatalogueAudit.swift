@@ -1,0 +1,209 @@
+import Crypto
+import Foundation
+
+/// The admin log's account of the catalogue: the detail each catalogue change is logged with,
+/// and the check that every product and asset version in the database is the one the chained
+/// admin log says an admin made.
+///
+/// Every legitimate catalogue change writes its entry in its own transaction
+/// (``CatalogueRepository``), so a row the log does not back was written behind the server's
+/// back — the worst case an asset version pointing at another asset's bytes, giving a cheap
+/// product's buyers premium content — or before Coffer logged every change (the demo's seed
+/// catalogue of older versions, rows from before the admin log): `coffer ledger adopt` vouches
+/// for those.
+public enum CatalogueLog {
+    /// The stored detail's budget (``AdminAction/escapedForLedger(_:)``).
+    static let maxDetailBytes = 1024
+
+    /// The detail of a `product.put` entry: everything that decides what a purchase unlocks
+    /// (the bundle, the type, family sharing, a non-renewing length, the assets in order), not
+    /// the title. A list too long for the entry is logged by its count and SHA-256, so it is
+    /// still checked whole.
+    public static func productDetail(_ p: Product) -> String {
+        let head =
+            "bundle \(p.bundleId), \(p.type.rawValue)\(p.familyShareable ? ", family-shareable" : "")\(p.durationSeconds.map { ", \($0) s" } ?? "")"
+        let listed = head + ", assets " + p.assetIds.joined(separator: " ")
+        if listed.utf8.count <= maxDetailBytes && LedgerText.escaped(listed, maxBytes: maxDetailBytes) == listed { return listed }
+        let digest = Hex.encode(Array(SHA256.hash(data: Array(p.assetIds.joined(separator: " ").utf8))))
+        return head + ", \(p.assetIds.count) assets, sha256 of their ids space-separated \(digest)"
+    }
+
+    /// The detail of an `asset.upload` entry: the version stored and its bytes.
+    public static func uploadDetail(_ a: Asset) -> String {
+        "version \(a.version), \(a.size) bytes, sha256 \(a.sha256)"
+    }
+
+    /// The detail's prefix naming `version` (a logged version whose row now differs).
+    static func versionPrefix(_ version: Int) -> String { "version \(version), " }
+
+    /// What `coffer ledger adopt` logs to vouch for the catalogue as it stands: a `product.put`
+    /// for each product the log does not back (or backs with other values), a `product.delete`
+    /// for each the log has and the database does not, an `asset.upload` for each version the
+    /// log does not back, after an `asset.forget` of each logged upload of that version that
+    /// differs, and an `asset.forget` for each logged version whose row is gone. An unreadable
+    /// product row is not vouched for: its row must be mended or deleted. `actor` gives the
+    /// entries' time, key and address.
+    public static func adoption(of findings: [CatalogueFinding], by actor: AdminAction) -> [AdminAction] {
+        findings.flatMap { finding -> [AdminAction] in
+            func action(_ name: AdminActionName, _ detail: String) -> AdminAction {
+                var a = actor
+                a.action = name.rawValue
+                a.target = finding.id
+                a.detail = detail
+                return a
+            }
+            switch finding.kind {
+            case .productUnlogged, .productChanged: return finding.stored.map { [action(.productPut, $0)] } ?? []
+            case .productRemoved: return [action(.productDelete, "")]
+            case .productUnreadable: return []
+            case .assetVersionUnlogged, .assetVersionChanged, .assetVersionRemoved:
+                return finding.logged.map { action(.assetForget, $0) } + (finding.stored.map { [action(.assetUpload, $0)] } ?? [])
+            }
+        }
+    }
+}
+
+/// A product or asset version the chained admin log does not back.
+public struct CatalogueFinding: Sendable, Hashable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        /// A product in the database that no `product.put` made.
+        case productUnlogged
+        /// A product that differs from its last logged `product.put`.
+        case productChanged
+        /// A product the log last put that the database does not hold (deleted unlogged).
+        case productRemoved
+        /// A product row that cannot be read (an unknown type, asset ids that are not a list).
+        case productUnreadable
+        /// An asset version in the database that no `asset.upload` made.
+        case assetVersionUnlogged
+        /// An asset version whose size or SHA-256 differs from its logged upload.
+        case assetVersionChanged
+        /// A logged asset version that the database does not hold.
+        case assetVersionRemoved
+    }
+
+    public var kind: Kind
+    /// The product id, or the asset id.
+    public var id: String
+    /// The asset version, for the asset kinds.
+    public var version: Int?
+    /// What the row says, in the log's terms (nil for a removed or unreadable row).
+    public var stored: String?
+    /// What the log says of it: the last put of a product, a version's upload (empty when unlogged).
+    public var logged: [String]
+    /// The admin-log entry that logged it last (nil when unlogged).
+    public var sequence: Int64?
+
+    public init(kind: Kind, id: String, version: Int? = nil, stored: String?, logged: [String], sequence: Int64?) {
+        self.kind = kind
+        self.id = id
+        self.version = version
+        self.stored = stored
+        self.logged = logged
+        self.sequence = sequence
+    }
+
+    public var description: String {
+        let what = version.map { "asset \(id) version \($0)" } ?? "product \(id)"
+        switch kind {
+        case .productUnlogged, .assetVersionUnlogged: return "\(what) (\(stored ?? "?")) is not in the admin log"
+        case .productChanged, .assetVersionChanged:
+            return "\(what) is \(stored ?? "?"), but the admin log (entry \(sequence ?? 0)) says \(logged.joined(separator: "; "))"
+        case .productRemoved, .assetVersionRemoved:
+            return "\(what) is in the admin log (entry \(sequence ?? 0): \(logged.joined(separator: "; "))) but not in the database"
+        case .productUnreadable: return "\(what) cannot be read: \(logged.isEmpty ? "not in the admin log" : "logged as \(logged.joined())")"
+        }
+    }
+}
+
+/// Replays the catalogue entries of a chained admin log, then checks the catalogue's rows
+/// against them. Fed by ``LedgerAudit`` entry by entry (only entries whose hash it checks);
+/// memory proportional to the catalogue's logged changes.
+public struct CatalogueAudit: Sendable {
+    /// Product id → the detail of its last logged put (nil after a logged delete) and that entry.
+    private var products: [String: (detail: String?, sequence: Int64)] = [:]
+    /// Asset id → each logged version's detail → its entry (removed by `asset.forget`).
+    private var versions: [String: [String: Int64]] = [:]
+    private var seenProducts: Set<String> = []
+    private var seenVersions: [String: Set<String>] = [:]
+    private var findings: [CatalogueFinding] = []
+
+    public init() {}
+
+    /// An entry of the chain; only catalogue admin actions count.
+    public mutating func add(_ entry: LedgerEntry) {
+        guard entry.kind == .adminAction, entry.values.count > 5, let action = entry.values[3], let target = entry.values[4] else { return }
+        let detail = entry.values[5] ?? ""
+        switch AdminActionName(rawValue: action) {
+        case .productPut: products[target] = (detail, entry.sequence)
+        case .productDelete: products[target] = (nil, entry.sequence)
+        case .assetUpload: versions[target, default: [:]][detail] = entry.sequence
+        case .assetForget: versions[target]?[detail] = nil
+        default: break
+        }
+    }
+
+    /// A product row as read; nil when it cannot be read.
+    public mutating func product(id: String, _ product: Product?) {
+        let key = LedgerText.escaped(id, maxBytes: 512)
+        seenProducts.insert(key)
+        let logged = products[key].flatMap { entry in entry.detail.map { (detail: $0, sequence: entry.sequence) } }
+        guard let product else {
+            findings.append(
+                CatalogueFinding(kind: .productUnreadable, id: id, stored: nil, logged: logged.map { [$0.detail] } ?? [], sequence: logged?.sequence))
+            return
+        }
+        let stored = LedgerText.escaped(CatalogueLog.productDetail(product), maxBytes: CatalogueLog.maxDetailBytes)
+        guard let logged else {
+            findings.append(CatalogueFinding(kind: .productUnlogged, id: id, stored: stored, logged: [], sequence: nil))
+            return
+        }
+        if logged.detail != stored {
+            findings.append(CatalogueFinding(kind: .productChanged, id: id, stored: stored, logged: [logged.detail], sequence: logged.sequence))
+        }
+    }
+
+    /// An asset version row as read.
+    public mutating func version(_ asset: Asset) {
+        let key = LedgerText.escaped(asset.assetId, maxBytes: 512)
+        let stored = LedgerText.escaped(CatalogueLog.uploadDetail(asset), maxBytes: CatalogueLog.maxDetailBytes)
+        let logged = versions[key] ?? [:]
+        if logged[stored] != nil {
+            seenVersions[key, default: []].insert(stored)
+            return
+        }
+        let prefix = CatalogueLog.versionPrefix(asset.version)
+        let same = logged.filter { $0.key.hasPrefix(prefix) }.sorted { $0.value < $1.value }
+        // A logged upload of this version that differs is reported here, not again as removed.
+        for (detail, _) in same { seenVersions[key, default: []].insert(detail) }
+        findings.append(
+            CatalogueFinding(
+                kind: same.isEmpty ? .assetVersionUnlogged : .assetVersionChanged, id: asset.assetId, version: asset.version, stored: stored,
+                logged: same.map(\.key), sequence: same.last?.value))
+    }
+
+    /// Every finding, rows first (in the order read), then what the log holds and the
+    /// database does not (by id).
+    public func finish() -> [CatalogueFinding] {
+        var all = findings
+        for (id, entry) in products.sorted(by: { $0.key < $1.key }) where !seenProducts.contains(id) {
+            guard let detail = entry.detail else { continue }
+            all.append(CatalogueFinding(kind: .productRemoved, id: id, stored: nil, logged: [detail], sequence: entry.sequence))
+        }
+        for (id, logged) in versions.sorted(by: { $0.key < $1.key }) {
+            let seen = seenVersions[id] ?? []
+            for (detail, sequence) in logged.sorted(by: { $0.value < $1.value }) where !seen.contains(detail) {
+                all.append(
+                    CatalogueFinding(
+                        kind: .assetVersionRemoved, id: id, version: Self.version(in: detail), stored: nil, logged: [detail], sequence: sequence))
+            }
+        }
+        return all
+    }
+
+    /// The version a logged upload's detail names.
+    static func version(in detail: String) -> Int? {
+        guard detail.hasPrefix("version ") else { return nil }
+        return Int(detail.dropFirst("version ".count).prefix { $0.isNumber })
+    }
+}

@@ -1,0 +1,27 @@
+import CofferCore
+import Foundation
+
+extension CatalogueRepository {
+    /// Puts a product as an admin does through the API: with the `product.put` entry the
+    /// server logs (``CatalogueLog/productDetail(_:)``), so an audit finds it backed.
+    public func putLoggedProduct(_ product: Product, by keyName: String = "test admin") async throws {
+        try await putProduct(
+            product, logging: .test(.productPut, target: product.productId, detail: CatalogueLog.productDetail(product), by: keyName))
+    }
+
+    /// Stores a new asset version as an upload does, with its `asset.upload` entry.
+    public func addLoggedAssetVersion(
+        assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date, by keyName: String = "test admin"
+    ) async throws -> Asset {
+        try await addAssetVersion(
+            assetId: assetId, name: name, contentType: contentType, size: size, sha256: sha256, at: at,
+            logging: { .test(.assetUpload, target: $0.assetId, detail: CatalogueLog.uploadDetail($0), by: keyName) })
+    }
+}
+
+extension AdminAction {
+    /// An entry by a test's admin.
+    static func test(_ action: AdminActionName, target: String, detail: String, by keyName: String) -> AdminAction {
+        AdminAction(at: Date(), keyId: "test", keyName: keyName, action: action, target: target, detail: detail, clientAddress: "192.0.2.1")
+    }
+}

@@ -1,0 +1,91 @@
+import CofferCore
+import CofferTestSupport
+import Crypto
+import Foundation
+import Testing
+
+/// The database audit checks the catalogue against the chained admin log: a catalogue changed
+/// through the repositories with its entries verifies; one changed behind their back — an
+/// asset version pointing at another asset's bytes, a product given another's assets, a
+/// product inserted or deleted, a version deleted — is named, row by row.
+@Suite("Catalogue audit contract")
+struct CatalogueAuditContractTests {
+    static let signer = LedgerSigner(privateKey: .init())
+
+    @Test("a logged catalogue verifies; every row changed behind the repositories' back is named", arguments: [Backend.sqlite, .postgres])
+    func tamperedCatalogueIsNamed(backend: Backend) async throws {
+        try await backend.withStorage(signer: Self.signer, checkpointEvery: 4) { storage async throws in
+            let audit = try #require(storage.audit)
+            let execute = try #require(storage.execute)
+            let catalogue = storage.catalogue
+            func upload(_ id: String, _ bytes: String) async throws -> Asset {
+                try await catalogue.addLoggedAssetVersion(
+                    assetId: id, name: id, contentType: "application/json", size: Int64(bytes.utf8.count), sha256: fakeHash(bytes), at: instant(1))
+            }
+            func product(_ id: String, _ assets: [String], family: Bool = false) -> Product {
+                Product(
+                    productId: id, bundleId: "com.example.app", type: .nonConsumable, assetIds: assets, title: id, updatedAt: instant(2),
+                    familyShareable: family)
+            }
+            _ = try await upload("level-1", "cheap level")
+            let premium = try await upload("premium", "premium level")
+            _ = try await upload("level-2", "second level")
+            _ = try await upload("level-2", "second level, fixed")
+            try await catalogue.putLoggedProduct(product("cheap", ["level-1"]))
+            try await catalogue.putLoggedProduct(product("premium-pack", ["premium"]))
+            try await catalogue.putLoggedProduct(product("old", ["level-2"]))
+            #expect(
+                try await catalogue.deleteProduct(
+                    "old",
+                    logging: .init(
+                        at: instant(3), keyId: "k", keyName: "Ops", action: .productDelete, target: "old", detail: "", clientAddress: "local")))
+            try await catalogue.putLoggedProduct(product("renamed", ["level-2"]))
+            // A change the log does not back in the title only: not what a purchase unlocks.
+            try await execute("UPDATE products SET title = 'Renamed again' WHERE product_id = 'renamed'")
+
+            let clean = try await audit(Self.signer.publicKey)
+            #expect(clean.intact, "\(String(describing: clean.problem))")
+            #expect(clean.catalogue.isEmpty, "\(clean.catalogue)")
+
+            let arrays = backend == .postgres
+            try await execute(
+                [
+                    // The cheap level's row now names the premium bytes.
+                    "UPDATE assets SET sha256 = '\(premium.sha256)' WHERE asset_id = 'level-1'",
+                    // The cheap product unlocks the premium level too, and is family-shareable.
+                    arrays
+                        ? "UPDATE products SET asset_ids = '{level-1,premium}', family_shareable = true WHERE product_id = 'cheap'"
+                        : "UPDATE products SET asset_ids = '[\"level-1\",\"premium\"]', family_shareable = 1 WHERE product_id = 'cheap'",
+                    "INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at, family_shareable) VALUES ('forged', 'com.example.app', 'nonConsumable', \(arrays ? "'{premium}'" : "'[\"premium\"]'"), 'Free', 0, \(arrays ? "false" : "0"))",
+                    "DELETE FROM products WHERE product_id = 'premium-pack'",
+                    // The fix of level 2 rolled back to its first version.
+                    "DELETE FROM assets WHERE asset_id = 'level-2' AND version = 2",
+                ].joined(separator: "; "))
+            let report = try await audit(Self.signer.publicKey)
+            #expect(report.problem?.kind == .catalogueUnbacked, "\(String(describing: report.problem))")
+            let found = report.catalogue.map { "\($0.kind.rawValue) \($0.id)\($0.version.map { " v\($0)" } ?? "")" }
+            #expect(
+                Set(found) == [
+                    "assetVersionChanged level-1 v1", "productChanged cheap", "productUnlogged forged", "productRemoved premium-pack",
+                    "assetVersionRemoved level-2 v2",
+                ], "\(report.catalogue)")
+            #expect(found.count == 5, "each row named once: \(found)")
+            let changed = try #require(report.catalogue.first { $0.kind == .assetVersionChanged })
+            #expect(changed.stored?.contains(premium.sha256) == true && changed.logged.first?.contains(fakeHash("cheap level")) == true)
+            let cheap = try #require(report.catalogue.first { $0.kind == .productChanged })
+            #expect(cheap.stored == "bundle com.example.app, nonConsumable, family-shareable, assets level-1 premium", "\(cheap)")
+            #expect(cheap.logged == ["bundle com.example.app, nonConsumable, assets level-1"])
+            // The chain itself still verifies: the catalogue is the only problem.
+            #expect(report.entries == clean.entries && report.checkpointsVerified == clean.checkpointsVerified)
+
+            // An unreadable row is named, not a failed audit.
+            try await execute(
+                arrays
+                    ? "ALTER TABLE products DROP CONSTRAINT products_type_check; UPDATE products SET type = 'subscription' WHERE product_id = 'forged'"
+                    : "PRAGMA ignore_check_constraints = ON; UPDATE products SET type = 'subscription' WHERE product_id = 'forged'; PRAGMA ignore_check_constraints = OFF"
+            )
+            let unreadable = try await audit(Self.signer.publicKey)
+            #expect(unreadable.catalogue.contains { $0.kind == .productUnreadable && $0.id == "forged" }, "\(unreadable.catalogue)")
+        }
+    }
+}
