@@ -304,3 +304,46 @@ extension PostgresLedger {
         return problems
     }
 }
+
+// MARK: - Adoption of the catalogue
+
+extension PostgresLedger {
+    /// `coffer ledger adopt --database`: logs what the admin log lacks to back the catalogue
+    /// as it stands (``CatalogueLog/adoption(of:by:)``), then a `ledger.adopt` entry counting
+    /// it, by `actor` — in one transaction under the chain's lock (every admin change takes it
+    /// before it commits, so none lands between the read and the entries), chained and sealed.
+    /// Returns the rows found and the adoption's entry. Rows outside the chain are not chained
+    /// here: a PostgreSQL ledger is chained from its first row (or copied whole).
+    public func adoptCatalogue(by actor: AdminAction) async throws -> (catalogue: [CatalogueFinding], action: AdminAction) {
+        let logger = backend.logger
+        return try await backend.transaction { [checkpoints] c in
+            try await PostgresChain.sealed(c, policy: checkpoints, logger: logger) { locked in
+                var catalogue = CatalogueAudit()
+                var after: Int64 = 0
+                while true {
+                    let page = try await c.rows(
+                        "SELECT \(unescaped: AdminAction.columns) FROM admin_actions WHERE sequence > \(after) ORDER BY sequence LIMIT 1000",
+                        logger: logger, AdminAction.init(row:))
+                    for action in page { catalogue.add(.adminAction(action, sequence: action.sequence)) }
+                    guard let last = page.last else { break }
+                    after = last.sequence
+                }
+                let findings = try await Self.catalogueFindings(c, &catalogue, logger: logger)
+                var summary = actor
+                summary.action = AdminActionName.ledgerAdopt.rawValue
+                summary.target = "ledger"
+                let counted = CatalogueLog.adoptionSummary(findings)
+                summary.detail = counted.isEmpty ? "nothing to vouch for in the catalogue" : counted
+                var rows: [AdminAction] = []
+                for action in CatalogueLog.adoption(of: findings, by: actor) + [summary] {
+                    rows.append(try await PostgresChain.insertRow(c, AdminAction.escapedForLedger(action), logger: logger))
+                }
+                try await PostgresChain.append(
+                    c, policy: checkpoints, head: locked.head, now: actor.at, entries: rows.map { row in { .adminAction(row, sequence: $0) } },
+                    logger: logger)
+                guard let adoption = rows.last else { throw PostgresStoreError.invalidValue(column: "admin_actions", value: "no adoption stored") }
+                return (findings, adoption)
+            }
+        }
+    }
+}

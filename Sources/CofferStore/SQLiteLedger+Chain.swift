@@ -147,13 +147,10 @@ extension SQLiteLedger {
         action.action = AdminActionName.ledgerAdopt.rawValue
         action.target = "ledger"
         let counts = chained.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }
-        let vouched = Dictionary(grouping: catalogue.filter { $0.kind != .productUnreadable }, by: \.kind)
-            .sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value.count) \($0.key.rawValue)" }
-        let unreadable = catalogue.filter { $0.kind == .productUnreadable }.count
+        let catalogued = CatalogueLog.adoptionSummary(catalogue)
         action.detail =
-            (counts.isEmpty ? "nothing to chain" : "chained " + counts.joined(separator: ", "))
-            + (vouched.isEmpty ? "" : "; vouched for the catalogue: " + vouched.joined(separator: ", "))
-            + (unreadable == 0 ? "" : "; \(unreadable) unreadable product rows left") + (resealed.map { "; " + $0 } ?? "")
+            (counts.isEmpty ? "nothing to chain" : "chained " + counts.joined(separator: ", ")) + (catalogued.isEmpty ? "" : "; " + catalogued)
+            + (resealed.map { "; " + $0 } ?? "")
         return action
     }
 }

@@ -230,8 +230,15 @@ struct LedgerCommand: AsyncParsableCommand {
         @Option(name: .customLong("data-dir"), help: "Data directory.") var dataDir = "coffer-data"
         @Option(name: .customLong("ledger-key"), help: "The signing key file, when it lives outside the data directory.") var ledgerKey: String?
         @Flag(help: "Also seal a chain whose seal is broken (recording the old seal and the range).") var reseal = false
+        @Option(
+            help: ArgumentHelp(
+                DatabaseOption.help
+                    + " There only the catalogue is adopted (a PostgreSQL ledger is chained from its first row); the data directory (or --ledger-key) holds the key."
+            ))
+        var database: String?
 
         func run() async throws {
+            if let database { return try await adoptCatalogue(database) }
             let path = DataDirectory(dataDir).database
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
             let signer: LedgerSigner
@@ -248,10 +255,35 @@ struct LedgerCommand: AsyncParsableCommand {
                 throw ExitCode(1)
             }
             try await ledger.checkpointHead(now: Date())
-            for finding in adoption.catalogue {
+            Self.report(adoption.catalogue, adoption.action)
+        }
+
+        /// `--database`: the catalogue's rows the admin log does not back, logged.
+        func adoptCatalogue(_ database: String) async throws {
+            guard !reseal else { throw UsageError("--reseal is for a data directory's SQLite ledger; a PostgreSQL seal is never re-sealed here") }
+            let signer: LedgerSigner
+            do { signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer } catch {
+                throw UsageError("\(error): pass the server's key with --ledger-key (or its data directory with --data-dir)")
+            }
+            let actor = KeysCommand.localAction(.ledgerAdopt, target: "ledger", detail: "")
+            let adoption: (catalogue: [CatalogueFinding], action: AdminAction)
+            do {
+                adoption = try await DatabaseOption.with(database) { backend in
+                    try await PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: signer)).adoptCatalogue(by: actor)
+                }
+            } catch let error as LedgerIntegrityError {
+                print("refused: \(error)")
+                throw ExitCode(1)
+            }
+            Self.report(adoption.catalogue, adoption.action)
+        }
+
+        /// Prints each catalogue row vouched for (or left), then the adoption's entry.
+        static func report(_ catalogue: [CatalogueFinding], _ action: AdminAction) {
+            for finding in catalogue {
                 print(finding.kind == .productUnreadable ? "not vouched for (mend or delete the row): \(finding)" : "vouched for: \(finding)")
             }
-            print("\(adoption.action.detail); recorded as admin action \(adoption.action.sequence)")
+            print("\(action.detail); recorded as admin action \(action.sequence)")
         }
     }
 

@@ -59,7 +59,11 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                             }
                         },
                         execute: { sql in try await database.pool.write { db in try db.execute(sql: sql) } },
-                        audit: { key in try await ledger.audit(publicKey: key) }))
+                        audit: { key in try await ledger.audit(publicKey: key) },
+                        adoptCatalogue: { actor in
+                            let adoption = try await ledger.adopt(by: actor, now: actor.at)
+                            return (adoption.catalogue, adoption.action)
+                        }))
             }
         case .postgres:
             let url = try PostgresURL(try await PostgresCluster.shared().createDatabase())
@@ -87,7 +91,8 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                                     database: url.database)
                             },
                             execute: { sql in _ = try await PostgresCluster.shared().psql(sql, database: url.database) },
-                            audit: { key in try await ledger.audit(publicKey: key) }))
+                            audit: { key in try await ledger.audit(publicKey: key) },
+                            adoptCatalogue: { actor in try await ledger.adoptCatalogue(by: actor) }))
                 }
                 await ledger.finishWrites()
                 await backend.close()

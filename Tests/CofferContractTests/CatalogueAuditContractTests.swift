@@ -86,6 +86,31 @@ struct CatalogueAuditContractTests {
             )
             let unreadable = try await audit(Self.signer.publicKey)
             #expect(unreadable.catalogue.contains { $0.kind == .productUnreadable && $0.id == "forged" }, "\(unreadable.catalogue)")
+
+            // The operator vouches for the catalogue as it stands: each row logged, the
+            // unreadable one left to mend; the adoption counts them in its own entry.
+            let adopt = try #require(storage.adoptCatalogue)
+            let actor = AdminAction(
+                at: instant(9), keyId: "cli", keyName: "local user operator", action: .ledgerAdopt, target: "", detail: "", clientAddress: "local")
+            let adoption = try await adopt(actor)
+            #expect(adoption.catalogue.count == 5, "\(adoption.catalogue)")
+            #expect(
+                adoption.action.detail.hasSuffix(
+                    "vouched for the catalogue: 1 assetVersionChanged, 1 assetVersionRemoved, 1 productChanged, 1 productRemoved; 1 unreadable product rows left"
+                ), "\(adoption.action.detail)")
+            let logged = try await storage.adminLog.actions(after: 0, limit: 100).suffix(6).map { "\($0.action) \($0.target)" }
+            #expect(
+                logged == [
+                    "product.put cheap", "asset.forget level-1", "asset.upload level-1", "product.delete premium-pack", "asset.forget level-2",
+                    "ledger.adopt ledger",
+                ], "\(logged)")
+            let vouched = try await audit(Self.signer.publicKey)
+            #expect(vouched.catalogue.map(\.kind) == [.productUnreadable], "\(vouched.catalogue)")
+            #expect(vouched.problem?.kind == .catalogueUnbacked)
+            try await execute("DELETE FROM products WHERE product_id = 'forged'")
+            let mended = try await audit(Self.signer.publicKey)
+            #expect(mended.intact, "\(String(describing: mended.problem))")
+            #expect(mended.adoptions.count == 1 && mended.entries == clean.entries + 6)
         }
     }
 }

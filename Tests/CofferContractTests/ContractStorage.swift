@@ -19,4 +19,7 @@ struct ContractStorage: Sendable {
     var execute: (@Sendable (String) async throws -> Void)? = nil
     /// The database audit (`coffer ledger verify`'s) with this public key (nil for the doubles).
     var audit: (@Sendable (Curve25519.Signing.PublicKey?) async throws -> LedgerAuditReport)? = nil
+    /// `coffer ledger adopt`'s catalogue part by `actor`: the rows found and the adoption's
+    /// entry (nil for the doubles).
+    var adoptCatalogue: (@Sendable (AdminAction) async throws -> (catalogue: [CatalogueFinding], action: AdminAction))? = nil
 }

@@ -99,5 +99,25 @@ import Testing
         try await client.shutdown()
         let after = try await Self.verified(["--database", url], data: data)
         #expect(after.hasPrefix("ledger intact") && after != before, "\(after)")
+
+        // 4. The owner role gives level pack 1 the season's assets too: named by verify, until
+        // an operator vouches for it (`adopt --database`, logged, while the instance runs).
+        _ = try await cluster.psql(
+            "UPDATE products SET asset_ids = asset_ids || ARRAY['season1-levels'] WHERE product_id = 'com.coffer.demo.levelpack1'", database: database
+        )
+        let named = try await CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
+        #expect(named.status == 1)
+        #expect(named.stdout.contains("catalogue: productChanged: product com.coffer.demo.levelpack1 is bundle com.coffer.demo"), "\(named.stdout)")
+        #expect(
+            try await CofferExecutable.run(["ledger", "adopt", "--database", url, "--data-dir", data.path, "--reseal"]).status == 2,
+            "--reseal is for SQLite")
+        let adopted = try await CofferExecutable.run(["ledger", "adopt", "--database", url, "--data-dir", data.path])
+        #expect(adopted.status == 0, "\(adopted.stdout)\(adopted.stderr)")
+        #expect(adopted.stdout.contains("vouched for the catalogue: 1 productChanged"), "\(adopted.stdout)")
+        let vouched = try await Self.verified(["--database", url], data: data)
+        #expect(vouched.hasPrefix("ledger intact"), "\(vouched)")
+        #expect(
+            try await cluster.psql("SELECT action FROM admin_actions ORDER BY sequence DESC LIMIT 2", database: database)
+                == "ledger.adopt\nproduct.put")
     }
 }

@@ -63,6 +63,18 @@ public enum CatalogueLog {
     }
 }
 
+extension CatalogueLog {
+    /// The part of a `ledger.adopt` entry's detail that counts what was vouched for, by kind
+    /// ("" when nothing was), and the unreadable rows left.
+    public static func adoptionSummary(_ findings: [CatalogueFinding]) -> String {
+        let vouched = Dictionary(grouping: findings.filter { $0.kind != .productUnreadable }, by: \.kind)
+            .sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value.count) \($0.key.rawValue)" }
+        let unreadable = findings.filter { $0.kind == .productUnreadable }.count
+        return (vouched.isEmpty ? "" : "vouched for the catalogue: " + vouched.joined(separator: ", "))
+            + (unreadable == 0 ? "" : "\(vouched.isEmpty ? "" : "; ")\(unreadable) unreadable product rows left")
+    }
+}
+
 /// A product or asset version the chained admin log does not back.
 public struct CatalogueFinding: Sendable, Hashable, CustomStringConvertible {
     public enum Kind: String, Sendable, Hashable, CaseIterable {
