@@ -66,15 +66,18 @@ import Testing
         let product = Self.product("big", ids)
         let detail = CatalogueLog.productDetail(product)
         #expect(detail.utf8.count <= 1024)
-        #expect(detail.hasPrefix("bundle com.example.app, nonConsumable, 1000 assets, sha256 "), "\(detail)")
+        #expect(detail.hasPrefix("bundle com.example.app, nonConsumable, 1000 assets, sha256 of their length-prefixed ids "), "\(detail)")
         var changed = ids
         changed[999] = "999" + String(repeating: "y", count: 125)
         #expect(CatalogueLog.productDetail(Self.product("big", changed)) != detail)
         let log = [Self.entry(1, .productPut, "big", detail)]
         #expect(Self.findings(log, products: [product], assets: []).isEmpty)
         #expect(Self.findings(log, products: [Self.product("big", changed)], assets: []) == ["productChanged big"])
-        // A short list is logged as it is.
+        // A short list is logged as it is; one that would not read back one way is hashed.
         #expect(CatalogueLog.productDetail(Self.product("small", ["a", "b"])).hasSuffix(", assets a b"))
+        let spaced = CatalogueLog.productDetail(Self.product("small", ["a b"]))
+        #expect(spaced.contains("1 assets, sha256 of their length-prefixed ids "), "\(spaced)")
+        #expect(CatalogueLog.productDetail(Self.product("small", ["a", "b c"])) != CatalogueLog.productDetail(Self.product("small", ["a b", "c"])))
     }
 
     /// What adoption logs, replayed after the log it vouches for, backs the rows as they stand

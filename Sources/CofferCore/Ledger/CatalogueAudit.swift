@@ -23,9 +23,15 @@ public enum CatalogueLog {
         let head =
             "bundle \(p.bundleId), \(p.type.rawValue)\(p.familyShareable ? ", family-shareable" : "")\(p.durationSeconds.map { ", \($0) s" } ?? "")"
         let listed = head + ", assets " + p.assetIds.joined(separator: " ")
-        if listed.utf8.count <= maxDetailBytes && LedgerText.escaped(listed, maxBytes: maxDetailBytes) == listed { return listed }
-        let digest = Hex.encode(Array(SHA256.hash(data: Array(p.assetIds.joined(separator: " ").utf8))))
-        return head + ", \(p.assetIds.count) assets, sha256 of their ids space-separated \(digest)"
+        // Listed only when the list reads back one way: no id empty or holding a space.
+        if listed.utf8.count <= maxDetailBytes && LedgerText.escaped(listed, maxBytes: maxDetailBytes) == listed
+            && p.assetIds.allSatisfy({ !$0.isEmpty && !$0.contains(" ") })
+        {
+            return listed
+        }
+        // Each id prefixed by its length in bytes: no two lists hash the same bytes.
+        let bytes = p.assetIds.flatMap { Array("\($0.utf8.count):".utf8) + Array($0.utf8) }
+        return head + ", \(p.assetIds.count) assets, sha256 of their length-prefixed ids \(Hex.encode(Array(SHA256.hash(data: bytes))))"
     }
 
     /// The detail of an `asset.upload` entry: the version stored and its bytes.
