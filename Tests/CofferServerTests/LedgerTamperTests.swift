@@ -285,6 +285,13 @@ import Testing
         #expect(findings.count == 1 && findings.first?["id"] as? String == "level-1" && findings.first?["version"] as? Int == 1, "\(findings)")
         #expect(findings.first?["entry"] as? Int == 1, "the upload's entry")
 
+        // Not carried into PostgreSQL unnoticed: the copy refuses before it connects.
+        let copy = try await CofferExecutable.run([
+            "ledger", "copy", "--from-data-dir", h.directory.path, "--to-database", "postgres://nobody@127.0.0.1:1/none",
+        ])
+        #expect(copy.status == 1 && copy.stdout.contains("refused: the source ledger does not verify"), "\(copy.stdout)\(copy.stderr)")
+        #expect(copy.stdout.contains("assetVersionChanged"), "\(copy.stdout)")
+
         let adopted = try await CofferExecutable.run(["ledger", "adopt", "--data-dir", h.directory.path])
         #expect(adopted.status == 0, "\(adopted.stdout)\(adopted.stderr)")
         #expect(adopted.stdout.contains("vouched for: asset level-1 version 1"), "\(adopted.stdout)")
