@@ -25,3 +25,16 @@ extension AdminAction {
         AdminAction(at: Date(), keyId: "test", keyName: keyName, action: action, target: target, detail: detail, clientAddress: "192.0.2.1")
     }
 }
+
+extension CatalogueRepository {
+    /// Inserts or replaces a product, logging nothing: a row `coffer ledger verify` names as
+    /// unbacked (tests only — every catalogue change the server makes is logged, so these
+    /// live here, not beside the protocol).
+    public func putProduct(_ product: Product) async throws { try await putProduct(product, logging: nil) }
+    /// Deletes a product, logging nothing; returns whether one was deleted.
+    public func deleteProduct(_ productId: String) async throws -> Bool { try await deleteProduct(productId, logging: nil) }
+    /// Stores a new version of an asset, logging nothing.
+    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset {
+        try await addAssetVersion(assetId: assetId, name: name, contentType: contentType, size: size, sha256: sha256, at: at, logging: nil)
+    }
+}

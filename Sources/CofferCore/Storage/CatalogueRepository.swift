@@ -31,14 +31,3 @@ public protocol CatalogueRepository: Sendable {
 
 /// Makes the admin-log entry of an asset upload from the version stored.
 public typealias AssetLogging = @Sendable (Asset) -> AdminAction
-
-extension CatalogueRepository {
-    /// Inserts or replaces a product, logging nothing (the demo's seed catalogue, tools, tests).
-    public func putProduct(_ product: Product) async throws { try await putProduct(product, logging: nil) }
-    /// Deletes a product, logging nothing; returns whether one was deleted.
-    public func deleteProduct(_ productId: String) async throws -> Bool { try await deleteProduct(productId, logging: nil) }
-    /// Stores a new version of an asset, logging nothing.
-    public func addAssetVersion(assetId: String, name: String, contentType: String, size: Int64, sha256: String, at: Date) async throws -> Asset {
-        try await addAssetVersion(assetId: assetId, name: name, contentType: contentType, size: size, sha256: sha256, at: at, logging: nil)
-    }
-}
