@@ -223,6 +223,23 @@ extension PostgresLedger: LedgerAuditRepository {
         where !indexes.contains(where: { $0.name == index && $0.definition == definition }) {
             problems.append("unique index \(index) is missing, not unique or altered")
         }
+        // The catalogue must be read as stored: a view, a rule or row-level security in a
+        // table's place could show an audit (REPEATABLE READ) one thing and the server another.
+        let catalogue = try await c.rows(
+            """
+            SELECT t.name, coalesce(c.relkind::text, '') AS kind, coalesce(c.relrowsecurity OR c.relforcerowsecurity, false) AS secured,
+              (SELECT count(*) FROM pg_rewrite r WHERE r.ev_class = c.oid) AS rules
+            FROM unnest(ARRAY['products', 'assets']) AS t(name) LEFT JOIN pg_class c ON c.oid = to_regclass(quote_ident(t.name))
+            """, logger: logger
+        ) { row in
+            (
+                name: try row.value("name", String.self), kind: try row.value("kind", String.self), secured: try row.value("secured", Bool.self),
+                rules: try row.value("rules", Int64.self)
+            )
+        }
+        for table in catalogue where table.kind != "r" || table.secured || table.rules > 0 {
+            problems.append("\(table.name) is not a plain table (a view, a rule or row-level security)")
+        }
         return problems
     }
 }

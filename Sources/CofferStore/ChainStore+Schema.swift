@@ -17,6 +17,15 @@ extension ChainStore {
             let unique = try Row.fetchAll(db, sql: "PRAGMA index_list(\(table))").first { ($0["name"] as String?) == index }?["unique"] as Int?
             if unique != 1 { problems.append("unique index \(index) is missing or not unique") }
         }
+        // The catalogue must be read as stored: a view in a table's place could show an audit
+        // one thing and the server another.
+        let kinds = Dictionary(
+            try Row.fetchAll(db, sql: "SELECT name, type FROM sqlite_master WHERE name IN ('products', 'assets')").map {
+                ($0["name"] as String? ?? "", $0["type"] as String? ?? "")
+            }, uniquingKeysWith: { a, _ in a })
+        for table in ["products", "assets"] where kinds[table] != "table" {
+            problems.append("\(table) is not a plain table (\(kinds[table] ?? "missing"))")
+        }
         return problems
     }
 }

@@ -84,8 +84,8 @@ extension SQLiteLedger {
     public func adopt(by actor: AdminAction, now: Date, reseal: Bool = false) async throws -> Adoption {
         try await db.pool.write { [checkpoints] db in
             let resealed = try Self.brokenSeal(db, policy: checkpoints, reseal: reseal)
-            let chained = try Self.chainUnchainedRows(db, policy: checkpoints, now: now)
-            let findings = try Self.vouchForCatalogue(db, by: actor, policy: checkpoints)
+            let (chained, adoptedAdminRows) = try Self.chainUnchainedRows(db, policy: checkpoints, now: now)
+            let findings = try Self.vouchForCatalogue(db, by: actor, policy: checkpoints, skipping: adoptedAdminRows)
             let stored = try ChainStore.insert(
                 db, Self.adoption(by: actor, chained: chained, resealed: resealed, catalogue: findings), policy: checkpoints)
             // The operator vouches for the chain as it now stands: seal it.
@@ -96,11 +96,19 @@ extension SQLiteLedger {
 
     /// Logs what the admin log lacks to back the catalogue as it stands
     /// (``CatalogueLog/adoption(of:by:)``); returns what it did not back. Every admin row is
-    /// chained by now, in row order, so the rows are the log the audit replays.
-    private static func vouchForCatalogue(_ db: Database, by actor: AdminAction, policy: CheckpointPolicy?) throws -> [CatalogueFinding] {
+    /// chained by now, in row order, so the rows are the log the audit replays — except
+    /// `skipping`, the rows this adoption chained: a catalogue entry inserted behind the
+    /// server's back (under an honest admin's name) must not back a row unseen; the rows it
+    /// would back are vouched for, and printed, like any other.
+    private static func vouchForCatalogue(
+        _ db: Database, by actor: AdminAction, policy: CheckpointPolicy?, skipping: Set<Int64>
+    ) throws -> [CatalogueFinding] {
         var catalogue = CatalogueAudit()
         let rows = try AdminActionRecord.order(AdminActionRecord.CodingKeys.sequence).fetchCursor(db)
-        while let row = try rows.next() { catalogue.add(.adminAction(row.adminAction, sequence: row.sequence ?? 0)) }
+        while let row = try rows.next() {
+            guard let sequence = row.sequence, !skipping.contains(sequence) else { continue }
+            catalogue.add(.adminAction(row.adminAction, sequence: sequence))
+        }
         let findings = try catalogueFindings(db, &catalogue)
         for action in CatalogueLog.adoption(of: findings, by: actor) {
             _ = try ChainStore.insert(db, AdminAction.escapedForLedger(action), policy: policy)
@@ -124,17 +132,22 @@ extension SQLiteLedger {
         }
     }
 
-    /// Chains every unchained row, oldest first, 500 at a time; returns how many of each kind.
-    private static func chainUnchainedRows(_ db: Database, policy: CheckpointPolicy?, now: Date) throws -> [LedgerEventKind: Int] {
+    /// Chains every unchained row, oldest first, 500 at a time; returns how many of each kind,
+    /// and the admin rows among them.
+    private static func chainUnchainedRows(
+        _ db: Database, policy: CheckpointPolicy?, now: Date
+    ) throws -> (counts: [LedgerEventKind: Int], adminRows: Set<Int64>) {
         var chained: [LedgerEventKind: Int] = [:]
+        var adminRows: Set<Int64> = []
         while true {
             let pending = try ChainStore.unchainedRows(db, limit: 500)
-            if pending.isEmpty { return chained }
+            if pending.isEmpty { return (chained, adminRows) }
             let rows = try ChainedRows(db, pending.map { (kind: $0.kind, row: $0.row) })
             for item in pending {
                 guard let entry = rows.entry(item.kind, row: item.row) else { continue }
                 try ChainStore.append(db, policy: policy, now: now, entry: entry)
                 chained[item.kind, default: 0] += 1
+                if item.kind == .adminAction { adminRows.insert(item.row) }
             }
         }
     }

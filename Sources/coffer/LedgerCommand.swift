@@ -266,15 +266,22 @@ struct LedgerCommand: AsyncParsableCommand {
                 throw UsageError("\(error): pass the server's key with --ledger-key (or its data directory with --data-dir)")
             }
             let actor = KeysCommand.localAction(.ledgerAdopt, target: "ledger", detail: "")
-            let adoption: (catalogue: [CatalogueFinding], action: AdminAction)
+            let adoption: (catalogue: [CatalogueFinding], action: AdminAction)?
             do {
                 adoption = try await DatabaseOption.with(database) { backend in
-                    try await PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: signer)).adoptCatalogue(by: actor)
+                    // The admin log is replayed from its rows: only when the chain vouches for them.
+                    let report = try await PostgresLedger(backend).audit(publicKey: signer.publicKey)
+                    if let problem = report.problem, problem.kind != .catalogueUnbacked {
+                        print("refused: the chain itself does not verify, so its admin log cannot back the catalogue:\n" + Verify.text(report))
+                        return nil
+                    }
+                    return try await PostgresLedger(backend, checkpoints: CheckpointPolicy(signer: signer)).adoptCatalogue(by: actor)
                 }
             } catch let error as LedgerIntegrityError {
                 print("refused: \(error)")
                 throw ExitCode(1)
             }
+            guard let adoption else { throw ExitCode(1) }
             Self.report(adoption.catalogue, adoption.action)
         }
 

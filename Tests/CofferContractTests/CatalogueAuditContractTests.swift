@@ -113,4 +113,24 @@ struct CatalogueAuditContractTests {
             #expect(mended.adoptions.count == 1 && mended.entries == clean.entries + 6)
         }
     }
+
+    /// A view in the catalogue's place (it could show the audit one list and the server
+    /// another: by isolation level, session or time) is a schema alteration, named.
+    @Test("a view in place of a catalogue table is named", arguments: [Backend.sqlite, .postgres])
+    func aViewInPlaceOfTheCatalogueIsNamed(backend: Backend) async throws {
+        try await backend.withStorage(signer: Self.signer) { storage async throws in
+            let audit = try #require(storage.audit)
+            let execute = try #require(storage.execute)
+            #expect(try await audit(Self.signer.publicKey).intact)
+            try await execute("ALTER TABLE products RENAME TO products_stored; CREATE VIEW products AS SELECT * FROM products_stored")
+            let viewed = try await audit(Self.signer.publicKey)
+            #expect(viewed.problem?.kind == .schemaAltered, "\(String(describing: viewed.problem))")
+            #expect(viewed.problem?.detail.contains("products is not a plain table") == true, "\(String(describing: viewed.problem))")
+            if backend == .postgres {
+                try await execute("DROP VIEW products; ALTER TABLE products_stored RENAME TO products; ALTER TABLE assets ENABLE ROW LEVEL SECURITY")
+                let secured = try await audit(Self.signer.publicKey)
+                #expect(secured.problem?.detail.contains("assets is not a plain table") == true, "\(String(describing: secured.problem))")
+            }
+        }
+    }
 }

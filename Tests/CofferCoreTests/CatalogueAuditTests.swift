@@ -59,6 +59,18 @@ import Testing
         #expect(Self.findings([], products: [pass], assets: [v1]) == ["productUnlogged pass", "assetVersionUnlogged a v1"])
     }
 
+    /// Ids and details compare by bytes, as the databases do: a row naming "\u{212A}ey" (KELVIN
+    /// SIGN) is not the logged "Key", though Swift's strings call them equal.
+    @Test func lookAlikeTextIsNotTheLoggedText() {
+        let logged = Self.product("pack", ["Key"])
+        let lookAlike = Self.product("pack", ["\u{212A}ey"])
+        #expect(CatalogueLog.productDetail(logged) == CatalogueLog.productDetail(lookAlike), "equal as Swift strings")
+        let log = [Self.entry(1, .productPut, "pack", CatalogueLog.productDetail(logged))]
+        #expect(Self.findings(log, products: [logged], assets: []).isEmpty)
+        #expect(Self.findings(log, products: [lookAlike], assets: []) == ["productChanged pack"])
+        #expect(Self.findings(log, products: [Self.product("\u{212A}pack", ["Key"])], assets: []).contains("productUnlogged \u{212A}pack"))
+    }
+
     /// 1,000 asset ids of 128 bytes do not fit an entry's 1,024 bytes: the list is logged by
     /// count and SHA-256, so a change past the cut is still seen.
     @Test func aLongAssetListIsBoundWhole() {

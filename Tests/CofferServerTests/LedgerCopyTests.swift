@@ -111,6 +111,16 @@ import Testing
         #expect(
             try await CofferExecutable.run(["ledger", "adopt", "--database", url, "--data-dir", data.path, "--reseal"]).status == 2,
             "--reseal is for SQLite")
+        // Not while an admin-log row is edited behind the chain's back: its rows are replayed.
+        let keyName = try await cluster.psql("SELECT key_name FROM admin_actions WHERE sequence = 1", database: database)
+        _ = try await cluster.psql(
+            "ALTER TABLE admin_actions DISABLE TRIGGER admin_actions_append_only; UPDATE admin_actions SET key_name = 'someone else' WHERE sequence = 1",
+            database: database)
+        let refused = try await CofferExecutable.run(["ledger", "adopt", "--database", url, "--data-dir", data.path])
+        #expect(refused.status == 1 && refused.stdout.contains("refused: the chain itself does not verify"), "\(refused.stdout)\(refused.stderr)")
+        _ = try await cluster.psql(
+            "UPDATE admin_actions SET key_name = '\(keyName.replacingOccurrences(of: "'", with: "''"))' WHERE sequence = 1; ALTER TABLE admin_actions ENABLE TRIGGER admin_actions_append_only",
+            database: database)
         let adopted = try await CofferExecutable.run(["ledger", "adopt", "--database", url, "--data-dir", data.path])
         #expect(adopted.status == 0, "\(adopted.stdout)\(adopted.stderr)")
         #expect(adopted.stdout.contains("vouched for the catalogue: 1 productChanged"), "\(adopted.stdout)")

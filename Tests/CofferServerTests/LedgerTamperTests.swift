@@ -254,10 +254,16 @@ import Testing
         let reopened = try await SQLiteStorage.open(configuration, logger: .init(label: "test"))
         let report = try await reopened.ledger.audit(publicKey: reopened.ledgerSigner.publicKey)
         #expect(report.intact, "\(String(describing: report.problem))")
-        // The nine rows (the catalogue's 4 admin entries among them), then the adoption itself.
-        #expect(report.entries == 10)
-        let log = try await reopened.adminLog.actions(after: 0, limit: 10)
-        #expect(log.map(\.action) == Harness.catalogueActions + ["ledger.adopt"])
+        // The nine rows, then — since catalogue entries adopted now back nothing unseen (one
+        // inserted behind the server's back, under an honest admin's name, would) — an entry
+        // vouching for each of the catalogue's 4 rows, then the adoption itself.
+        #expect(adopted.stdout.contains("vouched for: product com.coffer.demo.levelpack1"), "\(adopted.stdout)")
+        #expect(adopted.stdout.contains("vouched for the catalogue: 2 assetVersionUnlogged, 2 productUnlogged"), "\(adopted.stdout)")
+        #expect(report.entries == 9 + 4 + 1)
+        let log = try await reopened.adminLog.actions(after: 0, limit: 20)
+        #expect(
+            log.map(\.action) == Harness.catalogueActions + ["product.put", "product.put", "asset.upload", "asset.upload", "ledger.adopt"],
+            "\(log.map(\.action))")
         #expect(try await reopened.ledger.unchainedRows().isEmpty)
     }
 

@@ -139,11 +139,11 @@ public struct CatalogueFinding: Sendable, Hashable, CustomStringConvertible {
 /// memory proportional to the catalogue's logged changes.
 public struct CatalogueAudit: Sendable {
     /// Product id → the detail of its last logged put (nil after a logged delete) and that entry.
-    private var products: [String: (detail: String?, sequence: Int64)] = [:]
+    private var products: [ExactText: (detail: String?, sequence: Int64)] = [:]
     /// Asset id → each logged version's detail → its entry (removed by `asset.forget`).
-    private var versions: [String: [String: Int64]] = [:]
-    private var seenProducts: Set<String> = []
-    private var seenVersions: [String: Set<String>] = [:]
+    private var versions: [ExactText: [ExactText: Int64]] = [:]
+    private var seenProducts: Set<ExactText> = []
+    private var seenVersions: [ExactText: Set<ExactText>] = [:]
     private var findings: [CatalogueFinding] = []
 
     public init() {}
@@ -151,19 +151,19 @@ public struct CatalogueAudit: Sendable {
     /// An entry of the chain; only catalogue admin actions count.
     public mutating func add(_ entry: LedgerEntry) {
         guard entry.kind == .adminAction, entry.values.count > 5, let action = entry.values[3], let target = entry.values[4] else { return }
-        let detail = entry.values[5] ?? ""
+        let detail = ExactText(entry.values[5] ?? "")
         switch AdminActionName(rawValue: action) {
-        case .productPut: products[target] = (detail, entry.sequence)
-        case .productDelete: products[target] = (nil, entry.sequence)
-        case .assetUpload: versions[target, default: [:]][detail] = entry.sequence
-        case .assetForget: versions[target]?[detail] = nil
+        case .productPut: products[ExactText(target)] = (detail.text, entry.sequence)
+        case .productDelete: products[ExactText(target)] = (nil, entry.sequence)
+        case .assetUpload: versions[ExactText(target), default: [:]][detail] = entry.sequence
+        case .assetForget: versions[ExactText(target)]?[detail] = nil
         default: break
         }
     }
 
     /// A product row as read; nil when it cannot be read.
     public mutating func product(id: String, _ product: Product?) {
-        let key = LedgerText.escaped(id, maxBytes: 512)
+        let key = ExactText(LedgerText.escaped(id, maxBytes: 512))
         seenProducts.insert(key)
         let logged = products[key].flatMap { entry in entry.detail.map { (detail: $0, sequence: entry.sequence) } }
         guard let product else {
@@ -176,28 +176,28 @@ public struct CatalogueAudit: Sendable {
             findings.append(CatalogueFinding(kind: .productUnlogged, id: id, stored: stored, logged: [], sequence: nil))
             return
         }
-        if logged.detail != stored {
+        if ExactText(logged.detail) != ExactText(stored) {
             findings.append(CatalogueFinding(kind: .productChanged, id: id, stored: stored, logged: [logged.detail], sequence: logged.sequence))
         }
     }
 
     /// An asset version row as read.
     public mutating func version(_ asset: Asset) {
-        let key = LedgerText.escaped(asset.assetId, maxBytes: 512)
-        let stored = LedgerText.escaped(CatalogueLog.uploadDetail(asset), maxBytes: CatalogueLog.maxDetailBytes)
+        let key = ExactText(LedgerText.escaped(asset.assetId, maxBytes: 512))
+        let stored = ExactText(LedgerText.escaped(CatalogueLog.uploadDetail(asset), maxBytes: CatalogueLog.maxDetailBytes))
         let logged = versions[key] ?? [:]
         if logged[stored] != nil {
             seenVersions[key, default: []].insert(stored)
             return
         }
-        let prefix = CatalogueLog.versionPrefix(asset.version)
-        let same = logged.filter { $0.key.hasPrefix(prefix) }.sorted { $0.value < $1.value }
+        let prefix = CatalogueLog.versionPrefix(asset.version).utf8
+        let same = logged.filter { $0.key.text.utf8.starts(with: prefix) }.sorted { $0.value < $1.value }
         // A logged upload of this version that differs is reported here, not again as removed.
         for (detail, _) in same { seenVersions[key, default: []].insert(detail) }
         findings.append(
             CatalogueFinding(
-                kind: same.isEmpty ? .assetVersionUnlogged : .assetVersionChanged, id: asset.assetId, version: asset.version, stored: stored,
-                logged: same.map(\.key), sequence: same.last?.value))
+                kind: same.isEmpty ? .assetVersionUnlogged : .assetVersionChanged, id: asset.assetId, version: asset.version, stored: stored.text,
+                logged: same.map(\.key.text), sequence: same.last?.value))
     }
 
     /// Every finding, rows first (in the order read), then what the log holds and the
@@ -206,14 +206,15 @@ public struct CatalogueAudit: Sendable {
         var all = findings
         for (id, entry) in products.sorted(by: { $0.key < $1.key }) where !seenProducts.contains(id) {
             guard let detail = entry.detail else { continue }
-            all.append(CatalogueFinding(kind: .productRemoved, id: id, stored: nil, logged: [detail], sequence: entry.sequence))
+            all.append(CatalogueFinding(kind: .productRemoved, id: id.text, stored: nil, logged: [detail], sequence: entry.sequence))
         }
         for (id, logged) in versions.sorted(by: { $0.key < $1.key }) {
             let seen = seenVersions[id] ?? []
             for (detail, sequence) in logged.sorted(by: { $0.value < $1.value }) where !seen.contains(detail) {
                 all.append(
                     CatalogueFinding(
-                        kind: .assetVersionRemoved, id: id, version: Self.version(in: detail), stored: nil, logged: [detail], sequence: sequence))
+                        kind: .assetVersionRemoved, id: id.text, version: Self.version(in: detail.text), stored: nil, logged: [detail.text],
+                        sequence: sequence))
             }
         }
         return all
@@ -223,5 +224,21 @@ public struct CatalogueAudit: Sendable {
     static func version(in detail: String) -> Int? {
         guard detail.hasPrefix("version ") else { return nil }
         return Int(detail.dropFirst("version ".count).prefix { $0.isNumber })
+    }
+}
+
+/// Text compared and hashed byte for byte, as the databases compare it: Swift's `String`
+/// equality is canonical equivalence (U+212A KELVIN SIGN equals "K"), under which a row naming
+/// other bytes could pass for the logged ones.
+struct ExactText: Hashable, Comparable, Sendable {
+    let text: String
+
+    init(_ text: String) { self.text = text }
+
+    static func == (a: ExactText, b: ExactText) -> Bool { a.text.utf8.elementsEqual(b.text.utf8) }
+    static func < (a: ExactText, b: ExactText) -> Bool { a.text.utf8.lexicographicallyPrecedes(b.text.utf8) }
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(text.utf8.count)
+        for byte in text.utf8 { hasher.combine(byte) }
     }
 }

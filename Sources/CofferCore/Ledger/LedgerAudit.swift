@@ -61,7 +61,8 @@ public struct LedgerAuditReport: Sendable, Hashable {
     /// The first problem found, nil when the ledger is intact.
     public var problem: LedgerProblem?
     /// Every product and asset version the chained admin log does not back (a database audit
-    /// only: an export holds no catalogue).
+    /// only: an export holds no catalogue). After a problem in the chain, judged by the entries
+    /// before it.
     public var catalogue: [CatalogueFinding] = []
 
     public var intact: Bool { problem == nil }
@@ -142,7 +143,6 @@ public struct LedgerAudit: Sendable {
     public mutating func add(_ chained: ChainedEntry) {
         let entry = chained.entry
         report.entries += 1
-        catalogue.add(entry)
         if entry.kind == .adminAction, entry.values.count > 5, entry.values[3] == AdminActionName.ledgerAdopt.rawValue {
             report.adoptions.append("entry \(entry.sequence): \(entry.values[5] ?? "")")
         }
@@ -180,6 +180,9 @@ public struct LedgerAudit: Sendable {
                 )
             }
         }
+        // Only entries the chain vouches for back the catalogue: after the first problem, an
+        // edited entry could back the row it was edited to match.
+        if report.problem == nil { catalogue.add(entry) }
         // Continue from the recomputed hash: every later entry is judged by the chain, not
         // by what was stored beside it.
         previous = hash
