@@ -338,12 +338,18 @@ extension PostgresLedger {
                 var catalogue = CatalogueAudit()
                 var after: Int64 = 0
                 while true {
+                    // In chain order, as `verify` replays it (a copied ledger's rows may differ).
                     let page = try await c.rows(
-                        "SELECT \(unescaped: AdminAction.columns) FROM admin_actions WHERE sequence > \(after) ORDER BY sequence LIMIT 1000",
-                        logger: logger, AdminAction.init(row:))
-                    for action in page { catalogue.add(.adminAction(action, sequence: action.sequence)) }
+                        """
+                        SELECT e.sequence AS chained, \(unescaped: AdminAction.columns.split(separator: ",").map { "a." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
+                        FROM ledger_events e JOIN admin_actions a ON a.sequence = e.row_sequence
+                        WHERE e.kind = 'adminAction' AND e.sequence > \(after) ORDER BY e.sequence LIMIT 1000
+                        """,
+                        logger: logger
+                    ) { row in (chained: try row.value("chained", Int64.self), action: try AdminAction(row: row)) }
+                    for (_, action) in page { catalogue.add(.adminAction(action, sequence: action.sequence)) }
                     guard let last = page.last else { break }
-                    after = last.sequence
+                    after = last.chained
                 }
                 let findings = try await Self.catalogueFindings(c, &catalogue, logger: logger)
                 var summary = actor

@@ -95,25 +95,38 @@ extension SQLiteLedger {
     }
 
     /// Logs what the admin log lacks to back the catalogue as it stands
-    /// (``CatalogueLog/adoption(of:by:)``); returns what it did not back. Every admin row is
-    /// chained by now, in row order, so the rows are the log the audit replays — except
-    /// `skipping`, the rows this adoption chained: a catalogue entry inserted behind the
-    /// server's back (under an honest admin's name) must not back a row unseen; the rows it
-    /// would back are vouched for, and printed, like any other.
+    /// (``CatalogueLog/adoption(of:by:)``); returns what it found. Every admin row is chained by
+    /// now, and is replayed in chain order, as `verify` replays it. First without `skipping`, the
+    /// rows this adoption chained: a catalogue entry inserted behind the server's back (under an
+    /// honest admin's name) must not back a row unseen — the rows it would back are vouched for,
+    /// and printed, like any other. Then with them: what they still expect that the database
+    /// does not hold (a version, a product) is forgotten or deleted too, so `verify` passes.
     private static func vouchForCatalogue(
         _ db: Database, by actor: AdminAction, policy: CheckpointPolicy?, skipping: Set<Int64>
     ) throws -> [CatalogueFinding] {
-        var catalogue = CatalogueAudit()
-        let rows = try AdminActionRecord.order(AdminActionRecord.CodingKeys.sequence).fetchCursor(db)
-        while let row = try rows.next() {
-            guard let sequence = row.sequence, !skipping.contains(sequence) else { continue }
-            catalogue.add(.adminAction(row.adminAction, sequence: sequence))
+        var found: [CatalogueFinding] = []
+        for skipped in [skipping, []] {
+            var catalogue = CatalogueAudit()
+            let rows = try AdminActionRecord.fetchCursor(
+                db,
+                sql: """
+                    SELECT a.* FROM ledger_events e JOIN admin_actions a ON a.sequence = e.row_sequence
+                    WHERE e.kind = 'adminAction' ORDER BY e.sequence
+                    """)
+            while let row = try rows.next() {
+                guard let sequence = row.sequence, !skipped.contains(sequence) else { continue }
+                catalogue.add(.adminAction(row.adminAction, sequence: sequence))
+            }
+            let findings = try catalogueFindings(db, &catalogue)
+            // An unreadable row is found again on the second pass: named once.
+            found += findings.filter { finding in
+                finding.kind != .productUnreadable || !found.contains { $0.kind == .productUnreadable && $0.id == finding.id }
+            }
+            for action in CatalogueLog.adoption(of: findings, by: actor) {
+                _ = try ChainStore.insert(db, AdminAction.escapedForLedger(action), policy: policy)
+            }
         }
-        let findings = try catalogueFindings(db, &catalogue)
-        for action in CatalogueLog.adoption(of: findings, by: actor) {
-            _ = try ChainStore.insert(db, AdminAction.escapedForLedger(action), policy: policy)
-        }
-        return findings
+        return found
     }
 
     /// Nil when there is no key or the chain ends where it sealed it. Otherwise, with `reseal`,

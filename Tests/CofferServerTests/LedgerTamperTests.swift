@@ -231,8 +231,10 @@ import Testing
         let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
         try await queue.write { db in
             try db.execute(sql: "DROP TRIGGER ledger_events_no_delete; DROP TRIGGER ledger_checkpoints_no_delete")
-            // A database from before the chain: no events, no checkpoints, no seal.
+            // A database from before the chain: no events, no checkpoints, no seal; and one
+            // asset (tiles) no longer held, though an admin row logged its upload.
             try db.execute(sql: "DELETE FROM ledger_events; DELETE FROM ledger_checkpoints; DELETE FROM ledger_head")
+            try db.execute(sql: "DELETE FROM assets WHERE asset_id = 'tiles'")
             for table in ["ledger_events", "ledger_checkpoints"] {
                 try db.execute(
                     sql: "CREATE TRIGGER \(table)_no_delete BEFORE DELETE ON \(table) BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")
@@ -256,14 +258,19 @@ import Testing
         #expect(report.intact, "\(String(describing: report.problem))")
         // The nine rows, then — since catalogue entries adopted now back nothing unseen (one
         // inserted behind the server's back, under an honest admin's name, would) — an entry
-        // vouching for each of the catalogue's 4 rows, then the adoption itself.
+        // vouching for each of the catalogue's 3 rows; then, the adopted rows replayed too, the
+        // upload of tiles forgotten (its row is gone); then the adoption itself.
         #expect(adopted.stdout.contains("vouched for: product com.coffer.demo.levelpack1"), "\(adopted.stdout)")
-        #expect(adopted.stdout.contains("vouched for the catalogue: 2 assetVersionUnlogged, 2 productUnlogged"), "\(adopted.stdout)")
+        #expect(
+            adopted.stdout.contains("vouched for the catalogue: 1 assetVersionRemoved, 1 assetVersionUnlogged, 2 productUnlogged"),
+            "\(adopted.stdout)")
         #expect(report.entries == 9 + 4 + 1)
         let log = try await reopened.adminLog.actions(after: 0, limit: 20)
         #expect(
-            log.map(\.action) == Harness.catalogueActions + ["product.put", "product.put", "asset.upload", "asset.upload", "ledger.adopt"],
-            "\(log.map(\.action))")
+            log.map { "\($0.action) \($0.target)" }.suffix(5) == [
+                "product.put com.coffer.demo.levelpack1", "product.put com.coffer.demo.levelpack2", "asset.upload level-1", "asset.forget tiles",
+                "ledger.adopt ledger",
+            ], "\(log.map(\.action))")
         #expect(try await reopened.ledger.unchainedRows().isEmpty)
     }
 
