@@ -341,7 +341,7 @@ extension PostgresLedger {
                     // In chain order, as `verify` replays it (a copied ledger's rows may differ).
                     let page = try await c.rows(
                         """
-                        SELECT e.sequence AS chained, \(unescaped: AdminAction.columns.split(separator: ",").map { "a." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
+                        SELECT e.sequence AS chained, a.*
                         FROM ledger_events e JOIN admin_actions a ON a.sequence = e.row_sequence
                         WHERE e.kind = 'adminAction' AND e.sequence > \(after) ORDER BY e.sequence LIMIT 1000
                         """,

@@ -24,9 +24,8 @@ public enum CatalogueLog {
             "bundle \(p.bundleId), \(p.type.rawValue)\(p.familyShareable ? ", family-shareable" : "")\(p.durationSeconds.map { ", \($0) s" } ?? "")"
         let listed = head + ", assets " + p.assetIds.joined(separator: " ")
         // Listed only when the list reads back one way: no id empty or holding a space.
-        if listed.utf8.count <= maxDetailBytes && LedgerText.escaped(listed, maxBytes: maxDetailBytes) == listed
-            && p.assetIds.allSatisfy({ !$0.isEmpty && !$0.contains(" ") })
-        {
+        // (Stored as is: within the budget, nothing to escape.)
+        if LedgerText.escaped(listed, maxBytes: maxDetailBytes) == listed && p.assetIds.allSatisfy({ !$0.isEmpty && !$0.contains(" ") }) {
             return listed
         }
         // Each id prefixed by its length in bytes: no two lists hash the same bytes.
