@@ -69,6 +69,8 @@ import Testing
         #expect(Self.findings(log, products: [logged], assets: []).isEmpty)
         #expect(Self.findings(log, products: [lookAlike], assets: []) == ["productChanged pack"])
         #expect(Self.findings(log, products: [Self.product("\u{212A}pack", ["Key"])], assets: []).contains("productUnlogged \u{212A}pack"))
+        // A row's id reaches the auditor's terminal escaped, never as a control sequence.
+        #expect(Self.findings([], products: [Self.product("\u{1B}[2Jpack", [])], assets: []) == [#"productUnlogged \u{1B}[2Jpack"#])
     }
 
     /// 1,000 asset ids of 128 bytes do not fit an entry's 1,024 bytes: the list is logged by

@@ -100,7 +100,8 @@ public struct CatalogueFinding: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var kind: Kind
-    /// The product id, or the asset id.
+    /// The product id, or the asset id, escaped as the log stores it: a row's id is not
+    /// verified input, and reaches an auditor's terminal.
     public var id: String
     /// The asset version, for the asset kinds.
     public var version: Int?
@@ -167,16 +168,17 @@ public struct CatalogueAudit: Sendable {
         let logged = products[key].flatMap { entry in entry.detail.map { (detail: $0, sequence: entry.sequence) } }
         guard let product else {
             findings.append(
-                CatalogueFinding(kind: .productUnreadable, id: id, stored: nil, logged: logged.map { [$0.detail] } ?? [], sequence: logged?.sequence))
+                CatalogueFinding(
+                    kind: .productUnreadable, id: key.text, stored: nil, logged: logged.map { [$0.detail] } ?? [], sequence: logged?.sequence))
             return
         }
         let stored = LedgerText.escaped(CatalogueLog.productDetail(product), maxBytes: CatalogueLog.maxDetailBytes)
         guard let logged else {
-            findings.append(CatalogueFinding(kind: .productUnlogged, id: id, stored: stored, logged: [], sequence: nil))
+            findings.append(CatalogueFinding(kind: .productUnlogged, id: key.text, stored: stored, logged: [], sequence: nil))
             return
         }
         if ExactText(logged.detail) != ExactText(stored) {
-            findings.append(CatalogueFinding(kind: .productChanged, id: id, stored: stored, logged: [logged.detail], sequence: logged.sequence))
+            findings.append(CatalogueFinding(kind: .productChanged, id: key.text, stored: stored, logged: [logged.detail], sequence: logged.sequence))
         }
     }
 
@@ -195,7 +197,7 @@ public struct CatalogueAudit: Sendable {
         for (detail, _) in same { seenVersions[key, default: []].insert(detail) }
         findings.append(
             CatalogueFinding(
-                kind: same.isEmpty ? .assetVersionUnlogged : .assetVersionChanged, id: asset.assetId, version: asset.version, stored: stored.text,
+                kind: same.isEmpty ? .assetVersionUnlogged : .assetVersionChanged, id: key.text, version: asset.version, stored: stored.text,
                 logged: same.map(\.key.text), sequence: same.last?.value))
     }
 
