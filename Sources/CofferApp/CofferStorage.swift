@@ -81,3 +81,20 @@ extension StartupCheckedLedger where Self: LedgerAuditRepository {
 }
 
 extension SQLiteLedger: StartupCheckedLedger {}
+
+extension CatalogueBacking {
+    /// The check of every catalogue row the server reads against the chained admin log,
+    /// reporting to `logger` each row it refuses.
+    static func logged(_ source: any CatalogueLogSource, logger: Logger) -> CatalogueBacking {
+        CatalogueBacking(source) { message in logger.error("\(message)") }
+    }
+}
+
+extension CachedCatalogue {
+    /// Start-up never serves a catalogue the admin log does not back: a product or asset
+    /// version changed behind the server's back, or from before Coffer logged every change.
+    func checkStartup() async throws {
+        let unbacked = try await unbacked()
+        if !unbacked.isEmpty { throw LedgerStartupError.catalogueUnbacked(unbacked) }
+    }
+}

@@ -13,6 +13,8 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
     case behindHighWater(String, String)
     /// The high-water mark's file is not one.
     case highWaterUnreadable(String)
+    /// Products or asset versions the chained admin log does not back.
+    case catalogueUnbacked([CatalogueFinding])
 
     public var description: String {
         switch self {
@@ -41,6 +43,15 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
                 """
         case .highWaterUnreadable(let path):
             return "\(path) is not a ledger high-water mark: delete it (after checking the ledger with `coffer ledger verify`) and start again"
+        case .catalogueUnbacked(let findings):
+            let named = findings.prefix(10).map { "\($0.kind.rawValue): \($0)" }.joined(separator: "; ")
+            return """
+                the catalogue holds \(findings.count) row(s) the chained admin log does not back (\(named)\(findings.count > 10 ? "; …" : "")): \
+                they were changed behind the server's back, or come from a Coffer older than the catalogue's log entries. The server \
+                will not serve a catalogue no admin made: a changed product could hand its buyers another product's content. Check \
+                with `coffer ledger verify`; put the rows back, or, if you vouch for them as they stand, log them on purpose with \
+                `coffer ledger adopt` (--data-dir DIR, or --database URL).
+                """
         case .schemaAltered(let problems):
             return """
                 the ledger's schema was altered (\(problems.joined(separator: "; "))): the append-only and replay \

@@ -61,11 +61,13 @@ public struct PostgresStorage: CofferStorage {
             let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
             let ledger = PostgresLedger(backend, checkpoints: policy)
             try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
+            let adminLog = PostgresAdminLog(backend, checkpoints: policy)
+            let catalogue = CachedCatalogue(
+                PostgresCatalogue(backend, checkpoints: policy), maxAge: catalogueMaxAge, backing: .logged(adminLog, logger: logger))
+            try await catalogue.checkStartup()
             return PostgresStorage(
-                configuration: configuration, backend: backend,
-                catalogue: CachedCatalogue(PostgresCatalogue(backend, checkpoints: policy), maxAge: catalogueMaxAge), ledger: ledger,
-                ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: PostgresKeys(backend, checkpoints: policy),
-                adminLog: PostgresAdminLog(backend, checkpoints: policy), content: files.content)
+                configuration: configuration, backend: backend, catalogue: catalogue, ledger: ledger, ledgerSigner: files.ledgerSigner,
+                tokens: files.tokens, keys: PostgresKeys(backend, checkpoints: policy), adminLog: adminLog, content: files.content)
         } catch {
             await backend.close()
             await ContentStores.close(files.content)

@@ -41,17 +41,19 @@ public struct SQLiteStorage: CofferStorage {
         }
         let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
         let ledger = SQLiteLedger(database, checkpoints: policy)
+        let adminLog = SQLiteAdminLog(database, checkpoints: policy)
+        let catalogue = CachedCatalogue(SQLiteCatalogue(database, checkpoints: policy), backing: .logged(adminLog, logger: logger))
         do {
             try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
+            try await catalogue.checkStartup()
         } catch {
             try? database.close()
             await ContentStores.close(files.content)
             throw error
         }
         return SQLiteStorage(
-            configuration: configuration, database: database, catalogue: CachedCatalogue(SQLiteCatalogue(database, checkpoints: policy)),
-            ledger: ledger, ledgerSigner: files.ledgerSigner, tokens: files.tokens, keys: SQLiteKeys(database, checkpoints: policy),
-            adminLog: SQLiteAdminLog(database, checkpoints: policy), content: files.content)
+            configuration: configuration, database: database, catalogue: catalogue, ledger: ledger, ledgerSigner: files.ledgerSigner,
+            tokens: files.tokens, keys: SQLiteKeys(database, checkpoints: policy), adminLog: adminLog, content: files.content)
     }
 
     public func finishWrites() async { await ledger.finishWrites() }

@@ -12,6 +12,9 @@ import Foundation
 /// catalogue of older versions, rows from before the admin log): `coffer ledger adopt` vouches
 /// for those.
 public enum CatalogueLog {
+    /// The admin actions that change the catalogue (the entries ``CatalogueAudit`` replays).
+    public static let actions: [AdminActionName] = [.productPut, .productDelete, .assetUpload, .assetForget]
+
     /// The stored detail's budget (``AdminAction/escapedForLedger(_:)``).
     static let maxDetailBytes = 1024
 
@@ -161,9 +164,27 @@ public struct CatalogueAudit: Sendable {
         }
     }
 
+    /// Whether `product` is what the log last put under its id (the server's check before it
+    /// serves a row: ``CatalogueBacking``).
+    func backs(_ product: Product) -> Bool {
+        guard let logged = products[Self.key(product.productId)]?.detail else { return false }
+        return ExactText(logged) == ExactText(Self.detail(product))
+    }
+
+    /// Whether `asset`'s version is one the log holds an upload of, as it is.
+    func backs(_ asset: Asset) -> Bool { versions[Self.key(asset.assetId)]?[ExactText(Self.detail(asset))] != nil }
+
+    /// An id as the log stores it.
+    private static func key(_ id: String) -> ExactText { ExactText(LedgerText.escaped(id, maxBytes: 512)) }
+    /// A row's detail as the log stores it.
+    private static func detail(_ product: Product) -> String {
+        LedgerText.escaped(CatalogueLog.productDetail(product), maxBytes: CatalogueLog.maxDetailBytes)
+    }
+    private static func detail(_ asset: Asset) -> String { LedgerText.escaped(CatalogueLog.uploadDetail(asset), maxBytes: CatalogueLog.maxDetailBytes) }
+
     /// A product row as read; nil when it cannot be read.
     public mutating func product(id: String, _ product: Product?) {
-        let key = ExactText(LedgerText.escaped(id, maxBytes: 512))
+        let key = Self.key(id)
         seenProducts.insert(key)
         let logged = products[key].flatMap { entry in entry.detail.map { (detail: $0, sequence: entry.sequence) } }
         guard let product else {
@@ -172,7 +193,7 @@ public struct CatalogueAudit: Sendable {
                     kind: .productUnreadable, id: key.text, stored: nil, logged: logged.map { [$0.detail] } ?? [], sequence: logged?.sequence))
             return
         }
-        let stored = LedgerText.escaped(CatalogueLog.productDetail(product), maxBytes: CatalogueLog.maxDetailBytes)
+        let stored = Self.detail(product)
         guard let logged else {
             findings.append(CatalogueFinding(kind: .productUnlogged, id: key.text, stored: stored, logged: [], sequence: nil))
             return
@@ -184,8 +205,8 @@ public struct CatalogueAudit: Sendable {
 
     /// An asset version row as read.
     public mutating func version(_ asset: Asset) {
-        let key = ExactText(LedgerText.escaped(asset.assetId, maxBytes: 512))
-        let stored = ExactText(LedgerText.escaped(CatalogueLog.uploadDetail(asset), maxBytes: CatalogueLog.maxDetailBytes))
+        let key = Self.key(asset.assetId)
+        let stored = ExactText(Self.detail(asset))
         let logged = versions[key] ?? [:]
         if logged[stored] != nil {
             seenVersions[key, default: []].insert(stored)

@@ -20,13 +20,18 @@ public final class CachedCatalogue: CatalogueRepository {
     private let store: any CatalogueRepository
     private let productTable: ReadThrough<Product>
     private let assetTable: ReadThrough<Asset>
+    /// Checks each product and asset read from the store against the admin log (nil: none).
+    public let backing: CatalogueBacking?
 
     /// `maxAge` nil: entries stay until this process changes them (the only writer). `now`:
-    /// the clock the ages are measured on (tests move it).
+    /// the clock the ages are measured on (tests move it). `backing`: a product or asset the
+    /// admin log does not back is never cached or returned (its read throws).
     public init(
-        _ store: any CatalogueRepository, maxAge: Duration? = nil, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
+        _ store: any CatalogueRepository, maxAge: Duration? = nil, backing: CatalogueBacking? = nil,
+        now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
     ) {
         self.store = store
+        self.backing = backing
         productTable = ReadThrough(maxAge: maxAge, now: now)
         assetTable = ReadThrough(maxAge: maxAge, now: now)
     }
@@ -37,7 +42,10 @@ public final class CachedCatalogue: CatalogueRepository {
     }
 
     public func product(_ productId: String) async throws -> Product? {
-        try await productTable.read(productId) { [store] in try await store.product(productId) }
+        try await productTable.read(productId) { [store, backing] in
+            guard let backing else { return try await store.product(productId) }
+            return try await backing.product { try await store.product(productId) }
+        }
     }
 
     public func products() async throws -> [Product] { try await store.products() }
@@ -56,12 +64,22 @@ public final class CachedCatalogue: CatalogueRepository {
     }
 
     public func asset(_ assetId: String) async throws -> Asset? {
-        try await assetTable.read(assetId) { [store] in try await store.asset(assetId) }
+        try await assetTable.read(assetId) { [store, backing] in
+            guard let backing else { return try await store.asset(assetId) }
+            return try await backing.asset { try await store.asset(assetId) }
+        }
     }
 
     public func assets() async throws -> [Asset] { try await store.assets() }
     public func versions(of assetId: String) async throws -> [Asset] { try await store.versions(of: assetId) }
     public func referencedDigests() async throws -> Set<String> { try await store.referencedDigests() }
+
+    /// Every product and latest asset version the admin log does not back (none without a
+    /// `backing`): the server does not start over them.
+    public func unbacked() async throws -> [CatalogueFinding] {
+        guard let backing else { return [] }
+        return try await backing.unbacked(products: try await store.products(), assets: try await store.assets())
+    }
 }
 
 /// One kind of catalogue value by id: the entries, the store reads in flight (one per id,
