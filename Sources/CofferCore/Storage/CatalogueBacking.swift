@@ -36,12 +36,15 @@ public protocol CatalogueLogSource: Sendable {
 /// ``CatalogueBacking/Unbacked``, the client gets 503 — instead of being served until someone
 /// puts it back before the next `coffer ledger verify`.
 ///
-/// It keeps the admin log's catalogue entries replayed in memory (``CatalogueAudit``) and
-/// reads the ones after the last it has only when a row is not backed: an admin's change
-/// (here or on another instance) is stored with its entry in one transaction, so a follow
-/// begun after the row was read sees that entry. Follows are one at a time, shared by the
-/// reads waiting for them. An entry whose stored hash does not match its values backs
-/// nothing (edited behind the server's back; `coffer ledger verify` names it).
+/// It keeps the admin log's catalogue entries replayed in memory (``CatalogueAudit``) and,
+/// after each row it reads, reads the entries logged after the last it has: an admin's change
+/// (here or on another instance) is stored with its entry in one transaction, so a read of
+/// the log begun after the row's sees that entry — and an admin's later change or delete,
+/// so a row put back to what an admin once made is refused too. That is one more query per
+/// row read, not per request: the catalogue's cache reads a row again at most every
+/// `maxAge`. Reads of the log are one at a time, shared by the rows waiting for them. An
+/// entry whose stored hash does not match its values backs nothing (edited behind the
+/// server's back; `coffer ledger verify` names it).
 ///
 /// What it does not see: an admin-log entry edited, and its hash and the chain after it
 /// rewritten, before this process read it — `verify` does, while the rewrite stands.
@@ -50,7 +53,7 @@ public final class CatalogueBacking: Sendable {
     public struct Unbacked: Error, Sendable, CustomStringConvertible {
         /// What the row says and what the log says of it.
         public var finding: CatalogueFinding
-        public var description: String { "\(finding) (the server does not serve it: check with `coffer ledger verify`)" }
+        public var description: String { "catalogue row refused: \(finding) (check with `coffer ledger verify`)" }
     }
 
     private struct Flight {
@@ -112,8 +115,9 @@ public final class CatalogueBacking: Sendable {
         return audit.finish().filter { $0.kind != .productRemoved && $0.kind != .assetVersionRemoved }
     }
 
-    /// Reads the row, and — when the entries in memory do not back it — the entries the log
-    /// gained since, then (the row changed again meanwhile) the row once more.
+    /// Reads the row, then the entries the log gained since (none, mostly: one query that
+    /// finds nothing); when they do not back it — it may have changed again meanwhile — the
+    /// row once more.
     private func backed<Row: Sendable>(
         _ read: () async throws -> Row?, _ backs: (CatalogueAudit, Row) -> Bool, _ finding: (CatalogueAudit, Row) -> CatalogueFinding?
     ) async throws -> Row? {
@@ -122,15 +126,14 @@ public final class CatalogueBacking: Sendable {
             tries += 1
             let ticket = ticket()
             guard let row = try await read() else { return nil }
-            if state.withLock({ backs($0.replay, row) }) { return row }
             try await followed(since: ticket)
             let replay = state.withLock { $0.replay }
             if backs(replay, row) { return row }
             guard tries >= 2 else { continue }
             guard let unbacked = finding(replay, row) else { return row }
-            let first = state.withLock { $0.reported.insert(unbacked).inserted }
-            if first { report("catalogue row refused: \(unbacked)") }
-            throw Unbacked(finding: unbacked)
+            let refused = Unbacked(finding: unbacked)
+            if state.withLock({ $0.reported.insert(unbacked).inserted }) { report(refused.description) }
+            throw refused
         }
     }
 

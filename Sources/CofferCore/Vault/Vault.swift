@@ -200,8 +200,11 @@ public struct Vault: Sendable {
         let environment = purchase.environment.rawValue
         let expiresAt = try Self.entitlementEnd(purchase, of: product)
         let looksAgain = request.player != nil || product.type == .autoRenewable
+        // Read before anything is written: a purchase is never used up by a redemption whose
+        // assets cannot be handed out (a store failure, a row the admin log does not back).
+        let assets = try await catalogued(product)
         if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
-            return try await again(existing, purchase, of: product, request: request, now: now)
+            return try await again(existing, purchase, of: product, assets: assets, request: request, now: now)
         }
         if let expiresAt {
             let events = try await storage({ try await ledger.purchaseEvents(environment: environment, replayKey: replayKey) })
@@ -237,7 +240,7 @@ public struct Vault: Sendable {
         switch try await storage({ try await ledger.insert(row, refusals: looksAgain ? nil : refusals) }) {
         case .alreadyRedeemed:
             if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
-                return try await again(existing, purchase, of: product, request: request, now: now)
+                return try await again(existing, purchase, of: product, assets: assets, request: request, now: now)
             }
             refusalRecorded = !looksAgain
             throw VaultFailure(.alreadyRedeemed, replayDetail)
@@ -246,7 +249,7 @@ public struct Vault: Sendable {
             throw VaultFailure(.revoked, revokedDetail)
         case .inserted(let stored):
             return RedemptionOutcome(
-                redemption: stored, grant: grant, assets: try await issue(product, for: stored, now: now, endsAt: expiresAt),
+                redemption: stored, grant: grant, assets: issue(assets, for: stored, now: now, endsAt: expiresAt),
                 entitlementEndsAt: expiresAt)
         }
     }
@@ -256,7 +259,7 @@ public struct Vault: Sendable {
     /// the same player — restores it: a chained restore event and fresh tokens while it
     /// entitles. Anyone else: 409 `alreadyRedeemed`.
     private func again(
-        _ existing: Redemption, _ purchase: Purchase, of product: Product, request: RedemptionRequest, now: Date
+        _ existing: Redemption, _ purchase: Purchase, of product: Product, assets: [Asset], request: RedemptionRequest, now: Date
     ) async throws(VaultFailure) -> RedemptionOutcome {
         let key = existing.effectiveReplayKey
         var events = try await storage({ try await ledger.purchaseEvents(environment: existing.environment, replayKey: key) })
@@ -290,7 +293,7 @@ public struct Vault: Sendable {
             _ = try await storage({ try await ledger.append(restore) })
         }
         return RedemptionOutcome(
-            redemption: existing, grant: nil, assets: try await issue(product, for: existing, now: now, endsAt: entitlement.endsAt), restored: true,
+            redemption: existing, grant: nil, assets: issue(assets, for: existing, now: now, endsAt: entitlement.endsAt), restored: true,
             entitlementEndsAt: entitlement.endsAt)
     }
 
@@ -383,7 +386,7 @@ public struct Vault: Sendable {
             throw VaultFailure(.unknownProduct, "product \(redemption.productId) is no longer in the catalogue")
         }
         return RedemptionOutcome(
-            redemption: redemption, grant: nil, assets: try await issue(product, for: redemption, now: now, endsAt: entitlement.endsAt),
+            redemption: redemption, grant: nil, assets: issue(try await catalogued(product), for: redemption, now: now, endsAt: entitlement.endsAt),
             entitlementEndsAt: entitlement.endsAt)
     }
 
@@ -437,13 +440,21 @@ public struct Vault: Sendable {
         }
     }
 
+    /// The latest version of each of `product`'s assets the catalogue holds.
+    func catalogued(_ product: Product) async throws(VaultFailure) -> [Asset] {
+        var assets: [Asset] = []
+        for assetId in product.assetIds {
+            if let asset = try await storage({ try await catalogue.asset(assetId) }) { assets.append(asset) }
+        }
+        return assets
+    }
+
     /// Tokens for a redemption's assets, valid for the token lifetime and never past the
     /// entitlement's end (`endsAt`).
-    func issue(_ product: Product, for redemption: Redemption, now: Date, endsAt: Date?) async throws(VaultFailure) -> [IssuedAsset] {
+    func issue(_ assets: [Asset], for redemption: Redemption, now: Date, endsAt: Date?) -> [IssuedAsset] {
         var issued: [IssuedAsset] = []
         let expiresAt = min(now.addingTimeInterval(tokenTTL), endsAt ?? .distantFuture)
-        for assetId in product.assetIds {
-            guard let asset = try await storage({ try await catalogue.asset(assetId) }) else { continue }
+        for asset in assets {
             let claims = DownloadClaims(
                 assetId: asset.assetId, sha256: asset.sha256, redemptionId: redemption.redemptionId,
                 expiresAt: Int64(expiresAt.timeIntervalSince1970.rounded(.down)))
