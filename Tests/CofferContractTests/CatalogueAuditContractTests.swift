@@ -2,6 +2,7 @@ import CofferCore
 import CofferTestSupport
 import Crypto
 import Foundation
+import Synchronization
 import Testing
 
 /// The database audit checks the catalogue against the chained admin log: a catalogue changed
@@ -131,6 +132,89 @@ struct CatalogueAuditContractTests {
                 let secured = try await audit(Self.signer.publicKey)
                 #expect(secured.problem?.detail.contains("assets is not a plain table") == true, "\(String(describing: secured.problem))")
             }
+        }
+    }
+
+    /// What the server serves: each row its cache reads is checked against the chained admin
+    /// log. A change an admin makes on one instance is served by another at once; a row changed
+    /// behind the repositories' back is refused (not cached) until put back; an admin-log entry
+    /// edited to match it backs nothing.
+    @Test("the server serves only rows the chained admin log backs, whichever instance logged them", arguments: [Backend.sqlite, .postgres])
+    func servedOnlyWhenBacked(backend: Backend) async throws {
+        try await backend.withStorage(signer: Self.signer, checkpointEvery: 3) { storage async throws in
+            let execute = try #require(storage.execute)
+            let source = try #require(storage.adminLog as? any CatalogueLogSource)
+            let reports = Mutex<[String]>([])
+            // An instance's catalogue: every read goes to the store (maxAge zero).
+            func instance() -> CachedCatalogue {
+                CachedCatalogue(storage.catalogue, maxAge: .zero, backing: CatalogueBacking(source) { line in reports.withLock { $0.append(line) } })
+            }
+            func product(_ assets: [String]) -> Product {
+                Product(productId: "cheap", bundleId: "com.example.app", type: .nonConsumable, assetIds: assets, title: "Cheap", updatedAt: instant(2))
+            }
+            let a = instance()
+            let b = instance()
+            for (id, bytes) in [("level-1", "cheap level"), ("premium", "premium level")] {
+                _ = try await a.addLoggedAssetVersion(
+                    assetId: id, name: id, contentType: "application/json", size: Int64(bytes.utf8.count), sha256: fakeHash(bytes), at: instant(1))
+            }
+            try await a.putLoggedProduct(product(["level-1"]))
+            #expect(try await b.product("cheap")?.assetIds == ["level-1"])
+            #expect(try await b.asset("level-1")?.sha256 == fakeHash("cheap level"))
+            try await a.putLoggedProduct(product(["level-1", "premium"]))
+            #expect(try await b.product("cheap")?.assetIds == ["level-1", "premium"], "logged on another instance: served at once")
+            #expect(try await b.unbacked().isEmpty)
+            #expect(reports.withLock { $0 }.isEmpty)
+
+            let arrays = backend == .postgres
+            try await execute(
+                [
+                    arrays
+                        ? "UPDATE products SET asset_ids = '{premium}' WHERE product_id = 'cheap'"
+                        : "UPDATE products SET asset_ids = '[\"premium\"]' WHERE product_id = 'cheap'",
+                    "UPDATE assets SET sha256 = '\(fakeHash("premium level"))' WHERE asset_id = 'level-1'",
+                ].joined(separator: "; "))
+            for _ in 0..<2 {
+                let product = await #expect(throws: CatalogueBacking.Unbacked.self) { _ = try await b.product("cheap") }
+                #expect(product?.finding.kind == .productChanged, "\(String(describing: product))")
+                let asset = await #expect(throws: CatalogueBacking.Unbacked.self) { _ = try await b.asset("level-1") }
+                #expect(asset?.finding.kind == .assetVersionChanged, "\(String(describing: asset))")
+            }
+            #expect(try await b.unbacked().map(\.kind) == [.productChanged, .assetVersionChanged])
+            #expect(reports.withLock { $0 }.count == 2, "each refused row reported once: \(reports.withLock { $0 })")
+
+            // Put back: served again (a refusal is not cached).
+            try await execute(
+                [
+                    arrays
+                        ? "UPDATE products SET asset_ids = '{level-1,premium}' WHERE product_id = 'cheap'"
+                        : "UPDATE products SET asset_ids = '[\"level-1\",\"premium\"]' WHERE product_id = 'cheap'",
+                    "UPDATE assets SET sha256 = '\(fakeHash("cheap level"))' WHERE asset_id = 'level-1'",
+                ].joined(separator: "; "))
+            #expect(try await b.product("cheap")?.assetIds == ["level-1", "premium"])
+            #expect(try await b.asset("level-1")?.sha256 == fakeHash("cheap level"))
+
+            // The insider edits the pack's last logged put to match the row they want served.
+            let put = CatalogueLog.productDetail(product(["premium"])).replacingOccurrences(of: "'", with: "''")
+            try await execute(
+                [
+                    arrays
+                        ? "ALTER TABLE admin_actions DISABLE TRIGGER admin_actions_append_only"
+                        : "DROP TRIGGER admin_actions_no_update",
+                    "UPDATE admin_actions SET detail = '\(put)' WHERE sequence = (SELECT max(sequence) FROM admin_actions WHERE action = 'product.put')",
+                    arrays
+                        ? "UPDATE products SET asset_ids = '{premium}' WHERE product_id = 'cheap'"
+                        : "UPDATE products SET asset_ids = '[\"premium\"]' WHERE product_id = 'cheap'",
+                ].joined(separator: "; "))
+            let c = instance()
+            let edited = await #expect(throws: CatalogueBacking.Unbacked.self, "a new instance") { _ = try await c.product("cheap") }
+            #expect(edited?.finding.kind == .productChanged && edited?.finding.logged == [CatalogueLog.productDetail(product(["level-1"]))])
+            await #expect(throws: CatalogueBacking.Unbacked.self, "an instance that read the entry before the edit") {
+                _ = try await b.product("cheap")
+            }
+            #expect(
+                reports.withLock { $0 }.contains { $0.hasPrefix("admin log entry ") && $0.contains("does not match its stored hash") },
+                "\(reports.withLock { $0 })")
         }
     }
 }

@@ -1,9 +1,13 @@
+import CofferApp
 import CofferCore
+import CofferPostgres
+import CofferServer
 import CofferTestSupport
 import Foundation
 import GRDB
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import Testing
 
 #if canImport(Glibc)
@@ -105,6 +109,29 @@ import Testing
         _ = try await cluster.psql(
             "UPDATE products SET asset_ids = asset_ids || ARRAY['season1-levels'] WHERE product_id = 'com.coffer.demo.levelpack1'", database: database
         )
+        // The running instance stops handing the row out once its cache reads it again (within
+        // its 2 s): 503, the purchase not used up. An instance starting now does not start.
+        let fresh = try await ScaleOutTests.receipts(data, first: 7200, count: 15)
+        let served = ObjectStoreScaleOutTests.client(pg)
+        var refusedBody: String?
+        for (_, body) in fresh {
+            let response = try await ScaleOutTests.redeem(served, body)
+            if response.status == .serviceUnavailable {
+                #expect(response.headers[.retryAfter] != nil)
+                refusedBody = body
+                break
+            }
+            #expect(response.status == .created, "the row as the instance read it before the change")
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        let refusedPurchase = try #require(refusedBody, "still served 7 s after the change")
+        var configuration = CofferConfiguration()
+        configuration.dataDirectory = data.path
+        let start = await #expect(throws: LedgerStartupError.self) {
+            let storage = try await PostgresStorage.open(configuration, url: try PostgresURL(url), logger: Logger(label: "test"))
+            try await storage.close()
+        }
+        #expect("\(start.map { "\($0)" } ?? "")".contains("productChanged: product com.coffer.demo.levelpack1"), "\(String(describing: start))")
         let named = try await CofferExecutable.run(["ledger", "verify", "--database", url, "--data-dir", data.path])
         #expect(named.status == 1)
         #expect(named.stdout.contains("catalogue: productChanged: product com.coffer.demo.levelpack1 is bundle com.coffer.demo"), "\(named.stdout)")
@@ -124,6 +151,8 @@ import Testing
         let adopted = try await CofferExecutable.run(["ledger", "adopt", "--database", url, "--data-dir", data.path])
         #expect(adopted.status == 0, "\(adopted.stdout)\(adopted.stderr)")
         #expect(adopted.stdout.contains("vouched for the catalogue: 1 productChanged"), "\(adopted.stdout)")
+        #expect(try await ScaleOutTests.redeem(served, refusedPurchase).status == .created, "vouched for: served, while the instance runs")
+        try await served.shutdown()
         let vouched = try await Self.verified(["--database", url], data: data)
         #expect(vouched.hasPrefix("ledger intact"), "\(vouched)")
         #expect(

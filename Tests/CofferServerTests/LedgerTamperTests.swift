@@ -284,6 +284,21 @@ import Testing
         let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
         try await queue.write { db in try db.execute(sql: "UPDATE assets SET sha256 = ? WHERE asset_id = 'level-1'", arguments: [tiles.sha256]) }
         try queue.close()
+        // The running server does not hand out the row: 503, and the purchase is not used up.
+        let receipt = try Harness.receipt("9100")
+        try await h.app.test(.router) { client async throws -> Void in
+            let refused = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": receipt]))
+            #expect(refused.status == .serviceUnavailable && Harness.code(refused) == "storageUnavailable", "\(refused.status)")
+            #expect(refused.headers[.retryAfter] != nil)
+            #expect(!String(buffer: refused.body).contains(tiles.sha256), "the client is not told what the row says")
+        }
+        #expect(try await h.services.ledger.redemptions(AuditFilter()).isEmpty)
+        // Nor does a server start over it.
+        let refusedStart = await #expect(throws: LedgerStartupError.self) {
+            _ = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "test"))
+        }
+        #expect("\(refusedStart.map { "\($0)" } ?? "")".contains("assetVersionChanged: asset level-1 version 1 is version 1, 28 bytes, sha256 \(tiles.sha256)"))
         let named = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(named.status == 1)
         #expect(named.stdout.hasPrefix("CATALOGUE NOT BACKED BY THE ADMIN LOG (the chain itself verifies)"), "\(named.stdout)")
@@ -315,6 +330,14 @@ import Testing
         let log = try await h.services.adminLog.actions(after: 0, limit: 10).dropFirst(Harness.catalogueActions.count)
         #expect(log.map { "\($0.action) \($0.target)" } == ["asset.forget level-1", "asset.upload level-1", "ledger.adopt ledger"])
         #expect(log.first?.detail.hasPrefix("version 1, 28 bytes, sha256 ") == true && log.first?.detail.contains(tiles.sha256) == false)
+        // Vouched for: the running server serves the row as adopted, the same purchase redeems.
+        try await h.app.test(.router) { client async throws -> Void in
+            let redeemed = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": receipt]))
+            #expect(redeemed.status == .created)
+        }
+        let reopened = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "test"))
+        try await reopened.close()
     }
 
     /// `coffer keys create` / `revoke` against a running server's data directory: the key
