@@ -124,9 +124,10 @@ public final class CatalogueBacking: Sendable {
         var tries = 0
         while true {
             tries += 1
-            let ticket = ticket()
             guard let row = try await read() else { return nil }
-            try await followed(since: ticket)
+            // Taken once the row is read: the log's read that serves it begins after, and
+            // sees every entry committed before the row was (with it, or earlier).
+            try await followed(since: ticket())
             let replay = state.withLock { $0.replay }
             if backs(replay, row) { return row }
             guard tries >= 2 else { continue }
