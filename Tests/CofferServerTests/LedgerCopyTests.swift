@@ -111,7 +111,7 @@ import Testing
         )
         // The running instance stops handing the row out once its cache reads it again (within
         // its 2 s): 503, the purchase not used up. An instance starting now does not start.
-        let fresh = try await ScaleOutTests.receipts(data, first: 7200, count: 15)
+        let fresh = try await ScaleOutTests.receipts(data, first: 7200, count: 30)
         let served = ObjectStoreScaleOutTests.client(pg)
         var refusedBody: String?
         for (_, body) in fresh {
@@ -124,7 +124,7 @@ import Testing
             #expect(response.status == .created, "the row as the instance read it before the change")
             try await Task.sleep(for: .milliseconds(500))
         }
-        let refusedPurchase = try #require(refusedBody, "still served 7 s after the change")
+        let refusedPurchase = try #require(refusedBody, "still served 15 s after the change")
         var configuration = CofferConfiguration()
         configuration.dataDirectory = data.path
         let start = await #expect(throws: LedgerStartupError.self) {
