@@ -150,7 +150,8 @@ struct CatalogueAuditContractTests {
                 CachedCatalogue(storage.catalogue, maxAge: .zero, backing: CatalogueBacking(source) { line in reports.withLock { $0.append(line) } })
             }
             func product(_ assets: [String]) -> Product {
-                Product(productId: "cheap", bundleId: "com.example.app", type: .nonConsumable, assetIds: assets, title: "Cheap", updatedAt: instant(2))
+                Product(
+                    productId: "cheap", bundleId: "com.example.app", type: .nonConsumable, assetIds: assets, title: "Cheap", updatedAt: instant(2))
             }
             let a = instance()
             let b = instance()
@@ -167,13 +168,13 @@ struct CatalogueAuditContractTests {
             #expect(reports.withLock { $0 }.isEmpty)
 
             let arrays = backend == .postgres
-            try await execute(
-                [
-                    arrays
-                        ? "UPDATE products SET asset_ids = '{premium}' WHERE product_id = 'cheap'"
-                        : "UPDATE products SET asset_ids = '[\"premium\"]' WHERE product_id = 'cheap'",
-                    "UPDATE assets SET sha256 = '\(fakeHash("premium level"))' WHERE asset_id = 'level-1'",
-                ].joined(separator: "; "))
+            // The insider's statement giving the pack `assets` (ids without quotes or commas).
+            func setAssets(_ assets: [String]) -> String {
+                let list = arrays ? "{\(assets.joined(separator: ","))}" : "[\(assets.map { "\"\($0)\"" }.joined(separator: ","))]"
+                return "UPDATE products SET asset_ids = '\(list)' WHERE product_id = 'cheap'"
+            }
+            func pointLevel(at bytes: String) -> String { "UPDATE assets SET sha256 = '\(fakeHash(bytes))' WHERE asset_id = 'level-1'" }
+            try await execute([setAssets(["premium"]), pointLevel(at: "premium level")].joined(separator: "; "))
             for _ in 0..<2 {
                 let product = await #expect(throws: CatalogueBacking.Unbacked.self) { _ = try await b.product("cheap") }
                 #expect(product?.finding.kind == .productChanged, "\(String(describing: product))")
@@ -184,13 +185,7 @@ struct CatalogueAuditContractTests {
             #expect(reports.withLock { $0 }.count == 2, "each refused row reported once: \(reports.withLock { $0 })")
 
             // Put back: served again (a refusal is not cached).
-            try await execute(
-                [
-                    arrays
-                        ? "UPDATE products SET asset_ids = '{level-1,premium}' WHERE product_id = 'cheap'"
-                        : "UPDATE products SET asset_ids = '[\"level-1\",\"premium\"]' WHERE product_id = 'cheap'",
-                    "UPDATE assets SET sha256 = '\(fakeHash("cheap level"))' WHERE asset_id = 'level-1'",
-                ].joined(separator: "; "))
+            try await execute([setAssets(["level-1", "premium"]), pointLevel(at: "cheap level")].joined(separator: "; "))
             #expect(try await b.product("cheap")?.assetIds == ["level-1", "premium"])
             #expect(try await b.asset("level-1")?.sha256 == fakeHash("cheap level"))
 
@@ -202,9 +197,7 @@ struct CatalogueAuditContractTests {
                         ? "ALTER TABLE admin_actions DISABLE TRIGGER admin_actions_append_only"
                         : "DROP TRIGGER admin_actions_no_update",
                     "UPDATE admin_actions SET detail = '\(put)' WHERE sequence = (SELECT max(sequence) FROM admin_actions WHERE action = 'product.put')",
-                    arrays
-                        ? "UPDATE products SET asset_ids = '{premium}' WHERE product_id = 'cheap'"
-                        : "UPDATE products SET asset_ids = '[\"premium\"]' WHERE product_id = 'cheap'",
+                    setAssets(["premium"]),
                 ].joined(separator: "; "))
             let c = instance()
             let edited = await #expect(throws: CatalogueBacking.Unbacked.self, "a new instance") { _ = try await c.product("cheap") }

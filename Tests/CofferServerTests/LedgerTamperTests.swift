@@ -298,7 +298,9 @@ import Testing
         let refusedStart = await #expect(throws: LedgerStartupError.self) {
             _ = try await SQLiteStorage.open(h.services.configuration, logger: .init(label: "test"))
         }
-        #expect("\(refusedStart.map { "\($0)" } ?? "")".contains("assetVersionChanged: asset level-1 version 1 is version 1, 28 bytes, sha256 \(tiles.sha256)"))
+        #expect(
+            "\(refusedStart.map { "\($0)" } ?? "")".contains(
+                "assetVersionChanged: asset level-1 version 1 is version 1, 28 bytes, sha256 \(tiles.sha256)"))
         let named = try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path])
         #expect(named.status == 1)
         #expect(named.stdout.hasPrefix("CATALOGUE NOT BACKED BY THE ADMIN LOG (the chain itself verifies)"), "\(named.stdout)")

@@ -180,7 +180,9 @@ public struct CatalogueAudit: Sendable {
     private static func detail(_ product: Product) -> String {
         LedgerText.escaped(CatalogueLog.productDetail(product), maxBytes: CatalogueLog.maxDetailBytes)
     }
-    private static func detail(_ asset: Asset) -> String { LedgerText.escaped(CatalogueLog.uploadDetail(asset), maxBytes: CatalogueLog.maxDetailBytes) }
+    private static func detail(_ asset: Asset) -> String {
+        LedgerText.escaped(CatalogueLog.uploadDetail(asset), maxBytes: CatalogueLog.maxDetailBytes)
+    }
 
     /// A product row as read; nil when it cannot be read.
     public mutating func product(id: String, _ product: Product?) {

@@ -57,7 +57,8 @@ extension Vault {
                 }), redemption.redemptionId == listed.redemptionId
             else { continue }
             let entitlement = try await entitlement(of: redemption, now: now)
-            let assets = entitlement.state == .active ? issue(try await catalogued(product), for: redemption, now: now, endsAt: entitlement.endsAt) : []
+            let assets =
+                entitlement.state == .active ? issue(try await catalogued(product), for: redemption, now: now, endsAt: entitlement.endsAt) : []
             out.append(OwnedEntitlement(entitlement: entitlement, assets: assets))
         }
         return (out, page.count == Self.maxEntitlements ? page.last?.sequence : nil)
