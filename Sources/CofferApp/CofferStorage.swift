@@ -85,8 +85,8 @@ extension SQLiteLedger: StartupCheckedLedger {}
 extension CatalogueBacking {
     /// The check of every catalogue row the server reads against the chained admin log,
     /// reporting to `logger` each row it refuses.
-    static func logged(_ source: any CatalogueLogSource, logger: Logger) -> CatalogueBacking {
-        CatalogueBacking(source) { message in logger.error("\(message)") }
+    static func logged(_ ledger: any CatalogueLogSource, signer: LedgerSigner, logger: Logger) -> CatalogueBacking {
+        CatalogueBacking(ledger, publicKey: signer.publicKey) { message in logger.error("\(message)") }
     }
 }
 
@@ -94,7 +94,10 @@ extension CachedCatalogue {
     /// Start-up never serves a catalogue the admin log does not back: a product or asset
     /// version changed behind the server's back, or from before Coffer logged every change.
     func checkStartup() async throws {
-        let unbacked = try await unbacked()
+        let unbacked: [CatalogueFinding]
+        do { unbacked = try await self.unbacked() } catch let broken as CatalogueBacking.LogBroken {
+            throw LedgerStartupError.adminLogBroken(broken.failure)
+        }
         if !unbacked.isEmpty { throw LedgerStartupError.catalogueUnbacked(unbacked) }
     }
 }

@@ -15,6 +15,8 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
     case highWaterUnreadable(String)
     /// Products or asset versions the chained admin log does not back.
     case catalogueUnbacked([CatalogueFinding])
+    /// An admin-log entry is not the one the ledger key signed.
+    case adminLogBroken(SignedWindow.Failure)
 
     public var description: String {
         switch self {
@@ -51,6 +53,12 @@ public enum LedgerStartupError: Error, CustomStringConvertible {
                 will not serve a catalogue no admin made: a changed product could hand its buyers another product's content. Check \
                 with `coffer ledger verify`; put the rows back, or, if you vouch for them as they stand, log them on purpose with \
                 `coffer ledger adopt` (--data-dir DIR, or --database URL).
+                """
+        case .adminLogBroken(let failure):
+            return """
+                the admin log does not verify (\(failure)): an admin-log entry was edited, re-pointed or inserted behind \
+                the server's back, and the catalogue it backs cannot be trusted. The server will not serve from it. Check \
+                with `coffer ledger verify` and restore the database from a backup.
                 """
         case .schemaAltered(let problems):
             return """

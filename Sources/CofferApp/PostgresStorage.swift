@@ -63,7 +63,8 @@ public struct PostgresStorage: CofferStorage {
             try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
             let adminLog = PostgresAdminLog(backend, checkpoints: policy)
             let catalogue = CachedCatalogue(
-                PostgresCatalogue(backend, checkpoints: policy), maxAge: catalogueMaxAge, backing: .logged(adminLog, logger: logger))
+                PostgresCatalogue(backend, checkpoints: policy), maxAge: catalogueMaxAge,
+                backing: .logged(ledger, signer: files.ledgerSigner, logger: logger))
             try await catalogue.checkStartup()
             return PostgresStorage(
                 configuration: configuration, backend: backend, catalogue: catalogue, ledger: ledger, ledgerSigner: files.ledgerSigner,

@@ -42,7 +42,8 @@ public struct SQLiteStorage: CofferStorage {
         let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
         let ledger = SQLiteLedger(database, checkpoints: policy)
         let adminLog = SQLiteAdminLog(database, checkpoints: policy)
-        let catalogue = CachedCatalogue(SQLiteCatalogue(database, checkpoints: policy), backing: .logged(adminLog, logger: logger))
+        let catalogue = CachedCatalogue(
+            SQLiteCatalogue(database, checkpoints: policy), backing: .logged(ledger, signer: files.ledgerSigner, logger: logger))
         do {
             try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
             try await catalogue.checkStartup()

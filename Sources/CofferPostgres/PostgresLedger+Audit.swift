@@ -5,7 +5,7 @@ import PostgresNIO
 
 // MARK: - The chain, checkpoints and the seal
 
-extension PostgresLedger: LedgerAuditRepository {
+extension PostgresLedger: LedgerAuditRepository, CatalogueLogSource {
     /// Key of the advisory lock whose holder signs this round's checkpoint ("coffchkp"): the
     /// instances' checkpoint services tick independently, one at a time signs.
     static let checkpointLock: Int64 = 0x636f_6666_6368_6b70
@@ -21,6 +21,16 @@ extension PostgresLedger: LedgerAuditRepository {
         try await backend.read { c in
             try await PostgresChain.flushed(c, logger: backend.logger) {
                 try await Self.events(c, after: after, limit: limit, logger: backend.logger)
+            }
+        }
+    }
+
+    public func adminEvents(after: Int64, limit: Int) async throws -> [Int64] {
+        try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) {
+                try await c.column(
+                    "SELECT sequence FROM ledger_events WHERE kind = 'adminAction' AND sequence > \(after) ORDER BY sequence LIMIT \(max(0, limit))",
+                    Int64.self, logger: backend.logger)
             }
         }
     }

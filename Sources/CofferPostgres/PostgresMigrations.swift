@@ -13,6 +13,7 @@ enum PostgresMigrations {
         (name: "0005_flush_after_unlock", sql: postgres0005),
         (name: "0006_flush_checked", sql: postgres0006),
         (name: "0007_signed_api_keys", sql: postgres0007),
+        (name: "0008_admin_events_index", sql: postgres0008),
     ]
 }
 
@@ -730,5 +731,16 @@ private let postgres0007 = #"""
     $$;
     CREATE TRIGGER api_keys_guard BEFORE UPDATE OR DELETE ON api_keys FOR EACH ROW EXECUTE FUNCTION coffer_api_keys_guard();
     CREATE TRIGGER api_keys_no_truncate BEFORE TRUNCATE ON api_keys FOR EACH STATEMENT EXECUTE FUNCTION coffer_append_only();
+
+    """#
+
+/// The SQL of migrations/postgres/0008_admin_events_index.sql.
+private let postgres0008 = #"""
+    -- 0007_admin_events_index: the admin log's chain events by position, for the server's check
+    -- of the catalogue against the chained admin log: after each catalogue row it reads, it reads
+    -- the admin-log events chained after the last it has (in chain order, as `coffer ledger
+    -- verify` replays them). Partial: redemptions and attempts, nearly every event, are not in it,
+    -- so appending them costs nothing more.
+    CREATE INDEX ledger_events_admin ON ledger_events (sequence) WHERE kind = 'adminAction';
 
     """#

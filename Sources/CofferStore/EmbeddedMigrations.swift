@@ -13,6 +13,7 @@ public enum EmbeddedMigrations {
         (name: "0004_players", sql: sql0004),
         (name: "0005_attempts_product_index", sql: sql0005),
         (name: "0006_signed_api_keys", sql: sql0006),
+        (name: "0007_admin_events_index", sql: sql0007),
     ]
 }
 
@@ -400,5 +401,16 @@ private let sql0006 = #"""
     BEGIN SELECT RAISE(ABORT, 'an API key changes only by being revoked once, or signed once'); END;
     CREATE TRIGGER api_keys_no_delete BEFORE DELETE ON api_keys
     BEGIN SELECT RAISE(ABORT, 'API keys are never deleted: revoke them (coffer keys revoke)'); END;
+
+    """#
+
+/// The SQL of migrations/0007_admin_events_index.sql.
+private let sql0007 = #"""
+    -- 0007_admin_events_index: the admin log's chain events by position, for the server's check
+    -- of the catalogue against the chained admin log: after each catalogue row it reads, it reads
+    -- the admin-log events chained after the last it has (in chain order, as `coffer ledger
+    -- verify` replays them). Partial: redemptions and attempts, nearly every event, are not in it,
+    -- so appending them costs nothing more.
+    CREATE INDEX ledger_events_admin ON ledger_events (sequence) WHERE kind = 'adminAction';
 
     """#

@@ -143,11 +143,13 @@ struct CatalogueAuditContractTests {
     func servedOnlyWhenBacked(backend: Backend) async throws {
         try await backend.withStorage(signer: Self.signer, checkpointEvery: 3) { storage async throws in
             let execute = try #require(storage.execute)
-            let source = try #require(storage.adminLog as? any CatalogueLogSource)
+            let source = try #require(storage.ledgerAudit as? any CatalogueLogSource)
             let reports = Mutex<[String]>([])
             // An instance's catalogue: every read goes to the store (maxAge zero).
             func instance() -> CachedCatalogue {
-                CachedCatalogue(storage.catalogue, maxAge: .zero, backing: CatalogueBacking(source) { line in reports.withLock { $0.append(line) } })
+                CachedCatalogue(
+                    storage.catalogue, maxAge: .zero,
+                    backing: CatalogueBacking(source, publicKey: Self.signer.publicKey) { line in reports.withLock { $0.append(line) } })
             }
             func product(_ assets: [String]) -> Product {
                 Product(
@@ -199,14 +201,17 @@ struct CatalogueAuditContractTests {
                     "UPDATE admin_actions SET detail = '\(put)' WHERE sequence = (SELECT max(sequence) FROM admin_actions WHERE action = 'product.put')",
                     setAssets(["premium"]),
                 ].joined(separator: "; "))
+            // An instance that read the entry before the edit keeps what the key signed.
+            let kept = await #expect(throws: CatalogueBacking.Unbacked.self) { _ = try await b.product("cheap") }
+            #expect(kept?.finding.kind == .productChanged)
+            // One that starts now finds the log does not verify: it serves nothing from the catalogue.
             let c = instance()
-            let edited = await #expect(throws: CatalogueBacking.Unbacked.self, "a new instance") { _ = try await c.product("cheap") }
-            #expect(edited?.finding.kind == .productChanged && edited?.finding.logged == [CatalogueLog.productDetail(product(["level-1"]))])
-            await #expect(throws: CatalogueBacking.Unbacked.self, "an instance that read the entry before the edit") {
-                _ = try await b.product("cheap")
-            }
+            let edited = await #expect(throws: CatalogueBacking.LogBroken.self, "a new instance") { _ = try await c.product("cheap") }
+            #expect(edited?.failure.reason.contains("do not hash to what the checkpoint at") == true, "\(String(describing: edited))")
+            await #expect(throws: CatalogueBacking.LogBroken.self) { _ = try await c.asset("premium") }
+            await #expect(throws: CatalogueBacking.LogBroken.self) { _ = try await c.unbacked() }
             #expect(
-                reports.withLock { $0 }.contains { $0.hasPrefix("admin log entry ") && $0.contains("does not match its stored hash") },
+                reports.withLock { $0 }.contains { $0.hasPrefix("the admin log does not verify at chain entry ") },
                 "\(reports.withLock { $0 })")
         }
     }

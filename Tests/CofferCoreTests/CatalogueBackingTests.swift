@@ -9,49 +9,93 @@ import Testing
 /// entry edited behind the chain's back backs nothing.
 @Suite("Catalogue backing")
 struct CatalogueBackingTests {
-    /// A chained admin log: entries hashed as the stores chain them, read as the stores read
-    /// them (catalogue actions after a row, in row order), every query recorded.
+    static let signer = LedgerSigner(privateKey: .init())
+
+    /// A chain as the stores keep it: entries hashed, the head sealed by the ledger key after
+    /// each append, checkpoints when asked; its admin events read in chain order, each query
+    /// recorded.
     final class Log: CatalogueLogSource, Sendable {
         private struct State {
-            var chain: [LinkedEntry] = []
-            var head = Hex.encode(LedgerChain.genesis)
+            var chain: [ChainedEntry] = []
+            var checkpoints: [LedgerCheckpoint] = []
+            var seal: LedgerCheckpoint?
             var queries: [Int64] = []
             var failing = false
         }
         private let state = Mutex(State())
 
-        /// Appends `action` (a key entry between entries, as in a real chain, when `gap`).
+        /// Appends `action` (after an attempt entry, as between real admin changes, when `gap`)
+        /// and seals the head.
         func append(_ action: AdminActionName, _ target: String, _ detail: String, gap: Bool = false) {
             state.withLock { s in
-                for name in (gap ? [AdminActionName.keyCreate] : []) + [action] {
-                    let sequence = Int64(s.chain.count + 1)
-                    let row = AdminAction(
-                        sequence: sequence, at: instant(Double(sequence)), keyId: "k", keyName: "Ops", action: name.rawValue, target: target,
-                        detail: detail, clientAddress: "local")
-                    let entry = LedgerEntry.adminAction(row, sequence: sequence)
-                    let hash = Hex.encode(LedgerChain.hash(previous: Hex.decode(s.head) ?? [], entry: entry))
-                    s.chain.append(LinkedEntry(previousHash: s.head, chained: ChainedEntry(entry: entry, entryHash: hash)))
-                    s.head = hash
+                if gap {
+                    let attempt = RejectedAttempt(
+                        at: instant(0), code: "alreadyRedeemed", detail: "", transactionId: "1", productId: "cheap", receiptSHA256: fakeHash("r"),
+                        clientAddress: "192.0.2.1", claimed: false)
+                    Self.chain(&s, .attempt(attempt, sequence: Int64(s.chain.count + 1)))
                 }
+                let sequence = Int64(s.chain.count + 1)
+                let row = AdminAction(
+                    sequence: sequence, at: instant(Double(sequence)), keyId: "k", keyName: "Ops", action: action.rawValue, target: target,
+                    detail: detail, clientAddress: "local")
+                Self.chain(&s, .adminAction(row, sequence: sequence))
             }
         }
 
-        /// Edits the detail of entry `sequence` behind the chain's back (its hash kept).
+        private static func chain(_ s: inout State, _ entry: LedgerEntry, seal: Bool = true) {
+            let previous = s.chain.last.flatMap { Hex.decode($0.entryHash) } ?? LedgerChain.genesis
+            let hash = Hex.encode(LedgerChain.hash(previous: previous, entry: entry))
+            s.chain.append(ChainedEntry(entry: entry, entryHash: hash))
+            if seal { s.seal = try? CatalogueBackingTests.signer.checkpoint(sequence: entry.sequence, entryHash: hash, time: 0) }
+        }
+
+        /// Signs a checkpoint of the head.
+        func checkpoint() {
+            state.withLock { s in
+                guard let head = s.chain.last,
+                    let k = try? CatalogueBackingTests.signer.checkpoint(sequence: head.entry.sequence, entryHash: head.entryHash, time: 0)
+                else { return }
+                s.checkpoints.append(k)
+            }
+        }
+
+        /// The insider's edit of entry `sequence`'s detail, its stored hash kept or recomputed.
         func edit(_ sequence: Int64, detail: String) {
-            state.withLock { s in s.chain[Int(sequence - 1)].chained.entry.values[5] = detail }
+            state.withLock { s in s.chain[Int(sequence - 1)].entry.values[5] = detail }
+        }
+
+        /// The insider's appended admin entry: hashed as the chain's next, but they cannot sign the seal.
+        func forge(_ action: AdminActionName, _ target: String, _ detail: String) {
+            state.withLock { s in
+                let sequence = Int64(s.chain.count + 1)
+                let row = AdminAction(
+                    sequence: sequence, at: instant(0), keyId: "k", keyName: "Ops", action: action.rawValue, target: target, detail: detail,
+                    clientAddress: "local")
+                Self.chain(&s, .adminAction(row, sequence: sequence), seal: false)
+            }
         }
 
         func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
         var queries: [Int64] { state.withLock { $0.queries } }
 
-        func catalogueLog(afterRow: Int64, limit: Int) async throws -> [LinkedEntry] {
+        func adminEvents(after: Int64, limit: Int) async throws -> [Int64] {
             try state.withLock { s in
-                s.queries.append(afterRow)
+                s.queries.append(after)
                 if s.failing { throw CancellationError() }
-                let names = Set(CatalogueLog.actions.map(\.rawValue))
-                return Array(s.chain.filter { $0.chained.entry.row > afterRow && names.contains($0.chained.entry.values[3] ?? "") }.prefix(limit))
+                return Array(s.chain.map(\.entry).filter { $0.kind == .adminAction && $0.sequence > after }.map(\.sequence).prefix(limit))
             }
         }
+
+        func chainedEntries(after: Int64, limit: Int) async throws -> [ChainedEntry] {
+            state.withLock { s in Array(s.chain.filter { $0.entry.sequence > after }.prefix(limit)) }
+        }
+        func checkpoints(after: Int64, limit: Int) async throws -> [LedgerCheckpoint] {
+            state.withLock { s in Array(s.checkpoints.filter { $0.sequence > after }.prefix(limit)) }
+        }
+        func latestCheckpoint() async throws -> LedgerCheckpoint? { state.withLock { $0.checkpoints.last } }
+        func sealedHead() async throws -> LedgerCheckpoint? { state.withLock { $0.seal } }
+        func checkpointHead(now: Date) async throws -> LedgerCheckpoint? { nil }
+        func sealIntact() async throws {}
     }
 
     final class Reports: Sendable {
@@ -85,7 +129,7 @@ struct CatalogueBackingTests {
     func refusedUnlessLogged() async throws {
         let log = Self.logged()
         let reports = Reports()
-        let backing = CatalogueBacking(log, report: reports.add)
+        let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey, report: reports.add)
         let cheap = Self.product("cheap", ["level-1"])
         #expect(try await backing.product { cheap } == cheap)
         #expect(try await backing.asset { Self.asset("level-1", bytes: "cheap") } != nil)
@@ -116,7 +160,7 @@ struct CatalogueBackingTests {
     @Test("after each row read, the entries logged since are read, and only those")
     func followsOnlyNewEntries() async throws {
         let log = Self.logged()
-        let backing = CatalogueBacking(log, page: 2)
+        let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey, page: 2)
         let cheap = Self.product("cheap", ["level-1"])
         #expect(try await backing.product { cheap } == cheap)
         #expect(log.queries == [0, 3], "the first read reads the whole log, a page of 2 at a time")
@@ -142,7 +186,7 @@ struct CatalogueBackingTests {
     @Test("a row changed again while it was checked is read once more")
     func aRowReadStaleIsReadAgain() async throws {
         let log = Self.logged()
-        let backing = CatalogueBacking(log)
+        let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey)
         let cheap = Self.product("cheap", ["level-1"])
         #expect(try await backing.product { cheap } == cheap)
         // Two admin changes land between the row's read and the log's.
@@ -158,31 +202,55 @@ struct CatalogueBackingTests {
         #expect(served == second && reads.withLock { $0 } == 2)
     }
 
-    @Test("an entry edited behind the chain's back backs nothing, and is reported")
-    func anEditedEntryBacksNothing() async throws {
+    /// The insider's ways round the log: edit an entry (after a checkpoint signed it, or while
+    /// only the seal covers it), append one with a correctly computed hash, or re-point an
+    /// older event at a forged put. Each stops the catalogue: an entry skipped would bring an
+    /// older catalogue back.
+    @Test("an admin-log entry the ledger key did not sign stops the catalogue", arguments: ["edited", "edited under a checkpoint", "forged"])
+    func anUnsignedEntryStopsTheCatalogue(way: String) async throws {
         let log = Self.logged()
-        // The insider points the pack's logged detail at the premium level too, keeping its hash.
         let tampered = Self.product("cheap", ["level-1", "premium"])
-        log.edit(4, detail: CatalogueLog.productDetail(tampered))
         let reports = Reports()
-        let backing = CatalogueBacking(log, report: reports.add)
-        let error = await #expect(throws: CatalogueBacking.Unbacked.self) { _ = try await backing.product { tampered } }
-        #expect(error?.finding.kind == .productUnlogged, "the edited entry is not the pack's put")
-        await #expect(throws: CatalogueBacking.Unbacked.self, "nor is the original") {
-            _ = try await backing.product { Self.product("cheap", ["level-1"]) }
+        let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey, report: reports.add)
+        if way == "forged" {
+            #expect(try await backing.product { Self.product("cheap", ["level-1"]) } != nil, "a running instance")
+            log.forge(.productPut, "cheap", CatalogueLog.productDetail(tampered))
+        } else {
+            if way == "edited under a checkpoint" {
+                log.append(.keyCreate, "ops", "admin key", gap: true)
+                log.checkpoint()
+            }
+            log.edit(4, detail: CatalogueLog.productDetail(tampered))
         }
-        #expect(
-            reports.all.contains(
-                "admin log entry 4 does not match its stored hash: it backs no catalogue row (check with `coffer ledger verify`)"),
-            "\(reports.all)")
-        // Entries around it still back their rows.
-        #expect(try await backing.asset { Self.asset("premium", bytes: "premium") } != nil)
+        let broken = await #expect(throws: CatalogueBacking.LogBroken.self) { _ = try await backing.product { tampered } }
+        #expect(broken?.failure.sequence == (way == "forged" ? 5 : 4), "\(String(describing: broken))")
+        await #expect(throws: CatalogueBacking.LogBroken.self, "nor any other row, backed or not") {
+            _ = try await backing.asset { Self.asset("premium", bytes: "premium") }
+        }
+        await #expect(throws: CatalogueBacking.LogBroken.self, "nor at start") { _ = try await backing.unbacked(products: [], assets: []) }
+        #expect(reports.all.count == 1 && reports.all[0].hasPrefix("the admin log does not verify at chain entry"), "\(reports.all)")
+    }
+
+    @Test("an asset is served only at its latest logged version: a newer version's row deleted does not bring back the older")
+    func onlyTheLatestVersion() async throws {
+        let log = Self.logged()
+        let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey)
+        let first = Self.asset("level-1", bytes: "cheap")
+        #expect(try await backing.asset { first } == first)
+        let fixed = Self.asset("level-1", version: 2, bytes: "cheap, fixed")
+        log.append(.assetUpload, "level-1", CatalogueLog.uploadDetail(fixed))
+        #expect(try await backing.asset { fixed } == fixed)
+        let refused = await #expect(throws: CatalogueBacking.Unbacked.self) { _ = try await backing.asset { first } }
+        #expect(refused?.finding.kind == .assetVersionRemoved && refused?.finding.version == 2, "\(String(describing: refused))")
+        // `adopt`'s forget of version 2 makes version 1 the latest again.
+        log.append(.assetForget, "level-1", CatalogueLog.uploadDetail(fixed))
+        #expect(try await backing.asset { first } == first)
     }
 
     @Test("the start-up check lists every unbacked row; a failed read of the log is retried by the next read")
     func startupAndFailure() async throws {
         let log = Self.logged()
-        let backing = CatalogueBacking(log)
+        let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey)
         log.fail(true)
         await #expect(throws: CancellationError.self) { _ = try await backing.product { Self.product("cheap", ["level-1"]) } }
         log.fail(false)

@@ -171,8 +171,19 @@ public struct CatalogueAudit: Sendable {
         return ExactText(logged) == ExactText(Self.detail(product))
     }
 
-    /// Whether `asset`'s version is one the log holds an upload of, as it is.
-    func backs(_ asset: Asset) -> Bool { versions[Self.key(asset.assetId)]?[ExactText(Self.detail(asset))] != nil }
+    /// Whether `asset` is, as it is, the latest version of its asset the log holds an upload of
+    /// (the one the server serves: a newer logged version whose row is gone must not bring an
+    /// older one back).
+    func backs(_ asset: Asset) -> Bool {
+        guard let logged = versions[Self.key(asset.assetId)], logged[ExactText(Self.detail(asset))] != nil else { return false }
+        return !logged.keys.contains { (Self.version(in: $0.text) ?? 0) > asset.version }
+    }
+
+    /// The logged upload of `assetId` with the highest version, and its entry.
+    func latestUpload(of assetId: String) -> (detail: String, sequence: Int64)? {
+        (versions[Self.key(assetId)] ?? [:]).max { (Self.version(in: $0.key.text) ?? 0) < (Self.version(in: $1.key.text) ?? 0) }
+            .map { ($0.key.text, $0.value) }
+    }
 
     /// An id as the log stores it.
     private static func key(_ id: String) -> ExactText { ExactText(LedgerText.escaped(id, maxBytes: 512)) }

@@ -1,59 +1,52 @@
+import Crypto
 import Foundation
 import Synchronization
 
-/// A chained admin-log entry with the hash of the chain entry before it, so that its own
-/// stored hash can be checked against its values.
-public struct LinkedEntry: Sendable, Hashable {
-    /// Lower-case hex; the genesis hash for the chain's first entry.
-    public var previousHash: String
-    public var chained: ChainedEntry
-
-    public init(previousHash: String, chained: ChainedEntry) {
-        self.previousHash = previousHash
-        self.chained = chained
-    }
-
-    /// Whether the stored hash is the hash of the entry as it reads now.
-    public var hashMatches: Bool {
-        guard let previous = Hex.decode(previousHash), previous.count == 32 else { return false }
-        return Hex.encode(LedgerChain.hash(previous: previous, entry: chained.entry)) == chained.entryHash
-    }
-}
-
-/// Where ``CatalogueBacking`` reads the admin log from.
-public protocol CatalogueLogSource: Sendable {
-    /// The chained catalogue admin actions (`product.put`, `product.delete`, `asset.upload`,
-    /// `asset.forget`) whose admin-log row comes after row `afterRow`, in row order (which is
-    /// chain order: a row is inserted under the chain's lock and chained in its transaction),
-    /// at most `limit`. A row no ledger event chains is left out.
-    func catalogueLog(afterRow: Int64, limit: Int) async throws -> [LinkedEntry]
+/// Where ``CatalogueBacking`` reads the admin log from: the chain itself.
+public protocol CatalogueLogSource: LedgerAuditRepository {
+    /// The chain positions of the admin-log events after position `after`, in chain order, at
+    /// most `limit`.
+    func adminEvents(after: Int64, limit: Int) async throws -> [Int64]
 }
 
 /// The server's check that it serves only the catalogue the chained admin log backs: a
-/// product as an admin last put it, an asset version as an admin uploaded it. A row written
-/// behind the server's back (an insider with the database file, or PostgreSQL's owner role,
-/// giving a cheap product the premium level's assets) is refused — the read throws
+/// product as an admin last put it, an asset's latest version as an admin uploaded it. A row
+/// written behind the server's back (an insider with the database file, or PostgreSQL's owner
+/// role, giving a cheap product the premium level's assets) is refused — the read throws
 /// ``CatalogueBacking/Unbacked``, the client gets 503 — instead of being served until someone
 /// puts it back before the next `coffer ledger verify`.
 ///
-/// It keeps the admin log's catalogue entries replayed in memory (``CatalogueAudit``) and,
-/// after each row it reads, reads the entries logged after the last it has: an admin's change
-/// (here or on another instance) is stored with its entry in one transaction, so a read of
-/// the log begun after the row's sees that entry — and an admin's later change or delete,
-/// so a row put back to what an admin once made is refused too. That is one more query per
-/// row read, not per request: the catalogue's cache reads a row again at most every
-/// `maxAge`. Reads of the log are one at a time, shared by the rows waiting for them. An
-/// entry whose stored hash does not match its values backs nothing (edited behind the
-/// server's back; `coffer ledger verify` names it).
+/// It keeps the admin log's catalogue entries replayed in memory (``CatalogueAudit``) in chain
+/// order, as `verify` replays them, and after each row it reads, reads the admin-log events
+/// chained after the last it has: an admin's change (here or on another instance) is stored
+/// with its entry in one transaction, so a read of the log begun after the row's sees that
+/// entry — and an admin's later change or delete, so a row put back to what an admin once made
+/// is refused too. That is one more query per row read (an indexed one that mostly finds
+/// nothing), not per request: the catalogue's cache reads a row again at most every `maxAge`.
+/// Reads of the log are one at a time, shared by the rows waiting for them.
 ///
-/// What it does not see: an admin-log entry edited, and its hash and the chain after it
-/// rewritten, before this process read it — `verify` does, while the rewrite stands.
+/// Each entry it replays is first shown to be the one the ledger key signed
+/// (``SignedWindow``): an entry edited, inserted, re-pointed or given a recomputed hash behind
+/// the server's back does not hash to the next checkpoint's signature. Then nothing is served
+/// from the catalogue (``CatalogueBacking/LogBroken``) until a restart, which refuses to start
+/// while the log does not verify: a skipped entry would bring back an older catalogue.
+///
+/// What it does not see: an admin-log entry deleted with its chain event (nothing after it
+/// names it) before this process first read the log — `verify` names the gap while it stands.
 public final class CatalogueBacking: Sendable {
     /// A row the admin log does not back.
-    public struct Unbacked: Error, Sendable, CustomStringConvertible {
+    public struct Unbacked: StorageFailure, Sendable, CustomStringConvertible {
         /// What the row says and what the log says of it.
         public var finding: CatalogueFinding
         public var description: String { "catalogue row refused: \(finding) (check with `coffer ledger verify`)" }
+    }
+
+    /// The admin log does not verify: no catalogue row is served.
+    public struct LogBroken: StorageFailure, Sendable, Hashable, CustomStringConvertible {
+        public var failure: SignedWindow.Failure
+        public var description: String {
+            "the admin log does not verify at \(failure): no catalogue row is served (check with `coffer ledger verify`)"
+        }
     }
 
     private struct Flight {
@@ -63,25 +56,31 @@ public final class CatalogueBacking: Sendable {
 
     private struct State {
         var replay = CatalogueAudit()
-        /// The last admin-log row read.
-        var afterRow: Int64 = 0
+        /// The chain position of the last admin-log event read.
+        var after: Int64 = 0
         /// Follows begun, and the number of the last one finished (they run one at a time).
         var started: UInt64 = 0
         var finished: UInt64 = 0
         var flight: Flight?
+        var broken: LogBroken?
         /// Rows already reported (each is logged once, not on every refused read).
         var reported: Set<CatalogueFinding> = []
     }
 
     private let state = Mutex(State())
     private let source: any CatalogueLogSource
+    private let publicKey: Curve25519.Signing.PublicKey
     private let page: Int
     private let report: @Sendable (String) -> Void
 
-    /// `report` is told (once each) of every row refused and every entry whose hash does not
-    /// match. `page`: entries read per query.
-    public init(_ source: any CatalogueLogSource, page: Int = 1000, report: @escaping @Sendable (String) -> Void = { _ in }) {
+    /// `publicKey`: the ledger key's. `report` is told (once each) of every row refused and of a
+    /// log that does not verify. `page`: events read per query.
+    public init(
+        _ source: any CatalogueLogSource, publicKey: Curve25519.Signing.PublicKey, page: Int = 1000,
+        report: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.source = source
+        self.publicKey = publicKey
         self.page = max(1, page)
         self.report = report
     }
@@ -92,34 +91,45 @@ public final class CatalogueBacking: Sendable {
             var audit = replay
             audit.product(id: product.productId, product)
             return audit.finish().first { $0.kind != .productRemoved && $0.kind != .assetVersionRemoved }
+                ?? CatalogueFinding(kind: .productChanged, id: product.productId, stored: nil, logged: [], sequence: nil)
         }
     }
 
-    /// `read()`'s asset version if the log backs it (nil if there is none).
+    /// `read()`'s asset version if the log backs it as the asset's latest (nil if there is none).
     public func asset(_ read: () async throws -> Asset?) async throws -> Asset? {
-        try await backed(read, { $0.backs($1) }) { replay, asset in
-            var audit = replay
-            audit.version(asset)
-            return audit.finish().first { $0.kind != .productRemoved && $0.kind != .assetVersionRemoved }
-        }
+        try await backed(read, { $0.backs($1) }) { replay, asset in Self.refusal(replay, asset) }
     }
 
-    /// The rows among `products` and `assets` the log does not back (after reading what it
-    /// gained), each as a finding: the start-up check.
+    /// The rows among `products` and `assets` (each asset's latest version) the log does not
+    /// back, after reading what it gained: the start-up check. Throws ``LogBroken`` when the
+    /// log does not verify.
     public func unbacked(products: [Product], assets: [Asset]) async throws -> [CatalogueFinding] {
         try await followed(since: ticket())
-        let replay = state.withLock { $0.replay }
+        let replay = try current()
         var audit = replay
         for product in products where !replay.backs(product) { audit.product(id: product.productId, product) }
-        for asset in assets where !replay.backs(asset) { audit.version(asset) }
-        return audit.finish().filter { $0.kind != .productRemoved && $0.kind != .assetVersionRemoved }
+        var findings = audit.finish().filter { $0.kind != .productRemoved && $0.kind != .assetVersionRemoved }
+        for asset in assets where !replay.backs(asset) { findings.append(Self.refusal(replay, asset)) }
+        return findings
     }
 
-    /// Reads the row, then the entries the log gained since (none, mostly: one query that
-    /// finds nothing); when they do not back it — it may have changed again meanwhile — the
-    /// row once more.
+    /// Why the log does not back `asset` as its asset's latest version: the row differs from
+    /// its upload, no upload made it, or a later logged version is missing.
+    static func refusal(_ replay: CatalogueAudit, _ asset: Asset) -> CatalogueFinding {
+        var audit = replay
+        audit.version(asset)
+        if let finding = audit.finish().first(where: { $0.kind == .assetVersionChanged || $0.kind == .assetVersionUnlogged }) { return finding }
+        let latest = replay.latestUpload(of: asset.assetId)
+        return CatalogueFinding(
+            kind: .assetVersionRemoved, id: LedgerText.escaped(asset.assetId, maxBytes: 512),
+            version: latest.map { CatalogueAudit.version(in: $0.detail) } ?? nil,
+            stored: nil, logged: latest.map { [$0.detail] } ?? [], sequence: latest?.sequence)
+    }
+
+    /// Reads the row, then the entries the log gained since (none, mostly); when they do not
+    /// back it — it may have changed again meanwhile — the row once more.
     private func backed<Row: Sendable>(
-        _ read: () async throws -> Row?, _ backs: (CatalogueAudit, Row) -> Bool, _ finding: (CatalogueAudit, Row) -> CatalogueFinding?
+        _ read: () async throws -> Row?, _ backs: (CatalogueAudit, Row) -> Bool, _ refusal: (CatalogueAudit, Row) -> CatalogueFinding
     ) async throws -> Row? {
         var tries = 0
         while true {
@@ -128,14 +138,20 @@ public final class CatalogueBacking: Sendable {
             // Taken once the row is read: the log's read that serves it begins after, and
             // sees every entry committed before the row was (with it, or earlier).
             try await followed(since: ticket())
-            let replay = state.withLock { $0.replay }
+            let replay = try current()
             if backs(replay, row) { return row }
             guard tries >= 2 else { continue }
-            guard let unbacked = finding(replay, row) else { return row }
-            let refused = Unbacked(finding: unbacked)
-            if state.withLock({ $0.reported.insert(unbacked).inserted }) { report(refused.description) }
+            let refused = Unbacked(finding: refusal(replay, row))
+            if state.withLock({ $0.reported.insert(refused.finding).inserted }) { report(refused.description) }
             throw refused
         }
+    }
+
+    /// The replay, unless the log was found not to verify.
+    private func current() throws -> CatalogueAudit {
+        let (replay, broken) = state.withLock { ($0.replay, $0.broken) }
+        if let broken { throw broken }
+        return replay
     }
 
     /// The number of follows begun: a follow numbered above it begins after this call.
@@ -145,7 +161,7 @@ public final class CatalogueBacking: Sendable {
     private func followed(since ticket: UInt64) async throws {
         while true {
             let flight = state.withLock { s -> Flight? in
-                if s.finished > ticket { return nil }
+                if s.finished > ticket || s.broken != nil { return nil }
                 if let flight = s.flight { return flight }
                 s.started &+= 1
                 let number = s.started
@@ -159,32 +175,37 @@ public final class CatalogueBacking: Sendable {
         }
     }
 
-    /// Reads and replays the entries after the last row read; ends the flight.
+    /// Reads, checks and replays the admin-log events after the last one read; ends the flight.
     private func follow(_ number: UInt64) async throws {
         do {
-            var after = state.withLock { $0.afterRow }
-            var replay = state.withLock { $0.replay }
-            var mismatched: [Int64] = []
+            var (after, replay) = state.withLock { ($0.after, $0.replay) }
             while true {
-                let entries = try await source.catalogueLog(afterRow: after, limit: page)
-                for linked in entries {
-                    if linked.hashMatches { replay.add(linked.chained.entry) } else { mismatched.append(linked.chained.entry.sequence) }
+                let events = try await source.adminEvents(after: after, limit: page)
+                guard let last = events.last else { break }
+                let entries: [LedgerEntry]
+                do { entries = try await SignedWindow.entries(at: events, in: source, publicKey: publicKey) } catch let failure
+                    as SignedWindow.Failure
+                {
+                    let broken = LogBroken(failure: failure)
+                    state.withLock { s in
+                        s.broken = broken
+                        s.flight = nil
+                    }
+                    report(broken.description)
+                    throw broken
                 }
-                guard let last = entries.last, entries.count == page else {
-                    after = entries.last?.chained.entry.row ?? after
-                    break
-                }
-                after = last.chained.entry.row
+                for entry in entries { replay.add(entry) }
+                after = last
+                if events.count < page { break }
             }
             state.withLock { s in
                 s.replay = replay
-                s.afterRow = after
+                s.after = after
                 s.finished = number
                 s.flight = nil
             }
-            for sequence in mismatched {
-                report("admin log entry \(sequence) does not match its stored hash: it backs no catalogue row (check with `coffer ledger verify`)")
-            }
+        } catch let broken as LogBroken {
+            throw broken
         } catch {
             // Its readers get the error; the next read begins a follow of its own.
             state.withLock { $0.flight = nil }
