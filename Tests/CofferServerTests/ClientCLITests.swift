@@ -57,7 +57,7 @@ import Testing
                 "com.coffer.demo.levelpack1:\(transactionId)", "--base64",
             ])
             try #require(mint.status == 0, "\(mint.stderr)")
-            let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(10)))
+            let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(60)))
             client.connect()
             let body = "{\"receipt\":\"\(mint.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}"
             let response = try await client.execute(
@@ -283,7 +283,7 @@ import Testing
     /// Polls /v1/audit/checkpoints/latest until it covers `sequence` (at most 30 s).
     static func waitForCheckpoint(_ demo: Demo, atLeast sequence: Int) async throws {
         for _ in 0..<300 {
-            let client = TestClient(host: "127.0.0.1", port: demo.server.port, configuration: .init(timeout: .seconds(10)))
+            let client = TestClient(host: "127.0.0.1", port: demo.server.port, configuration: .init(timeout: .seconds(60)))
             client.connect()
             let response = try await client.execute(
                 .init("/v1/audit/checkpoints/latest", method: .get, headers: [.authorization: "Bearer \(demo.auditorKey)"]))

@@ -152,7 +152,7 @@ extension NginxAccelTests {
             nginx.terminate()
             throw MotoServer.Failure("nginx did not start")
         }
-        let client = TestClient(host: "127.0.0.1", port: port, configuration: .init(timeout: .seconds(10)))
+        let client = TestClient(host: "127.0.0.1", port: port, configuration: .init(timeout: .seconds(60)))
         client.connect()
         return (nginx, client)
     }
@@ -252,7 +252,7 @@ extension NginxAccelTests {
             ready = Self.accepts(port: port)
         }
         try #require(ready, "nginx did not start: \((try? String(contentsOf: stderrLog, encoding: .utf8)) ?? "")")
-        let client = TestClient(host: "127.0.0.1", port: port, configuration: .init(timeout: .seconds(10)))
+        let client = TestClient(host: "127.0.0.1", port: port, configuration: .init(timeout: .seconds(60)))
         client.connect()
         defer { Task { try? await client.shutdown() } }
 
