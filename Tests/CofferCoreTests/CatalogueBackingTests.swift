@@ -202,10 +202,12 @@ struct CatalogueBackingTests {
     }
 
     /// The insider's ways round the log: edit an entry (after a checkpoint signed it, or while
-    /// only the seal covers it), append one with a correctly computed hash, or re-point an
-    /// older event at a forged put. Each stops the catalogue: an entry skipped would bring an
-    /// older catalogue back.
-    @Test("an admin-log entry the ledger key did not sign stops the catalogue", arguments: ["edited", "edited under a checkpoint", "forged", "forged, with a checkpoint of another key"])
+    /// only the seal covers it), or append one with a correctly computed hash (with a
+    /// checkpoint signed by another key, or none). Each stops the catalogue: an entry skipped
+    /// would bring an older catalogue back.
+    @Test(
+        "an admin-log entry the ledger key did not sign stops the catalogue",
+        arguments: ["edited", "edited under a checkpoint", "forged", "forged, with a checkpoint of another key"])
     func anUnsignedEntryStopsTheCatalogue(way: String) async throws {
         let log = Self.logged()
         let tampered = Self.product("cheap", ["level-1", "premium"])
