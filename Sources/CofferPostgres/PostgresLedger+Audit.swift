@@ -35,6 +35,26 @@ extension PostgresLedger: LedgerAuditRepository, CatalogueLogSource {
         }
     }
 
+    public func adminRows(after: Int64, limit: Int) async throws -> [Int64] {
+        try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) {
+                try await c.column(
+                    "SELECT sequence FROM admin_actions WHERE sequence > \(after) ORDER BY sequence LIMIT \(max(0, limit))", Int64.self,
+                    logger: backend.logger)
+            }
+        }
+    }
+
+    public func eventCount(after: Int64, through: Int64) async throws -> Int64 {
+        try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) {
+                try await c.column(
+                    "SELECT count(*) FROM ledger_events WHERE sequence > \(after) AND sequence <= \(through)", Int64.self, logger: backend.logger
+                ).first ?? 0
+            }
+        }
+    }
+
     public func checkpoints(after: Int64, limit: Int) async throws -> [LedgerCheckpoint] {
         try await backend.read { c in
             try await PostgresChain.flushed(c, logger: backend.logger) {

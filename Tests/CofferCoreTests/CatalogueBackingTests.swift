@@ -17,6 +17,7 @@ struct CatalogueBackingTests {
     final class Log: CatalogueLogSource, Sendable {
         private struct State {
             var chain: [ChainedEntry] = []
+            var adminRows: [Int64] = []
             var checkpoints: [LedgerCheckpoint] = []
             var seal: LedgerCheckpoint?
             var queries: [Int64] = []
@@ -28,12 +29,7 @@ struct CatalogueBackingTests {
         /// and seals the head.
         func append(_ action: AdminActionName, _ target: String, _ detail: String, gap: Bool = false) {
             state.withLock { s in
-                if gap {
-                    let attempt = RejectedAttempt(
-                        at: instant(0), code: "alreadyRedeemed", detail: "", transactionId: "1", productId: "cheap", receiptSHA256: fakeHash("r"),
-                        clientAddress: "192.0.2.1", claimed: false)
-                    Self.chain(&s, .attempt(attempt, sequence: Int64(s.chain.count + 1)))
-                }
+                if gap { Self.attempt(&s) }
                 let sequence = Int64(s.chain.count + 1)
                 let row = AdminAction(
                     sequence: sequence, at: instant(Double(sequence)), keyId: "k", keyName: "Ops", action: action.rawValue, target: target,
@@ -42,7 +38,32 @@ struct CatalogueBackingTests {
             }
         }
 
+        /// Chains a refused attempt (not an admin entry) and seals the head.
+        func attempt() { state.withLock { Self.attempt(&$0) } }
+
+        private static func attempt(_ s: inout State) {
+            let attempt = RejectedAttempt(
+                at: instant(0), code: "alreadyRedeemed", detail: "", transactionId: "1", productId: "cheap", receiptSHA256: fakeHash("r"),
+                clientAddress: "192.0.2.1", claimed: false)
+            chain(&s, .attempt(attempt, sequence: Int64(s.chain.count + 1)))
+        }
+
+        /// The insider hides admin entry `sequence`: its event re-pointed at another kind
+        /// (hash kept), or deleted with its row.
+        func hide(_ sequence: Int64, deleting: Bool) {
+            state.withLock { s in
+                let index = Int(sequence - 1)
+                if deleting {
+                    s.chain.remove(at: index)
+                    s.adminRows.removeAll { $0 == sequence }
+                } else {
+                    s.chain[index].entry.kind = .attempt
+                }
+            }
+        }
+
         private static func chain(_ s: inout State, _ entry: LedgerEntry, seal: Bool = true) {
+            if entry.kind == .adminAction { s.adminRows.append(entry.row) }
             let previous = s.chain.last.flatMap { Hex.decode($0.entryHash) } ?? LedgerChain.genesis
             let hash = Hex.encode(LedgerChain.hash(previous: previous, entry: entry))
             s.chain.append(ChainedEntry(entry: entry, entryHash: hash))
@@ -85,6 +106,12 @@ struct CatalogueBackingTests {
             }
         }
 
+        func adminRows(after: Int64, limit: Int) async throws -> [Int64] {
+            state.withLock { s in Array(s.adminRows.filter { $0 > after }.prefix(limit)) }
+        }
+        func eventCount(after: Int64, through: Int64) async throws -> Int64 {
+            state.withLock { s in Int64(s.chain.filter { $0.entry.sequence > after && $0.entry.sequence <= through }.count) }
+        }
         func chainedEntries(after: Int64, limit: Int) async throws -> [ChainedEntry] {
             state.withLock { s in Array(s.chain.filter { $0.entry.sequence > after }.prefix(limit)) }
         }
@@ -202,18 +229,30 @@ struct CatalogueBackingTests {
     }
 
     /// The insider's ways round the log: edit an entry (after a checkpoint signed it, or while
-    /// only the seal covers it), or append one with a correctly computed hash (with a
-    /// checkpoint signed by another key, or none). Each stops the catalogue: an entry skipped
-    /// would bring an older catalogue back.
+    /// only the seal covers it), append one with a correctly computed hash (with a checkpoint
+    /// signed by another key, or none), or hide an admin's later change from a running
+    /// instance (its event re-pointed at another kind, or deleted with its row). Each stops
+    /// the catalogue: an entry skipped would bring an older catalogue back.
     @Test(
         "an admin-log entry the ledger key did not sign stops the catalogue",
-        arguments: ["edited", "edited under a checkpoint", "forged", "forged, with a checkpoint of another key"])
+        arguments: [
+            "edited", "edited under a checkpoint", "forged", "forged, with a checkpoint of another key", "hidden (its event re-pointed)",
+            "hidden (its event and row deleted)",
+        ])
     func anUnsignedEntryStopsTheCatalogue(way: String) async throws {
         let log = Self.logged()
         let tampered = Self.product("cheap", ["level-1", "premium"])
         let reports = Reports()
         let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey, report: reports.add)
-        if way.hasPrefix("forged") {
+        if way.hasPrefix("hidden") {
+            // A running instance has read the log; an admin then takes the premium level out
+            // again, and the insider hides that change from it and puts the row back.
+            log.append(.productPut, "cheap", CatalogueLog.productDetail(tampered))
+            #expect(try await backing.product { tampered } == tampered)
+            log.append(.productPut, "cheap", CatalogueLog.productDetail(Self.product("cheap", ["level-1"])))
+            log.attempt()
+            log.hide(6, deleting: way.contains("deleted"))
+        } else if way.hasPrefix("forged") {
             #expect(try await backing.product { Self.product("cheap", ["level-1"]) } != nil, "a running instance")
             log.forge(.productPut, "cheap", CatalogueLog.productDetail(tampered))
             if way.hasSuffix("another key") { log.checkpoint(by: LedgerSigner(privateKey: .init())) }
@@ -225,7 +264,9 @@ struct CatalogueBackingTests {
             log.edit(4, detail: CatalogueLog.productDetail(tampered))
         }
         let broken = await #expect(throws: CatalogueBacking.LogBroken.self) { _ = try await backing.product { tampered } }
-        #expect(broken?.failure.sequence == (way.hasPrefix("forged") ? 5 : 4), "\(String(describing: broken))")
+        #expect(
+            broken?.failure.sequence == (way.hasPrefix("forged") ? 5 : way.hasPrefix("hidden") ? (way.contains("deleted") ? 6 : 5) : 4),
+            "\(String(describing: broken))")
         if way.hasSuffix("another key") { #expect(broken?.failure.reason.contains("not signed by this server's ledger key") == true) }
         await #expect(throws: CatalogueBacking.LogBroken.self, "nor any other row, backed or not") {
             _ = try await backing.asset { Self.asset("premium", bytes: "premium") }

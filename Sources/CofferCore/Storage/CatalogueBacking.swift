@@ -7,6 +7,10 @@ public protocol CatalogueLogSource: LedgerAuditRepository {
     /// The chain positions of the admin-log events after position `after`, in chain order, at
     /// most `limit`.
     func adminEvents(after: Int64, limit: Int) async throws -> [Int64]
+    /// The admin-log rows (their `sequence`) after row `after`, in order, at most `limit`.
+    func adminRows(after: Int64, limit: Int) async throws -> [Int64]
+    /// How many chain events there are at positions after `after`, up to `through`.
+    func eventCount(after: Int64, through: Int64) async throws -> Int64
 }
 
 /// The server's check that it serves only the catalogue the chained admin log backs: a
@@ -58,6 +62,11 @@ public final class CatalogueBacking: Sendable {
         var replay = CatalogueAudit()
         /// The chain position of the last admin-log event read.
         var after: Int64 = 0
+        /// The last admin-log row read, and every row the events read chain.
+        var afterRow: Int64 = 0
+        var chainedRows: Set<Int64> = []
+        /// The chain position up to which no event is missing (counted up to the seal).
+        var counted: Int64 = 0
         /// Follows begun, and the number of the last one finished (they run one at a time).
         var started: UInt64 = 0
         var finished: UInt64 = 0
@@ -154,6 +163,18 @@ public final class CatalogueBacking: Sendable {
         return replay
     }
 
+    /// Marks the log as not verifying (for good: an entry skipped would bring an older
+    /// catalogue back), reports it, ends the flight.
+    private func stop(_ failure: SignedWindow.Failure) -> LogBroken {
+        let broken = LogBroken(failure: failure)
+        state.withLock { s in
+            s.broken = broken
+            s.flight = nil
+        }
+        report(broken.description)
+        return broken
+    }
+
     /// The number of follows begun: a follow numbered above it begins after this call.
     private func ticket() -> UInt64 { state.withLock { $0.started } }
 
@@ -176,31 +197,58 @@ public final class CatalogueBacking: Sendable {
     }
 
     /// Reads, checks and replays the admin-log events after the last one read; ends the flight.
+    ///
+    /// Besides each event's signed window: the admin-log rows are read first (a row is stored
+    /// with its event, so the events read after include its own) and each must be chained by an
+    /// admin event read — an event re-pointed at another kind to hide an admin's change from
+    /// this process is caught so; and the chain's positions up to the seal are counted — an
+    /// event deleted to hide one leaves a gap.
     private func follow(_ number: UInt64) async throws {
         do {
-            var (after, replay) = state.withLock { ($0.after, $0.replay) }
+            var (after, afterRow, chainedRows, counted, replay) = state.withLock { ($0.after, $0.afterRow, $0.chainedRows, $0.counted, $0.replay) }
+            var rows: [Int64] = []
+            while true {
+                let read = try await source.adminRows(after: rows.last ?? afterRow, limit: page)
+                rows += read
+                if read.count < page { break }
+            }
+            let seal = try await source.sealedHead()
             while true {
                 let events = try await source.adminEvents(after: after, limit: page)
                 guard let last = events.last else { break }
                 let entries: [LedgerEntry]
                 do { entries = try await SignedWindow.entries(at: events, in: source, publicKey: publicKey) } catch let failure
                     as SignedWindow.Failure
-                {
-                    let broken = LogBroken(failure: failure)
-                    state.withLock { s in
-                        s.broken = broken
-                        s.flight = nil
-                    }
-                    report(broken.description)
-                    throw broken
+                { throw stop(failure) }
+                for entry in entries {
+                    replay.add(entry)
+                    chainedRows.insert(entry.row)
                 }
-                for entry in entries { replay.add(entry) }
                 after = last
                 if events.count < page { break }
+            }
+            if let row = rows.first(where: { !chainedRows.contains($0) }) {
+                throw stop(
+                    SignedWindow.Failure(
+                        sequence: after, reason: "admin-log row \(row) is chained by no admin-log event (its event was re-pointed or deleted)"))
+            }
+            if let seal, seal.sequence > counted {
+                let present = try await source.eventCount(after: counted, through: seal.sequence)
+                guard present == seal.sequence - counted else {
+                    throw stop(
+                        SignedWindow.Failure(
+                            sequence: counted + 1,
+                            reason:
+                                "\(seal.sequence - counted - present) of the chain's entries \(counted + 1)–\(seal.sequence) are missing (deleted)"))
+                }
+                counted = seal.sequence
             }
             state.withLock { s in
                 s.replay = replay
                 s.after = after
+                s.afterRow = rows.last ?? afterRow
+                s.chainedRows = chainedRows
+                s.counted = counted
                 s.finished = number
                 s.flight = nil
             }
