@@ -12,9 +12,6 @@ import Foundation
 /// catalogue of older versions, rows from before the admin log): `coffer ledger adopt` vouches
 /// for those.
 public enum CatalogueLog {
-    /// The admin actions that change the catalogue (the entries ``CatalogueAudit`` replays).
-    public static let actions: [AdminActionName] = [.productPut, .productDelete, .assetUpload, .assetForget]
-
     /// The stored detail's budget (``AdminAction/escapedForLedger(_:)``).
     static let maxDetailBytes = 1024
 
@@ -164,25 +161,31 @@ public struct CatalogueAudit: Sendable {
         }
     }
 
-    /// Whether `product` is what the log last put under its id (the server's check before it
-    /// serves a row: ``CatalogueBacking``).
-    func backs(_ product: Product) -> Bool {
-        guard let logged = products[Self.key(product.productId)]?.detail else { return false }
-        return ExactText(logged) == ExactText(Self.detail(product))
+    /// Why `product` is not what the log last put under its id (nil when it is): the server's
+    /// check before it serves a row (``CatalogueBacking``).
+    func refusal(_ product: Product) -> CatalogueFinding? {
+        let key = Self.key(product.productId)
+        let stored = Self.detail(product)
+        guard let entry = products[key], let logged = entry.detail else {
+            return CatalogueFinding(kind: .productUnlogged, id: key.text, stored: stored, logged: [], sequence: nil)
+        }
+        if ExactText(logged) == ExactText(stored) { return nil }
+        return CatalogueFinding(kind: .productChanged, id: key.text, stored: stored, logged: [logged], sequence: entry.sequence)
     }
 
-    /// Whether `asset` is, as it is, the latest version of its asset the log holds an upload of
-    /// (the one the server serves: a newer logged version whose row is gone must not bring an
-    /// older one back).
-    func backs(_ asset: Asset) -> Bool {
-        guard let logged = versions[Self.key(asset.assetId)], logged[ExactText(Self.detail(asset))] != nil else { return false }
-        return !logged.keys.contains { (Self.version(in: $0.text) ?? 0) > asset.version }
-    }
-
-    /// The logged upload of `assetId` with the highest version, and its entry.
-    func latestUpload(of assetId: String) -> (detail: String, sequence: Int64)? {
-        (versions[Self.key(assetId)] ?? [:]).max { (Self.version(in: $0.key.text) ?? 0) < (Self.version(in: $1.key.text) ?? 0) }
-            .map { ($0.key.text, $0.value) }
+    /// Why `asset` is not, as it is, the latest version of its asset the log holds an upload
+    /// of (nil when it is): the one the server serves — a newer logged version whose row is
+    /// gone must not bring an older one back.
+    func refusal(_ asset: Asset) -> CatalogueFinding? {
+        let key = Self.key(asset.assetId)
+        let stored = ExactText(Self.detail(asset))
+        let logged = versions[key] ?? [:]
+        guard logged[stored] != nil else { return Self.mismatch(asset, key: key, stored: stored, logged: logged).finding }
+        let newer = logged.filter { (Self.version(in: $0.key.text) ?? 0) > asset.version }
+        guard let latest = newer.max(by: { (Self.version(in: $0.key.text) ?? 0) < (Self.version(in: $1.key.text) ?? 0) }) else { return nil }
+        return CatalogueFinding(
+            kind: .assetVersionRemoved, id: key.text, version: Self.version(in: latest.key.text), stored: nil, logged: [latest.key.text],
+            sequence: latest.value)
     }
 
     /// An id as the log stores it.
@@ -206,14 +209,7 @@ public struct CatalogueAudit: Sendable {
                     kind: .productUnreadable, id: key.text, stored: nil, logged: logged.map { [$0.detail] } ?? [], sequence: logged?.sequence))
             return
         }
-        let stored = Self.detail(product)
-        guard let logged else {
-            findings.append(CatalogueFinding(kind: .productUnlogged, id: key.text, stored: stored, logged: [], sequence: nil))
-            return
-        }
-        if ExactText(logged.detail) != ExactText(stored) {
-            findings.append(CatalogueFinding(kind: .productChanged, id: key.text, stored: stored, logged: [logged.detail], sequence: logged.sequence))
-        }
+        if let finding = refusal(product) { findings.append(finding) }
     }
 
     /// An asset version row as read.
@@ -225,14 +221,25 @@ public struct CatalogueAudit: Sendable {
             seenVersions[key, default: []].insert(stored)
             return
         }
+        let mismatch = Self.mismatch(asset, key: key, stored: stored, logged: logged)
+        // A logged upload of this version that differs is reported here, not again as removed.
+        seenVersions[key, default: []].formUnion(mismatch.same)
+        findings.append(mismatch.finding)
+    }
+
+    /// An asset version row no logged upload made as it is: changed from its version's upload
+    /// (`same`: the logged uploads of that version), or unlogged.
+    private static func mismatch(_ asset: Asset, key: ExactText, stored: ExactText, logged: [ExactText: Int64]) -> (
+        finding: CatalogueFinding, same: [ExactText]
+    ) {
         let prefix = CatalogueLog.versionPrefix(asset.version).utf8
         let same = logged.filter { $0.key.text.utf8.starts(with: prefix) }.sorted { $0.value < $1.value }
-        // A logged upload of this version that differs is reported here, not again as removed.
-        for (detail, _) in same { seenVersions[key, default: []].insert(detail) }
-        findings.append(
+        return (
             CatalogueFinding(
                 kind: same.isEmpty ? .assetVersionUnlogged : .assetVersionChanged, id: key.text, version: asset.version, stored: stored.text,
-                logged: same.map(\.key.text), sequence: same.last?.value))
+                logged: same.map(\.key.text), sequence: same.last?.value),
+            same.map(\.key)
+        )
     }
 
     /// Every finding, rows first (in the order read), then what the log holds and the

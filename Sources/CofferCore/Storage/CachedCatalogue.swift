@@ -21,7 +21,7 @@ public final class CachedCatalogue: CatalogueRepository {
     private let productTable: ReadThrough<Product>
     private let assetTable: ReadThrough<Asset>
     /// Checks each product and asset read from the store against the admin log (nil: none).
-    public let backing: CatalogueBacking?
+    private let backing: CatalogueBacking?
 
     /// `maxAge` nil: entries stay until this process changes them (the only writer). `now`:
     /// the clock the ages are measured on (tests move it). `backing`: a product or asset the

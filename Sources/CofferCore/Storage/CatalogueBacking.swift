@@ -31,12 +31,15 @@ public protocol CatalogueLogSource: LedgerAuditRepository {
 ///
 /// Each entry it replays is first shown to be the one the ledger key signed
 /// (``SignedWindow``): an entry edited, inserted, re-pointed or given a recomputed hash behind
-/// the server's back does not hash to the next checkpoint's signature. Then nothing is served
-/// from the catalogue (``CatalogueBacking/LogBroken``) until a restart, which refuses to start
-/// while the log does not verify: a skipped entry would bring back an older catalogue.
+/// the server's back does not hash to the next checkpoint's signature. Then no more rows are
+/// read (``CatalogueBacking/LogBroken``) until a restart, which refuses to start while the log
+/// does not verify: a skipped entry would bring back an older catalogue.
 ///
-/// What it does not see: an admin-log entry deleted with its chain event (nothing after it
-/// names it) before this process first read the log — `verify` names the gap while it stands.
+/// An admin's change hidden from this process is caught too: each admin-log row must be
+/// chained by an admin event read, and the chain's positions are counted up to the seal (see
+/// ``follow(_:)``). What it does not see: a change whose event is re-pointed at another kind
+/// with a matching row of that kind, and whose admin-log row is deleted, before it reads it —
+/// only hashing every entry (`verify`) sees that.
 public final class CatalogueBacking: Sendable {
     /// A row the admin log does not back.
     public struct Unbacked: StorageFailure, Sendable, CustomStringConvertible {
@@ -96,17 +99,12 @@ public final class CatalogueBacking: Sendable {
 
     /// `read()`'s product if the log backs it (nil if there is none).
     public func product(_ read: () async throws -> Product?) async throws -> Product? {
-        try await backed(read, { $0.backs($1) }) { replay, product in
-            var audit = replay
-            audit.product(id: product.productId, product)
-            return audit.finish().first { $0.kind != .productRemoved && $0.kind != .assetVersionRemoved }
-                ?? CatalogueFinding(kind: .productChanged, id: product.productId, stored: nil, logged: [], sequence: nil)
-        }
+        try await backed(read) { $0.refusal($1) }
     }
 
     /// `read()`'s asset version if the log backs it as the asset's latest (nil if there is none).
     public func asset(_ read: () async throws -> Asset?) async throws -> Asset? {
-        try await backed(read, { $0.backs($1) }) { replay, asset in Self.refusal(replay, asset) }
+        try await backed(read) { $0.refusal($1) }
     }
 
     /// The rows among `products` and `assets` (each asset's latest version) the log does not
@@ -115,31 +113,12 @@ public final class CatalogueBacking: Sendable {
     public func unbacked(products: [Product], assets: [Asset]) async throws -> [CatalogueFinding] {
         try await followed(since: ticket())
         let replay = try current()
-        var audit = replay
-        for product in products where !replay.backs(product) { audit.product(id: product.productId, product) }
-        var findings = audit.finish().filter { $0.kind != .productRemoved && $0.kind != .assetVersionRemoved }
-        for asset in assets where !replay.backs(asset) { findings.append(Self.refusal(replay, asset)) }
-        return findings
-    }
-
-    /// Why the log does not back `asset` as its asset's latest version: the row differs from
-    /// its upload, no upload made it, or a later logged version is missing.
-    static func refusal(_ replay: CatalogueAudit, _ asset: Asset) -> CatalogueFinding {
-        var audit = replay
-        audit.version(asset)
-        if let finding = audit.finish().first(where: { $0.kind == .assetVersionChanged || $0.kind == .assetVersionUnlogged }) { return finding }
-        let latest = replay.latestUpload(of: asset.assetId)
-        return CatalogueFinding(
-            kind: .assetVersionRemoved, id: LedgerText.escaped(asset.assetId, maxBytes: 512),
-            version: latest.map { CatalogueAudit.version(in: $0.detail) } ?? nil,
-            stored: nil, logged: latest.map { [$0.detail] } ?? [], sequence: latest?.sequence)
+        return products.compactMap(replay.refusal) + assets.compactMap(replay.refusal)
     }
 
     /// Reads the row, then the entries the log gained since (none, mostly); when they do not
     /// back it — it may have changed again meanwhile — the row once more.
-    private func backed<Row: Sendable>(
-        _ read: () async throws -> Row?, _ backs: (CatalogueAudit, Row) -> Bool, _ refusal: (CatalogueAudit, Row) -> CatalogueFinding
-    ) async throws -> Row? {
+    private func backed<Row: Sendable>(_ read: () async throws -> Row?, _ refusal: (CatalogueAudit, Row) -> CatalogueFinding?) async throws -> Row? {
         var tries = 0
         while true {
             tries += 1
@@ -147,10 +126,9 @@ public final class CatalogueBacking: Sendable {
             // Taken once the row is read: the log's read that serves it begins after, and
             // sees every entry committed before the row was (with it, or earlier).
             try await followed(since: ticket())
-            let replay = try current()
-            if backs(replay, row) { return row }
+            guard let finding = refusal(try current(), row) else { return row }
             guard tries >= 2 else { continue }
-            let refused = Unbacked(finding: refusal(replay, row))
+            let refused = Unbacked(finding: finding)
             if state.withLock({ $0.reported.insert(refused.finding).inserted }) { report(refused.description) }
             throw refused
         }
