@@ -72,18 +72,31 @@ import Testing
         for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i &* 31 &+ (i >> 20) &* 7) }
         let expectedHex = SHA256.hash(data: bytes).hexString
         // Each request's whole answer within 180 s: a 48 MB body through a debug build on a
-        // machine busy with the rest of the run (60 s ran out under three busy loops).
-        let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(180)))
-        client.connect()
+        // machine busy with the rest of the run (60 s ran out under three busy loops). One
+        // connection per request: between two requests on one connection the test hashes
+        // 48 MB, and a busy debug build could pass the server's 30 s keep-alive idle limit,
+        // which closes the connection under the next request ("I/O on closed channel").
+        func send(_ request: TestClient.Request) async throws -> TestClient.Response {
+            let client = TestClient(host: "127.0.0.1", port: server.port, configuration: .init(timeout: .seconds(180)))
+            client.connect()
+            do {
+                let response = try await client.execute(request)
+                try await client.shutdown()
+                return response
+            } catch {
+                try? await client.shutdown()
+                throw error
+            }
+        }
         let baseline = Self.peakResidentBytes(server.process.processIdentifier)
-        let upload = try await client.execute(
+        let upload = try await send(
             .init("/v1/admin/assets/big", method: .put, headers: [.authorization: "Bearer \(server.adminKey)"], body: ByteBuffer(bytes: bytes)))
         #expect(upload.status == .created)
         bytes = []
         let signer = try TokenKeyFile.signer(dataDirectory: data.path, configured: nil)
         let token = signer.mint(
             DownloadClaims(assetId: "big", sha256: expectedHex, redemptionId: "r", expiresAt: Int64(Date().timeIntervalSince1970) + 600))
-        let whole = try await client.execute(.init("/v1/downloads/\(token)", method: .get))
+        let whole = try await send(.init("/v1/downloads/\(token)", method: .get))
         #expect(whole.status == .ok)
         #expect(SHA256.hash(data: Array(whole.body?.readableBytesView ?? ByteBuffer().readableBytesView)).hexString == expectedHex)
         var hash = SHA256()
@@ -91,13 +104,12 @@ import Testing
         let step = 4 * 1024 * 1024
         while offset < size {
             let end = min(offset + step, size) - 1
-            let response = try await client.execute(.init("/v1/downloads/\(token)", method: .get, headers: [.range: "bytes=\(offset)-\(end)"]))
+            let response = try await send(.init("/v1/downloads/\(token)", method: .get, headers: [.range: "bytes=\(offset)-\(end)"]))
             #expect(response.status == .partialContent)
             #expect(response.headers[.contentRange] == "bytes \(offset)-\(end)/\(size)")
             hash.update(data: Array(response.body?.readableBytesView ?? ByteBuffer().readableBytesView))
             offset = end + 1
         }
-        try await client.shutdown()
         #expect(hash.finalize().hexString == expectedHex)
         // Whole-file buffering would add ≥ 48 MB; streaming adds a few chunks.
         let growth = Self.peakResidentBytes(server.process.processIdentifier) - baseline
