@@ -238,8 +238,22 @@ extension AppStoreVerifier {
             }
             return .transaction(try decoder.decode(SignedTransaction.self, from: data))
         } catch {
-            throw VerificationError(.malformed, "JWS payload field has the wrong type: \(error)")
+            throw VerificationError(.malformed, "JWS payload field has the wrong type: \(Self.fieldPath(error))")
         }
+    }
+
+    /// The payload field a decoding error is about, by its path only: a `DecodingError`'s own
+    /// description names Swift types and coding keys, which a client (and the ledger's attempt
+    /// detail) has no use for.
+    static func fieldPath(_ error: any Error) -> String {
+        let path: [any CodingKey]
+        switch error {
+        case DecodingError.typeMismatch(_, let c), DecodingError.valueNotFound(_, let c), DecodingError.dataCorrupted(let c): path = c.codingPath
+        case DecodingError.keyNotFound(let key, let c): path = c.codingPath + [key]
+        default: path = []
+        }
+        let named = path.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+        return named.isEmpty ? "(the payload)" : LedgerText.escaped(named, maxBytes: 128)
     }
 
     static func environmentClaim(_ payload: SignedPayload) -> String? {

@@ -27,7 +27,7 @@ struct APIKeyMiddleware: RouterMiddleware {
         do {
             key = try await authenticate(request, logger: context.logger)
         } catch let problem as Problem where problem.status == .unauthorized {
-            if let wait = failures.take(context.clientAddress) {
+            if let wait = failures.take(context.limitKey) {
                 metrics.rateLimited(route: "authentication")
                 context.logger.notice("authentication failed, address throttled", metadata: ["client": "\(context.clientAddress)"])
                 throw Problem.rateLimited(wait)

@@ -18,6 +18,9 @@ public struct CofferRequestContext: RequestContext {
     /// The client as far as Coffer can tell: the peer, or — when the peer is a configured
     /// trusted proxy — the nearest untrusted address in `X-Forwarded-For`.
     public var clientAddress: String
+    /// ``clientAddress`` as the per-client limits count it (``IPAddress/limitKey(_:)``: an
+    /// IPv6 client by its /64).
+    public var limitKey: String { IPAddress.limitKey(clientAddress) }
     /// The connection's event loop: downloads pace their writes on it (`FileStream`).
     public var eventLoop: any EventLoop { channel.eventLoop }
     /// The connection: a stalled download closes it (`FileStream`).
@@ -94,6 +97,19 @@ public enum IPAddress {
             return "\(bytes[12]).\(bytes[13]).\(bytes[14]).\(bytes[15])"
         }
         return ntop(AF_INET6, &v6)
+    }
+
+    /// What the per-client limits (rate limits, download slots, failed-key throttle) count an
+    /// address as: an IPv4 address itself, an IPv6 address by its /64 — the smallest prefix
+    /// a home or a cloud host is given, whose 2^64 addresses one client can all use (counted
+    /// one by one, the limits would not limit). `address` in normal form (``parse(_:)``).
+    public static func limitKey(_ address: String) -> String {
+        var v6 = in6_addr()
+        guard address.contains(":"), inet_pton(AF_INET6, address, &v6) == 1 else { return address }
+        withUnsafeMutableBytes(of: &v6) { bytes in
+            for i in 8..<16 { bytes[i] = 0 }
+        }
+        return (ntop(AF_INET6, &v6) ?? address) + "/64"
     }
 
     /// ``parse(_:)``, or — for what is not a literal (a peer NIO describes otherwise, e.g. with

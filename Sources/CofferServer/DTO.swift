@@ -46,23 +46,25 @@ enum JSON {
     private struct TooLarge: Error {}
     private struct OverBudget: Error {}
 
-    /// Collects at most `limit` bytes of body within `timeout`, reserving them from
-    /// `reservation`: all of a declared `Content-Length` before reading, else each chunk as it
-    /// arrives. The caller releases the reservation.
+    /// Collects at most `limit` bytes of body within `timeout`, reserving each chunk from
+    /// `reservation` as it arrives. The caller releases the reservation.
+    ///
+    /// Only bytes that arrived are held: reserved (and allocated) from the declared
+    /// `Content-Length` before any byte came, a few idle connections each declaring the
+    /// largest body held the whole budget — every JSON route 503 `busy` for everyone — for the
+    /// body timeout, at no cost to the client.
     static func collect(_ request: Request, limit: Int, timeout: Duration, reservation: BodyReservation) async throws -> ByteBuffer {
         let declared = request.headers[.contentLength].flatMap(Int.init)
         if let declared, declared > limit {
             throw Problem(.payloadTooLarge, "request body exceeds \(limit) bytes")
         }
-        if let declared, !reservation.reserve(declared) { throw Problem.busy() }
         // The read runs as its own task, which the shared ticker cancels at the deadline
         // (``BodyDeadlines``): one task per body, no timer of its own.
         let reader = Task<ByteBuffer, any Error> {
-            // A declared length is allocated once (it is what the budget holds).
-            var buffer = ByteBufferAllocator().buffer(capacity: declared ?? 0)
+            var buffer = ByteBufferAllocator().buffer(capacity: min(declared ?? 0, 64 * 1024))
             for try await chunk in request.body {
                 guard chunk.readableBytes <= limit - buffer.readableBytes else { throw TooLarge() }
-                if declared == nil, !reservation.reserve(chunk.readableBytes) { throw OverBudget() }
+                if !reservation.reserve(chunk.readableBytes) { throw OverBudget() }
                 var chunk = chunk
                 buffer.writeBuffer(&chunk)
             }
@@ -84,7 +86,7 @@ enum JSON {
         case .success(let buffer)?: return buffer
         case .failure(let error)? where error is OverBudget: throw Problem.busy()
         case .failure(let error)? where error is TooLarge: throw Problem(.payloadTooLarge, "request body exceeds \(limit) bytes")
-        case .failure(let error)?: throw Problem(.malformedRequest, "the request body could not be read: \(type(of: error))")
+        case .failure?: throw Problem(.malformedRequest, "the request body could not be read")
         case nil:
             throw Problem(
                 .requestTimeout, "the request body did not arrive within \(timeout.components.seconds) s",

@@ -164,7 +164,7 @@ struct DownloadController {
     /// One of the client address's download slots and the stall watchdog's settings; 429
     /// `tooManyDownloads` when the address has none left.
     func watch(_ context: CofferRequestContext) throws -> FileStream.Watch {
-        guard let slot = slots.acquire(context.clientAddress) else {
+        guard let slot = slots.acquire(context.limitKey) else {
             metrics.rateLimited(route: "downloads")
             context.logger.notice("too many downloads", metadata: ["client": "\(context.clientAddress)", "limit": "\(slots.perAddress)"])
             throw Problem.tooManyDownloads(slots.perAddress)

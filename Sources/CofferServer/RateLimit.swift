@@ -118,7 +118,7 @@ struct RateLimitMiddleware: RouterMiddleware {
     var route = "redemption"
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        if let wait = limiter.take(context.clientAddress) {
+        if let wait = limiter.take(context.limitKey) {
             metrics.rateLimited(route: route)
             context.logger.notice("rate limited", metadata: ["route": "\(route)", "client": "\(context.clientAddress)", "retryAfter": "\(wait)"])
             throw Problem.rateLimited(wait)

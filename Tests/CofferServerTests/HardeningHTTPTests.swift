@@ -420,19 +420,23 @@ extension Harness {
             func reserved() async throws -> Double? {
                 metricValue(String(buffer: try await client.execute(uri: "/metrics", method: .get).body), "coffer_request_body_bytes_reserved")
             }
-            // A declares 700,000 bytes and sends a few: all 700,000 are reserved.
+            // A declares 700,000 bytes and sends all but the last two: what arrived is reserved.
             let a = try RawConnection(port: port)
             await a.send(
-                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 700000\r\n\r\n{\"receipt\":\"")
-            #expect(try await eventually(seconds: 10) { try await reserved() == 700_000 })
-            // B declares 600,000: over the budget, refused before reading.
+                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 700000\r\n\r\n{\"receipt\":\""
+                    + String(repeating: "A", count: 700_000 - 12 - 2))
+            #expect(try await eventually(seconds: 10) { try await reserved() == 699_998 })
+            // B declares 600,000 and sends 400,000: refused once what arrived passes the budget.
             let b = try RawConnection(port: port)
-            await b.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 600000\r\n\r\n")
+            await b.send(
+                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 600000\r\n\r\n"
+                    + String(repeating: "A", count: 400_000))
             let busy = await b.receive(seconds: 10)
             #expect(busy.hasPrefix("HTTP/1.1 503"), "\(busy.prefix(80))")
             #expect(busy.contains("\"code\":\"busy\""))
             #expect(busy.lowercased().contains("retry-after: 2"))
             b.hangUp()
+            #expect(try await eventually(seconds: 10) { try await reserved() == 699_998 }, "B's bytes were released")
             // C is chunked: reserved chunk by chunk until the budget runs out.
             let c = try RawConnection(port: port)
             await c.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -442,9 +446,9 @@ extension Harness {
             #expect(chunkedBusy.hasPrefix("HTTP/1.1 503"), "\(chunkedBusy.prefix(80))")
             #expect(chunkedBusy.contains("\"code\":\"busy\""))
             c.hangUp()
-            #expect(try await eventually(seconds: 10) { try await reserved() == 700_000 }, "C's chunks were released")
+            #expect(try await eventually(seconds: 10) { try await reserved() == 699_998 }, "C's chunks were released")
             // A completes (not a receipt: a 4xx), and its reservation goes.
-            await a.send(String(repeating: "A", count: 700_000 - 12 - 2) + "\"}")
+            await a.send("\"}")
             let answer = await a.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 4"), "\(answer.prefix(80))")
             #expect(try await eventually(seconds: 10) { try await reserved() == 0 })
@@ -465,16 +469,26 @@ extension Harness {
         defer { h.cleanUp() }
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
+            // A body that declares 900,000 bytes holds only what arrived: one idle connection
+            // per 900 KB no longer takes the whole budget (a small body still fits).
+            let idle = try RawConnection(port: port)
+            await idle.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n{")
+            let small = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(repeating: 0x20, count: 200_000))
+            #expect(small.status == .badRequest && Harness.code(small) == "malformedRequest", "\(small.status)")
+            shutdown(idle.fd, Int32(SHUT_RDWR))
+            // One that sent 700,000 of them holds 700,000: a 400,000-byte body does not fit.
             let slow = try RawConnection(port: port)
-            await slow.send("POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n{")
-            // While it holds 900,000 bytes of the budget, a 200,000-byte body does not fit.
+            await slow.send(
+                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n"
+                    + String(repeating: " ", count: 700_000))
             let holding = try await eventually(seconds: 5) {
                 metricValue(String(buffer: try await client.execute(uri: "/metrics", method: .get).body), "coffer_request_body_bytes_reserved")
-                    == 900_000
+                    == 700_000
             }
             #expect(holding)
             let refused = try await client.execute(
-                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(repeating: 0x20, count: 200_000))
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(repeating: 0x20, count: 400_000))
             #expect(refused.status == .serviceUnavailable && Harness.code(refused) == "busy")
             let answer = await slow.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(80))")
@@ -537,6 +551,39 @@ extension Harness {
             #expect(redeemed.status == .created)
             let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
             #expect(metrics.contains("coffer_rate_limited_total{route=\"notifications\"} 1"))
+        }
+    }
+
+    /// An IPv6 client has a /64 to pick addresses from: counted one by one, the limits would
+    /// not limit (a new address per burst). Each of three addresses of one /64 draws from one
+    /// bucket; another /64 has its own. (Through a trusted proxy, as nginx passes the client.)
+    @Test func ipv6ClientsAreLimitedByTheirSlash64() async throws {
+        #expect(IPAddress.limitKey("2001:db8::1") == "2001:db8::/64")
+        #expect(IPAddress.limitKey("2001:db8::ffff:1") == IPAddress.limitKey("2001:db8::2"))
+        #expect(IPAddress.limitKey("2001:db8:0:1::1") == "2001:db8:0:1::/64")
+        #expect(IPAddress.limitKey("203.0.113.9") == "203.0.113.9", "IPv4: the address itself")
+        #expect(IPAddress.limitKey("unknown") == "unknown")
+        let h = try await Harness.make(configure: {
+            $0.notificationsPerMinute = 6
+            $0.notificationBurst = 2
+            $0.trustedProxies = ["127.0.0.1"]
+        })
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            func notify(from address: String) async throws -> HTTPResponse.Status {
+                var headers = Harness.jsonHeaders
+                headers[.xForwardedFor] = address
+                return try await client.execute(
+                    uri: "/v1/notifications", method: .post, headers: headers, body: try Harness.body(["signedPayload": "x.y.z"])
+                ).status
+            }
+            var statuses: [HTTPResponse.Status] = []
+            for address in ["2001:db8:0:1::a", "2001:db8:0:1::b", "2001:db8:0:1:ffff::c", "2001:db8:0:2::a"] {
+                statuses.append(try await notify(from: address))
+            }
+            #expect(statuses[0] != .tooManyRequests && statuses[1] != .tooManyRequests, "\(statuses)")
+            #expect(statuses[2] == .tooManyRequests, "the same /64")
+            #expect(statuses[3] != .tooManyRequests, "another /64")
         }
     }
 

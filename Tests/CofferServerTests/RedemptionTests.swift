@@ -112,6 +112,19 @@ import Testing
                 #expect(response.status == status, "\(code): got \(response.status)")
                 #expect(Harness.code(response) == code)
             }
+            // A JWS payload field of the wrong type (read before the signature): the field named,
+            // no Swift internals (a DecodingError's dump) in the answer or the attempt's detail.
+            let payload = Data(#"{"transactionId":"1","bundleId":"x","quantity":"two"}"#.utf8).base64EncodedString()
+                .replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            let wrongType = "eyJhbGciOiJFUzI1NiJ9.\(payload).c2ln"
+            let typed = try await post(try Harness.body(["signedTransaction": wrongType]))
+            #expect(typed.status == .badRequest && Harness.code(typed) == "malformed")
+            let detail = try #require(try Harness.json(typed)["detail"] as? String)
+            #expect(detail == "JWS payload field has the wrong type: quantity")
+            var byCode = AuditFilter()
+            byCode.code = "malformed"
+            let recorded = try await h.services.ledger.attempts(byCode).map(\.detail)
+            #expect(recorded.contains(detail) && !recorded.contains { $0.contains("DecodingError") || $0.contains("Swift.") })
             // Another CA's receipt: untrusted chain.
             let other = try SandboxCA.create(now: Date())
             let foreign = Data(
