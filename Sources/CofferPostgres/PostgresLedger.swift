@@ -111,6 +111,15 @@ public struct PostgresLedger: LedgerRepository {
         }
     }
 
+    public func revocation(environment: String, replayKey: String) async throws -> Revocation? {
+        let logger = backend.logger
+        let key = PurchaseKey(environment: environment, key: replayKey)
+        return try await backend.read { c in
+            if let keyed = try await PostgresReplayRule.revocations(c, [key], logger: logger).values.first { return keyed }
+            return try await Self.legacyRevocation(c, of: try await Self.redemptionIds(c, key, logger: logger), logger: logger)
+        }
+    }
+
     public func revocations(after: Int64, limit: Int) async throws -> [Revocation] {
         try await backend.read { c in
             try await c.rows(

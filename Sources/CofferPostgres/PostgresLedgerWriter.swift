@@ -146,7 +146,8 @@ private struct BatchPlan {
         results = Array(repeating: .recorded, count: batch.count)
         var redeemed = locked.redeemed
         // Revocations are rare: their rows are read only when one matches.
-        let revoked = try await PostgresReplayRule.revocations(c, sequences: locked.revoked, logger: logger)
+        let revoked = try await PostgresReplayRule.holding(
+            c, try await PostgresReplayRule.revocations(c, sequences: locked.revoked, logger: logger), logger: logger)
         for (index, job) in batch.enumerated() {
             switch job {
             case .redemption(let redemption, let refusals, _):
@@ -245,7 +246,7 @@ private struct BatchPlan {
     /// during the CALL's flush), on a connection of the shared pool (of the probe's pool when
     /// `failure` was the connection's silence, ``SilenceWatch``): a batch that committed
     /// is then answered as committed, not 503 with every retry a 409. There the chain's lock
-    /// is taken first (`lock_timeout`): a session the client side lost (a reset by a NAT or a
+    /// is taken first (no `lock_timeout`): a session the client side lost (a reset by a NAT or a
     /// proxy) may still be running the CALL, holding the lock until it has committed or rolled
     /// back — read before that, the batch would look uncommitted and then commit.
     private static func committedAndFlushed(
@@ -267,6 +268,11 @@ private struct BatchPlan {
             let start = ContinuousClock.now
             do {
                 let committed = try await backend.transaction(on: pool) { c in
+                    // As long as the CALL may hold the lock: lock_timeout's 10 s is shorter than the
+                    // CALL's statement_timeout, and a CALL that commits after this check gave up
+                    // was answered 503 with every retry a 409. This statement's own timeout began
+                    // after the CALL's, so it outlasts it.
+                    try await c.checkedQuery("SET LOCAL lock_timeout = 0", logger: logger)
                     try await c.checkedQuery("SELECT pg_advisory_xact_lock(\(PostgresChain.lockKey))", logger: logger)
                     return try await Self.committed(c, sequence: sequence, hash: hash, logger: logger)
                 }
@@ -330,6 +336,27 @@ enum PostgresReplayRule {
             "SELECT \(unescaped: Revocation.columns) FROM revocations WHERE sequence = ANY(\(sequences)::bigint[])", logger: logger,
             Revocation.init(row:))
         return byPurchase(found)
+    }
+
+    /// Of `revocations`, those that hold: one a purchase's chained events reverse
+    /// (``Entitlement/revocationHolds(afterEventKinds:)``) is left out. A query only when a
+    /// revocation matched.
+    static func holding(_ c: PostgresConnection, _ revocations: [PurchaseKey: Revocation], logger: Logger) async throws -> [PurchaseKey: Revocation] {
+        guard !revocations.isEmpty else { return [:] }
+        let keys = Array(revocations.keys)
+        let kinds = Entitlement.revocationKinds.map(\.rawValue)
+        let found = try await c.rows(
+            """
+            SELECT p.environment, p.replay_key, p.kind FROM purchase_events p
+            WHERE (p.environment, p.replay_key) IN (SELECT * FROM unnest(\(keys.map(\.environment))::text[], \(keys.map(\.key))::text[]))
+              AND p.kind = ANY(\(kinds)::text[])
+              AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+            """, logger: logger
+        ) { row in
+            (PurchaseKey(environment: try row.value("environment"), key: try row.value("replay_key")), try row.value("kind", String.self))
+        }
+        let kindsByKey = Dictionary(grouping: found, by: \.0).mapValues { $0.map(\.1) }
+        return revocations.filter { Entitlement.revocationHolds(afterEventKinds: kindsByKey[$0.key] ?? []) }
     }
 
     private static func byPurchase(_ found: [Revocation]) -> [PurchaseKey: Revocation] {

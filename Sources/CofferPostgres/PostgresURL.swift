@@ -85,7 +85,7 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
 
     /// The client configuration: TLS per ``sslMode``, `poolSize` connections at most.
     /// `timeouts`: statements, lock waits and idle transactions are cut off (the server's
-    /// requests); tools that read a whole ledger pass false. `name`: the `application_name`
+    /// requests); tools that read a whole ledger pass false (only an idle transaction is cut off). `name`: the `application_name`
     /// the server shows (`coffer` or `coffer-cli` by default). `keep`: connections kept open
     /// however long they sit idle (the driver closes others after `idle`, 60 s unless a test
     /// shortens it). `statementTimeout`: with `timeouts`, the sessions' `statement_timeout`.
@@ -122,7 +122,11 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
                 // must see the commits made before its lock, whatever the role's default.
                 ("default_transaction_isolation", "read committed"),
                 ("application_name", name ?? "coffer"),
-            ] : [("application_name", name ?? "coffer-cli")]
+            ]
+            // The tools: no statement timeout (a copy or a verify may run long), but a session
+            // idle inside a transaction (a tool suspended, or its host cut off, while holding the
+            // chain's lock — every instance's appends 503 until then) ends within a minute.
+            : [("idle_in_transaction_session_timeout", "60s"), ("application_name", name ?? "coffer-cli")]
         return configuration
     }
 

@@ -12,6 +12,19 @@ extension ChainStore {
         return try RevocationRecord.fetchOne(statement, arguments: [environment ?? "", replayKey])?.revocation()
     }
 
+    /// Whether a purchase's kept revocation holds: unless its chained events reverse it
+    /// (``Entitlement/revocationHolds(afterEventKinds:)``). Read only when a revocation matches.
+    static func revocationHolds(_ db: Database, environment: String?, replayKey: String) throws -> Bool {
+        let statement = try db.cachedStatement(
+            sql: """
+                SELECT p.kind FROM purchase_events p WHERE p.environment = ? AND p.replay_key = ? AND p.kind IN (?, ?)
+                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                """)
+        let kinds = Entitlement.revocationKinds.map(\.rawValue)
+        return Entitlement.revocationHolds(
+            afterEventKinds: try String.fetchAll(statement, arguments: [environment ?? "", replayKey, kinds[0], kinds[1]]))
+    }
+
     /// The revocation of a purchase, also one from before migration 0003: those carry no
     /// environment or key but name the redemption they revoked, which carries both. Every
     /// lookup is one indexed search (an OR across columns would scan the table).

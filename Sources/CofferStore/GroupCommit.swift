@@ -86,7 +86,10 @@ final class GroupCommitter: Sendable {
             // notification and a redemption racing each other cannot both win.
             // Keyed lookup only: a revocation from before migration 0003 names a redemption, and
             // any redemption of this purchase has just been ruled out above.
-            if let revocation = try ChainStore.keyedRevocation(db, environment: redemption.environment, replayKey: key) {
+            // A revocation reversed since (REFUND_REVERSED) no longer refuses it.
+            if let revocation = try ChainStore.keyedRevocation(db, environment: redemption.environment, replayKey: key),
+                try ChainStore.revocationHolds(db, environment: redemption.environment, replayKey: key)
+            {
                 if let refusals { _ = try apply(.attempt(refusals.revoked, nil), db: db, checkpoints: checkpoints) }
                 return .revoked(revocation)
             }

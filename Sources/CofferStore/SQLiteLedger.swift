@@ -89,6 +89,10 @@ public struct SQLiteLedger: LedgerRepository {
         }
     }
 
+    public func revocation(environment: String, replayKey: String) async throws -> Revocation? {
+        try await db.pool.read { db in try ChainStore.revocation(db, environment: environment, replayKey: replayKey) }
+    }
+
     /// Revocations with `sequence > after`, in order, at most `limit`.
     public func revocations(after: Int64, limit: Int) async throws -> [Revocation] {
         try await db.pool.read { db in

@@ -30,6 +30,10 @@ extension InMemoryLedger {
     }
 
     /// The revocation of a purchase: keyed, or an older one naming one of its redemptions.
+    public func revocation(environment: String, replayKey: String) -> Revocation? {
+        revocation(environment: Optional(environment), replayKey: replayKey)
+    }
+
     func revocation(environment: String?, replayKey: String) -> Revocation? {
         if let keyed = keyedRevocation(environment: environment, replayKey: replayKey) { return keyed }
         let ids = redemptionIds(environment: environment ?? "", replayKey: replayKey)

@@ -45,7 +45,10 @@ public actor InMemoryLedger: LedgerRepository {
                 if let refusals { try append(refusals.replay) }
                 return .alreadyRedeemed
             }
-            if let revocation = keyedRevocation(environment: redemption.environment, replayKey: key) {
+            if let revocation = keyedRevocation(environment: redemption.environment, replayKey: key),
+                Entitlement.revocationHolds(
+                    afterEventKinds: purchaseEvents(environment: redemption.environment, replayKey: key).map(\.kind))
+            {
                 if let refusals { try append(refusals.revoked) }
                 return .revoked(revocation)
             }

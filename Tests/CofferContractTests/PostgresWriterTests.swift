@@ -733,6 +733,15 @@ struct PostgresWriterTests {
             #expect(
                 try await backend.read { c in try await c.column("SHOW statement_timeout", String.self, logger: backend.logger) } == ["2500ms"])
             await backend.close()
+            // The tools' sessions: no statement timeout, but one idle in a transaction (a tool
+            // suspended while holding the chain's lock) ends within a minute.
+            let tools = try await PostgresBackend.open(url, poolSize: 1, timeouts: false, logger: Logger(label: "tools"))
+            let settings = try await tools.read { c in
+                try await c.column(
+                    "SELECT current_setting('idle_in_transaction_session_timeout')", String.self, logger: tools.logger)
+            }
+            #expect(settings == ["1min"])
+            await tools.close()
         }
     }
 

@@ -63,6 +63,41 @@ struct RevocationContractTests {
         }
     }
 
+    /// A refund reversed before the purchase was redeemed (REFUND, then REFUND_REVERSED, then the
+    /// player redeems): Apple reinstated it, so its kept revocation no longer refuses — a refund
+    /// again refuses once more. The events are what the vault appends for those notifications.
+    @Test("a kept revocation reversed by a chained event no longer refuses; refunded again, it does", arguments: Backend.allCases)
+    func keptRevocationReversed(backend: Backend) async throws {
+        try await backend.withStorage { storage async throws in
+            let ledger = storage.ledger
+            func event(_ kind: PurchaseEvent.Kind, _ reference: String, at offset: Double) -> PurchaseEvent {
+                PurchaseEvent(
+                    at: instant(offset), kind: kind, environment: "Sandbox", replayKey: "250", redemptionId: "", transactionId: "250",
+                    detail: kind.rawValue, source: .notification, reference: reference)
+            }
+            var kept = Self.revocation("250")
+            kept.sequence = 1
+            #expect(try await ledger.revoke(Self.revocation("250"), keepUnredeemed: true) == .recordedUnredeemed(kept))
+            #expect(try await ledger.revocation(environment: "Sandbox", replayKey: "250") == kept)
+            #expect(try await ledger.revocation(environment: "Production", replayKey: "250") == nil)
+            // A recorded-only event (a reversal of nothing) reverses nothing.
+            _ = try await ledger.append(event(.recordedOnly, "n-noop", at: 11))
+            #expect(try await ledger.insert(makeRedemption("250", at: 12)) == .revoked(kept))
+            _ = try await ledger.append(event(.refundReversed, "n-reversed", at: 13))
+            _ = try await ledger.append(event(.revokedAgain, "n-again", at: 14))
+            #expect(try await ledger.insert(makeRedemption("250", at: 15)) == .revoked(kept), "refunded again after the reversal")
+            _ = try await ledger.append(event(.refundReversed, "n-reversed-again", at: 16))
+            let redeemed = try #require(try await ledger.insert(makeRedemption("250", at: 17)).inserted, "reversed: redeemable")
+            #expect(try await ledger.revocation(of: redeemed) == kept)
+            #expect(try await ledger.insert(makeRedemption("250", at: 18)) == .alreadyRedeemed)
+            // Another purchase's reversal does not reverse this one's.
+            var other = Self.revocation("251")
+            other.sequence = 2
+            #expect(try await ledger.revoke(Self.revocation("251"), keepUnredeemed: true) == .recordedUnredeemed(other))
+            #expect(try await ledger.insert(makeRedemption("251", at: 19)) == .revoked(other))
+        }
+    }
+
     @Test("a revocation is keyed like the redemption: a non-consumable by its original transaction id", arguments: Backend.allCases)
     func revokeByReplayKey(backend: Backend) async throws {
         try await backend.withStorage { storage async throws in

@@ -22,6 +22,9 @@ struct CatalogueBackingTests {
             var seal: LedgerCheckpoint?
             var queries: [Int64] = []
             var failing = false
+            /// A database that stopped answering: reads of the admin events wait until it is unset.
+            var stalled = false
+            var eventReads = 0
         }
         private let state = Mutex(State())
 
@@ -96,10 +99,15 @@ struct CatalogueBackingTests {
         }
 
         func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
+        func stall(_ stalled: Bool) { state.withLock { $0.stalled = stalled } }
+        var eventReads: Int { state.withLock { $0.eventReads } }
         var queries: [Int64] { state.withLock { $0.queries } }
 
         func adminEvents(after: Int64, limit: Int) async throws -> [Int64] {
-            try state.withLock { s in
+            state.withLock { $0.eventReads += 1 }
+            // Not cancellable, as a hung database is not: polls the condition until released.
+            while state.withLock({ $0.stalled }) { try? await Task.sleep(for: .milliseconds(5)) }
+            return try state.withLock { s in
                 s.queries.append(after)
                 if s.failing { throw CancellationError() }
                 return Array(s.chain.map(\.entry).filter { $0.kind == .adminAction && $0.sequence > after }.map(\.sequence).prefix(limit))
@@ -289,6 +297,22 @@ struct CatalogueBackingTests {
         // `adopt`'s forget of version 2 makes version 1 the latest again.
         log.append(.assetForget, "level-1", CatalogueLog.uploadDetail(fixed))
         #expect(try await backing.asset { first } == first)
+    }
+
+    @Test("a read of the log that hangs is a storage failure at the deadline for every row waiting on it, not a hung request; one read at a time")
+    func aHungReadOfTheLogTimesOut() async throws {
+        let log = Self.logged()
+        let backing = CatalogueBacking(log, publicKey: Self.signer.publicKey, deadline: .milliseconds(300))
+        #expect(try await backing.product { Self.product("cheap", ["level-1"]) } != nil)
+        let before = log.eventReads
+        log.stall(true)
+        for _ in 0..<2 {
+            let error = await #expect(throws: CatalogueBacking.TimedOut.self) { _ = try await backing.product { Self.product("cheap", ["level-1"]) } }
+            #expect(error.map { $0 as any Error is any StorageFailure } == true, "a 503")
+        }
+        #expect(log.eventReads == before + 1, "the second row waits on the same read")
+        log.stall(false)
+        #expect(try await backing.product { Self.product("cheap", ["level-1"]) } != nil, "served once the read ends")
     }
 
     @Test("the start-up check lists every unbacked row; a failed read of the log is retried by the next read")

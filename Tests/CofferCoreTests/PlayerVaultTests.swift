@@ -353,6 +353,30 @@ import Testing
         try await world.expectIntact()
     }
 
+    /// Refunded before it was redeemed, then the refund reversed by Apple: the player can
+    /// redeem it (before, the kept revocation refused it for good). A refund again refuses it
+    /// once more; Apple retrying the first refund changes nothing.
+    @Test func aRefundReversedBeforeTheRedemptionLetsThePlayerRedeem() async throws {
+        let world = try await World()
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-1") == .notRedeemed)
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("955")), now: testNow) }, 410, .revoked)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-1") == .reinstated)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-1") == .duplicate)
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-1") == .alreadyRevoked, "Apple's retry")
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-2") == .notRedeemed, "refunded again")
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("955")), now: testNow) }, 410, .revoked)
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-3") == .alreadyRevoked, "still revoked")
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-2") == .reinstated)
+        let bought = try await world.vault.redeem(try Self.request(Self.spec("955")), now: testNow)
+        #expect(try await world.vault.exchange(grant: try #require(bought.grant), now: testNow).assets.count == 1)
+        #expect(await world.events() == ["refundReversed", "revokedAgain", "refundReversed"])
+        // A reversal of a purchase never refunded reverses nothing: its later refund holds.
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("956"), uuid: "reversal-3") == .recorded)
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("956"), uuid: "refund-4") == .notRedeemed)
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("956")), now: testNow) }, 410, .revoked)
+        try await world.expectIntact()
+    }
+
     @Test func partialRefundsFollowThePolicy() async throws {
         var prorated = Self.spec("960")
         prorated.revocationType = "REFUND_PRORATED"

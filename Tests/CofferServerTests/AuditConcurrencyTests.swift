@@ -83,6 +83,9 @@ final class HeldLedger: LedgerRepository {
         try await base.revoke(revocation, keepUnredeemed: keepUnredeemed, logging: logging)
     }
     func revocation(of redemption: Redemption) async throws -> Revocation? { try await base.revocation(of: redemption) }
+    func revocation(environment: String, replayKey: String) async throws -> Revocation? {
+        try await base.revocation(environment: environment, replayKey: replayKey)
+    }
     func revocations(after: Int64, limit: Int) async throws -> [Revocation] { try await base.revocations(after: after, limit: limit) }
     func redemption(environment: String, replayKey: String) async throws -> Redemption? {
         try await base.redemption(environment: environment, replayKey: replayKey)

@@ -56,6 +56,14 @@ public final class CatalogueBacking: Sendable {
         }
     }
 
+    /// The log's read did not end within the deadline (a database that stopped answering —
+    /// a commit waiting for a synchronous standby that is gone): the row is not served (503);
+    /// the read goes on, and the rows waiting for it are served once it ends.
+    public struct TimedOut: StorageFailure, Sendable, CustomStringConvertible {
+        public var deadline: Duration
+        public var description: String { "the admin log was not read within \(deadline): no catalogue row is served until it is" }
+    }
+
     private struct Flight {
         var number: UInt64
         var task: Task<Void, any Error>
@@ -83,17 +91,20 @@ public final class CatalogueBacking: Sendable {
     private let source: any CatalogueLogSource
     private let publicKey: Curve25519.Signing.PublicKey
     private let page: Int
+    private let deadline: Duration
     private let report: @Sendable (String) -> Void
 
     /// `publicKey`: the ledger key's. `report` is told (once each) of every row refused and of a
-    /// log that does not verify. `page`: events read per query.
+    /// log that does not verify. `page`: events read per query. `deadline`: how long a row
+    /// waits for the log's read before it is refused (``TimedOut``).
     public init(
-        _ source: any CatalogueLogSource, publicKey: Curve25519.Signing.PublicKey, page: Int = 1000,
+        _ source: any CatalogueLogSource, publicKey: Curve25519.Signing.PublicKey, page: Int = 1000, deadline: Duration = .seconds(15),
         report: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.source = source
         self.publicKey = publicKey
         self.page = max(1, page)
+        self.deadline = deadline
         self.report = report
     }
 
@@ -111,7 +122,8 @@ public final class CatalogueBacking: Sendable {
     /// back, after reading what it gained: the start-up check. Throws ``LogBroken`` when the
     /// log does not verify.
     public func unbacked(products: [Product], assets: [Asset]) async throws -> [CatalogueFinding] {
-        try await followed(since: ticket())
+        // No deadline: the first read replays the whole log, which may take a while on a long one.
+        try await followed(since: ticket(), bounded: false)
         let replay = try current()
         return products.compactMap(replay.refusal) + assets.compactMap(replay.refusal)
     }
@@ -156,8 +168,9 @@ public final class CatalogueBacking: Sendable {
     /// The number of follows begun: a follow numbered above it begins after this call.
     private func ticket() -> UInt64 { state.withLock { $0.started } }
 
-    /// Returns once a follow begun after `ticket` was taken has finished.
-    private func followed(since ticket: UInt64) async throws {
+    /// Returns once a follow begun after `ticket` was taken has finished (``TimedOut`` after
+    /// the deadline, when `bounded`).
+    private func followed(since ticket: UInt64, bounded: Bool = true) async throws {
         while true {
             let flight = state.withLock { s -> Flight? in
                 if s.finished > ticket || s.broken != nil { return nil }
@@ -169,9 +182,37 @@ public final class CatalogueBacking: Sendable {
                 return flight
             }
             guard let flight else { return }
-            try await flight.task.value
+            if bounded { try await finished(flight) } else { try await flight.task.value }
             if flight.number > ticket { return }
         }
+    }
+
+    /// Returns when `flight` ends, or throws ``TimedOut`` at the deadline (the flight goes on:
+    /// one read of the log at a time, however long the database takes).
+    ///
+    /// Not a task group: a group waits for all its children, and a child awaiting the flight's
+    /// `value` cannot be cancelled — the deadline would wait for the hung read it is there to cut.
+    private func finished(_ flight: Flight) async throws {
+        let deadline = deadline
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let answer = Answer(continuation)
+            let timer = Task {
+                try await Task.sleep(for: deadline)
+                answer.resume(with: .failure(TimedOut(deadline: deadline)))
+            }
+            Task {
+                let result = await flight.task.result
+                timer.cancel()
+                answer.resume(with: result)
+            }
+        }
+    }
+
+    /// A continuation resumed once, by whichever comes first.
+    private final class Answer: Sendable {
+        private let continuation: Mutex<CheckedContinuation<Void, any Error>?>
+        init(_ continuation: CheckedContinuation<Void, any Error>) { self.continuation = Mutex(continuation) }
+        func resume(with result: Result<Void, any Error>) { continuation.withLock { $0.take() }?.resume(with: result) }
     }
 
     /// Reads, checks and replays the admin-log events after the last one read; ends the flight.

@@ -3,10 +3,12 @@ import Foundation
 /// The replay ledger: one row per redeemed purchase, the rejected attempts and the revocations.
 ///
 /// The replay rule: within one environment, at most one redemption per replay key
-/// (``Redemption/effectiveReplayKey``); and none for a purchase revoked before it was redeemed.
+/// (``Redemption/effectiveReplayKey``); and none for a purchase revoked before it was redeemed,
+/// unless the revocation was reversed since (``Entitlement/revocationHolds(afterEventKinds:)``:
+/// a chained REFUND_REVERSED of the purchase, not followed by a refund again).
 public protocol LedgerRepository: Sendable {
     /// Inserts a redemption; `.alreadyRedeemed` when its environment and replay key are already
-    /// in the ledger, `.revoked` when a kept revocation matches them; the matching attempt of
+    /// in the ledger, `.revoked` when a kept revocation matches them and still holds; the matching attempt of
     /// `refusals` (if given) is then recorded in the same write. Returns only once durable.
     func insert(_ redemption: Redemption, refusals: InsertRefusals?) async throws -> LedgerInsertOutcome
     func record(_ attempt: RejectedAttempt) async throws
@@ -24,6 +26,9 @@ public protocol LedgerRepository: Sendable {
     func revoke(_ revocation: Revocation, keepUnredeemed: Bool, logging: AdminAction?) async throws -> RevocationOutcome
     /// The revocation of a redemption (by its id, or by its environment and replay key), if any.
     func revocation(of redemption: Redemption) async throws -> Revocation?
+    /// The revocation of a purchase, redeemed or not (by its environment and replay key, or —
+    /// from before the revocations were keyed — naming one of its redemptions), if any.
+    func revocation(environment: String, replayKey: String) async throws -> Revocation?
     /// Revocations after `after`, oldest first.
     func revocations(after: Int64, limit: Int) async throws -> [Revocation]
     /// The chained redemption of a purchase (its environment and replay key), if any.

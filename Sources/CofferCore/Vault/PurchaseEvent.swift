@@ -161,6 +161,28 @@ public struct Entitlement: Sendable, Hashable {
     }
 }
 
+extension Entitlement {
+    /// The kinds of event that decide whether a revocation holds (the stores read only these
+    /// for the replay rule).
+    public static let revocationKinds: [PurchaseEvent.Kind] = [.refundReversed, .revokedAgain]
+
+    /// Whether a purchase's revocation holds after its events (their kinds, as stored): unless
+    /// more reversals (REFUND_REVERSED) than refunds again followed it — ``fold(_:revocation:events:now:)``'s
+    /// rule, and the replay rule's for a revocation kept before the purchase was redeemed.
+    public static func revocationHolds(afterEventKinds kinds: some Sequence<String>) -> Bool {
+        var revocations = 1
+        var reversals = 0
+        for kind in kinds {
+            switch PurchaseEvent.Kind(rawValue: kind) {
+            case .refundReversed: reversals += 1
+            case .revokedAgain: revocations += 1
+            default: break
+            }
+        }
+        return revocations > reversals
+    }
+}
+
 /// What Coffer served of one asset version for one redemption: the evidence a refund dispute
 /// or Apple's consumption request needs. Kept per (redemption, asset, digest), updated as
 /// downloads finish (not chained: it is counted, not appended).

@@ -77,12 +77,14 @@ extension Vault {
         let existing = try await storage({ try await ledger.redemption(environment: context.environment, replayKey: replayKey) })
         switch type {
         case "REFUND_REVERSED":
-            // Only a purchase that is revoked now is reinstated (a reversal of nothing is recorded).
+            // Only a purchase that is revoked now is reinstated (a reversal of nothing is
+            // recorded): a redeemed one by its entitlement, one not redeemed yet by its kept
+            // revocation — reversed, it can be redeemed again.
             let reinstates: Bool
             if let existing {
                 reinstates = try await entitlement(of: existing, now: now).state == .revoked
             } else {
-                reinstates = false
+                reinstates = try await keptRevocationHolds(context) == true
             }
             let outcome = try await append(reinstates ? .refundReversed : .recordedOnly, context, existing: existing, detail: reason)
             return outcome == .duplicate ? .duplicate : reinstates ? .reinstated : .recorded
@@ -153,10 +155,27 @@ extension Vault {
         case .recordedUnredeemed, .notRedeemed: return .notRedeemed
         case .alreadyRevoked:
             // A refund after a reversal revokes again — unless it is Apple retrying the refund that was reversed.
-            guard let existing, try await entitlement(of: existing, now: context.now).state != .revoked,
+            guard let existing else {
+                // Not redeemed yet: its kept revocation, reversed, is revoked again the same way.
+                guard try await keptRevocationHolds(context) == false,
+                    try await storage({ try await ledger.revocation(environment: context.environment, replayKey: context.replayKey) })?.reference
+                        != context.reference
+                else { return .alreadyRevoked }
+                return try await append(.revokedAgain, context, existing: nil, detail: detail) == .duplicate ? .duplicate : .notRedeemed
+            }
+            guard try await entitlement(of: existing, now: context.now).state != .revoked,
                 try await storage({ try await ledger.revocation(of: existing) })?.reference != context.reference
             else { return .alreadyRevoked }
             return try await append(.revokedAgain, context, existing: existing, detail: detail) == .duplicate ? .duplicate : .revoked
         }
+    }
+
+    /// Whether the revocation kept for a purchase not redeemed holds (nil: none is kept) — the
+    /// replay rule's test (``Entitlement/revocationHolds(afterEventKinds:)``).
+    private func keptRevocationHolds(_ context: NotificationContext) async throws(VaultFailure) -> Bool? {
+        guard try await storage({ try await ledger.revocation(environment: context.environment, replayKey: context.replayKey) }) != nil
+        else { return nil }
+        let events = try await storage({ try await ledger.purchaseEvents(environment: context.environment, replayKey: context.replayKey) })
+        return Entitlement.revocationHolds(afterEventKinds: events.map(\.kind))
     }
 }
