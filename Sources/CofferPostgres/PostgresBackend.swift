@@ -501,7 +501,7 @@ public enum PostgresStoreError: Error, Sendable, CustomStringConvertible {
     /// Our own errors (and the ledger's integrity errors) pass; the driver's become ``database(_:)``.
     static func wrapping(_ error: any Error) -> any Error {
         switch error {
-        case is PostgresStoreError, is LedgerIntegrityError, is CancellationError: error
+        case is PostgresStoreError, is LedgerIntegrityError, is LedgerWriteInDoubt, is CancellationError: error
         case let error as PSQLError: PostgresStoreError.database(PostgresStoreError.describe(error))
         default: PostgresStoreError.database(String(reflecting: error))
         }

@@ -233,12 +233,34 @@ private struct BatchPlan {
             // A CALL that failed may still have committed (an error after its COMMIT, the
             // answer lost): the batch's last event says. Committed rows are never answered
             // 503 — once flushed: that COMMIT did not wait for the flush (migration 0005).
-            guard let last = linked.sequences.last, let hash = linked.hashes.last,
-                await Self.committedAndFlushed(c, backend: backend, sequence: last, hash: hash, failure: error)
-            else { throw error }
-            logger.warning("the ledger write reported an error after it committed", metadata: ["error": "\(error)"])
-            await PostgresChain.letGo(c, logger: logger)
+            guard let last = linked.sequences.last, let hash = linked.hashes.last else { throw error }
+            switch await Self.committedAndFlushed(c, backend: backend, sequence: last, hash: hash, failure: error) {
+            case .committed:
+                logger.warning("the ledger write reported an error after it committed", metadata: ["error": "\(error)"])
+                await PostgresChain.letGo(c, logger: logger)
+            case .notCommitted:
+                throw error
+            case .unknown:
+                // Answered 503 all the same; the vault keeps the redemptions for their retries
+                // (InDoubtRedemptions), which get them if this did commit.
+                logger.error(
+                    "a ledger write's outcome is not known: it may have committed (its retries are answered with it if so)",
+                    metadata: [
+                        "error": "\(error)", "sequence": "\(last)",
+                        "redemptions": "\(redemptions.map(\.redemptionId).joined(separator: " "))",
+                    ])
+                throw LedgerWriteInDoubt(PostgresStoreError.wrapping(error))
+            }
         }
+    }
+
+    /// What the check after a failed write found.
+    enum Settled {
+        case committed
+        /// Rolled back: the check read the chain under its lock, or on the session that ran it.
+        case notCommitted
+        /// Could not be asked (the server down, or a committed batch whose flush failed).
+        case unknown
     }
 
     /// Whether the event at `sequence` holds `hash` and the WAL is now flushed through it —
@@ -251,11 +273,11 @@ private struct BatchPlan {
     /// back — read before that, the batch would look uncommitted and then commit.
     private static func committedAndFlushed(
         _ c: PostgresConnection, backend: PostgresBackend, sequence: Int64, hash: String, failure: any Error
-    ) async -> Bool {
+    ) async -> Settled {
         let logger = backend.logger
         if !c.isClosed, let answer = try? await Self.committed(c, sequence: sequence, hash: hash, logger: logger) {
-            guard answer else { return false }
-            return (try? await PostgresChain.flush(c, logger: logger)) != nil
+            guard answer else { return .notCommitted }
+            return (try? await PostgresChain.flush(c, logger: logger)) != nil ? .committed : .unknown
         }
         // Up to three tries: what broke this connection (a reset) may have broken the pool's
         // too, and the pool hands out a dead one once before it knows. A slow failure (the
@@ -276,14 +298,14 @@ private struct BatchPlan {
                     try await c.checkedQuery("SELECT pg_advisory_xact_lock(\(PostgresChain.lockKey))", logger: logger)
                     return try await Self.committed(c, sequence: sequence, hash: hash, logger: logger)
                 }
-                guard committed else { return false }
+                guard committed else { return .notCommitted }
                 try await backend.read(on: pool) { c in try await PostgresChain.flush(c, logger: logger) }
-                return true
+                return .committed
             } catch {
-                if ContinuousClock.now - start > .seconds(1) && !PostgresConnection.lostSession(error) { return false }
+                if ContinuousClock.now - start > .seconds(1) && !PostgresConnection.lostSession(error) { return .unknown }
             }
         }
-        return false
+        return .unknown
     }
 
     private static func committed(_ c: PostgresConnection, sequence: Int64, hash: String, logger: Logger) async throws -> Bool {
@@ -351,10 +373,12 @@ enum PostgresReplayRule {
             WHERE (p.environment, p.replay_key) IN (SELECT * FROM unnest(\(keys.map(\.environment))::text[], \(keys.map(\.key))::text[]))
               AND p.kind = ANY(\(kinds)::text[])
               AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+            ORDER BY p.sequence
             """, logger: logger
         ) { row in
             (PurchaseKey(environment: try row.value("environment"), key: try row.value("replay_key")), try row.value("kind", String.self))
         }
+        // In chain order within each purchase (grouping keeps the rows' order).
         let kindsByKey = Dictionary(grouping: found, by: \.0).mapValues { $0.map(\.1) }
         return revocations.filter { Entitlement.revocationHolds(afterEventKinds: kindsByKey[$0.key] ?? []) }
     }

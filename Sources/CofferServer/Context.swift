@@ -100,12 +100,21 @@ public enum IPAddress {
     }
 
     /// What the per-client limits (rate limits, download slots, failed-key throttle) count an
-    /// address as: an IPv4 address itself, an IPv6 address by its /64 — the smallest prefix
-    /// a home or a cloud host is given, whose 2^64 addresses one client can all use (counted
-    /// one by one, the limits would not limit). `address` in normal form (``parse(_:)``).
+    /// address as: an IPv4 address itself; an IPv6 address by its /64 — the smallest prefix a
+    /// home or a cloud host is given, whose 2^64 addresses one client can all use (counted one
+    /// by one, the limits would not limit) — except where the /64 is not one client's: an
+    /// IPv4 address carried in IPv6 (NAT64 `64:ff9b::/96`, 6to4 `2002::/16`, Teredo
+    /// `2001::/32`) counts as that IPv4 address, and link-local, loopback and IPv4-compatible
+    /// addresses as themselves. `address` in normal form (``parse(_:)``).
     public static func limitKey(_ address: String) -> String {
         var v6 = in6_addr()
         guard address.contains(":"), inet_pton(AF_INET6, address, &v6) == 1 else { return address }
+        let b = withUnsafeBytes(of: &v6) { Array($0) }
+        func v4(_ x: UInt8, _ y: UInt8, _ z: UInt8, _ w: UInt8) -> String { "\(x).\(y).\(z).\(w)" }
+        if b[0..<12].allSatisfy({ $0 == 0 }) || (b[0] == 0xFE && b[1] & 0xC0 == 0x80) { return address }
+        if b[0..<12].elementsEqual([0, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0]) { return v4(b[12], b[13], b[14], b[15]) }
+        if b[0] == 0x20, b[1] == 0x02 { return v4(b[2], b[3], b[4], b[5]) }
+        if b[0..<4].elementsEqual([0x20, 0x01, 0, 0]) { return v4(~b[12], ~b[13], ~b[14], ~b[15]) }
         withUnsafeMutableBytes(of: &v6) { bytes in
             for i in 8..<16 { bytes[i] = 0 }
         }

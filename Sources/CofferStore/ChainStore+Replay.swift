@@ -19,6 +19,7 @@ extension ChainStore {
             sql: """
                 SELECT p.kind FROM purchase_events p WHERE p.environment = ? AND p.replay_key = ? AND p.kind IN (?, ?)
                   AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                ORDER BY p.sequence
                 """)
         let kinds = Entitlement.revocationKinds.map(\.rawValue)
         return Entitlement.revocationHolds(

@@ -397,6 +397,43 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test(
+        "a write whose COMMIT went through but whose answer was lost with the server stopping is in doubt, not 'not committed': once the server is back the ledger holds it"
+    )
+    func lostAnswerWithTheServerDownIsInDoubt() async throws {
+        // A cluster of its own: this test stops it.
+        let cluster = try await PostgresCluster.start()
+        defer { try? cluster.destroy() }
+        try await Self.withBackend(poolSize: 1, on: cluster, deadline: .seconds(3)) { backend, cluster, name in
+            // The procedure as shipped, but sleeping right after its COMMIT: the server is
+            // stopped then, so the answer is lost and nobody can be asked.
+            let definition = try await cluster.psql("SELECT pg_get_functiondef('coffer_append_commit'::regproc)", database: name)
+            let sleeping = definition.replacingOccurrences(of: "    COMMIT;\n", with: "    COMMIT;\n    PERFORM pg_sleep(10);\n")
+            try #require(sleeping != definition)
+            try await cluster.psql(sleeping, database: name)
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            let write = Task { try await ledger.insert(makeRedemption("953")) }
+            // Waits on the condition (the row visible: committed), up to 20 s.
+            var committed = false
+            for _ in 0..<200 where !committed {
+                committed = try await cluster.psql("SELECT count(*) FROM redemptions", database: name) == "1"
+                if !committed { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            try #require(committed)
+            try await cluster.stop(mode: .fast)
+            do {
+                let outcome = try await write.value
+                Issue.record("answered while the server was down: \(outcome)")
+            } catch {
+                #expect(error is LedgerWriteInDoubt, "\(error)")
+                #expect(error is any StorageFailure, "a 503")
+            }
+            try await cluster.start()
+            #expect(try await cluster.psql("SELECT count(*) FROM redemptions", database: name) == "1", "it did commit")
+            await ledger.finishWrites()
+        }
+    }
+
     @Test("a session that goes quiet holding the writer's lock is ended by the server, and the other instance goes on")
     func quietHolderIsEnded() async throws {
         try await Self.withBackend { backend, cluster, name in

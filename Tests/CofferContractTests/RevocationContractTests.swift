@@ -90,9 +90,20 @@ struct RevocationContractTests {
             let redeemed = try #require(try await ledger.insert(makeRedemption("250", at: 17)).inserted, "reversed: redeemable")
             #expect(try await ledger.revocation(of: redeemed) == kept)
             #expect(try await ledger.insert(makeRedemption("250", at: 18)) == .alreadyRedeemed)
+            // Chain order counts too: as many reversals as refunds, but a refund last, holds.
+            var third = Self.revocation("252")
+            third.sequence = 2
+            #expect(try await ledger.revoke(Self.revocation("252"), keepUnredeemed: true) == .recordedUnredeemed(third))
+            for (i, kind) in [PurchaseEvent.Kind.refundReversed, .refundReversed, .revokedAgain].enumerated() {
+                _ = try await ledger.append(
+                    PurchaseEvent(
+                        at: instant(20 + Double(i)), kind: kind, environment: "Sandbox", replayKey: "252", redemptionId: "", transactionId: "252",
+                        detail: kind.rawValue, source: .notification, reference: "n-252-\(i)"))
+            }
+            #expect(try await ledger.insert(makeRedemption("252", at: 24)) == .revoked(third))
             // Another purchase's reversal does not reverse this one's.
             var other = Self.revocation("251")
-            other.sequence = 2
+            other.sequence = 3
             #expect(try await ledger.revoke(Self.revocation("251"), keepUnredeemed: true) == .recordedUnredeemed(other))
             #expect(try await ledger.insert(makeRedemption("251", at: 19)) == .revoked(other))
         }

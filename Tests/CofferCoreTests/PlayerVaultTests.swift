@@ -354,26 +354,41 @@ import Testing
     }
 
     /// Refunded before it was redeemed, then the refund reversed by Apple: the player can
-    /// redeem it (before, the kept revocation refused it for good). A refund again refuses it
-    /// once more; Apple retrying the first refund changes nothing.
+    /// redeem it (before, the kept revocation refused it for good). Every later refund counts,
+    /// also one that arrives while it is revoked: a reversal then (Apple retrying an older one)
+    /// does not lift it. Apple retrying the first refund changes nothing; a REVOKE is not
+    /// reversed; a reversal of nothing does not lift a later refund.
     @Test func aRefundReversedBeforeTheRedemptionLetsThePlayerRedeem() async throws {
         let world = try await World()
+        func redeemRefused(_ id: String, sourceLocation: SourceLocation = #_sourceLocation) async {
+            VaultTests.expect(
+                await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec(id)), now: testNow) }, 410, .revoked,
+                sourceLocation: sourceLocation)
+        }
         #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-1") == .notRedeemed)
-        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("955")), now: testNow) }, 410, .revoked)
+        await redeemRefused("955")
         #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-1") == .reinstated)
         #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-1") == .duplicate)
         #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-1") == .alreadyRevoked, "Apple's retry")
         #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-2") == .notRedeemed, "refunded again")
-        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("955")), now: testNow) }, 410, .revoked)
-        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-3") == .alreadyRevoked, "still revoked")
-        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-2") == .reinstated)
+        await redeemRefused("955")
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-3") == .alreadyRevoked, "counted all the same")
+        #expect(try await Self.notify(world.vault, "REFUND", Self.spec("955"), uuid: "refund-3") == .duplicate)
+        // An older reversal arriving now (Apple retrying it): three refunds, two reversals.
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-2") == .recorded)
+        await redeemRefused("955")
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("955"), uuid: "reversal-3") == .reinstated)
         let bought = try await world.vault.redeem(try Self.request(Self.spec("955")), now: testNow)
         #expect(try await world.vault.exchange(grant: try #require(bought.grant), now: testNow).assets.count == 1)
-        #expect(await world.events() == ["refundReversed", "revokedAgain", "refundReversed"])
+        #expect(await world.events() == ["refundReversed", "revokedAgain", "revokedAgain", "refundReversed", "refundReversed"])
         // A reversal of a purchase never refunded reverses nothing: its later refund holds.
-        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("956"), uuid: "reversal-3") == .recorded)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("956"), uuid: "reversal-4") == .recorded)
         #expect(try await Self.notify(world.vault, "REFUND", Self.spec("956"), uuid: "refund-4") == .notRedeemed)
-        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(try Self.request(Self.spec("956")), now: testNow) }, 410, .revoked)
+        await redeemRefused("956")
+        // A REVOKE (family sharing ended) is not a refund: no reversal lifts it.
+        #expect(try await Self.notify(world.vault, "REVOKE", Self.spec("957"), uuid: "revoke-1") == .notRedeemed)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("957"), uuid: "reversal-5") == .recorded)
+        await redeemRefused("957")
         try await world.expectIntact()
     }
 

@@ -563,6 +563,12 @@ extension Harness {
         #expect(IPAddress.limitKey("2001:db8:0:1::1") == "2001:db8:0:1::/64")
         #expect(IPAddress.limitKey("203.0.113.9") == "203.0.113.9", "IPv4: the address itself")
         #expect(IPAddress.limitKey("unknown") == "unknown")
+        // Where a /64 is not one client's: IPv4 carried in IPv6 counts as that IPv4 address.
+        #expect(IPAddress.limitKey("64:ff9b::102:304") == "1.2.3.4", "NAT64: the IPv4 internet is not one client")
+        #expect(IPAddress.limitKey("2002:102:304:5::1") == "1.2.3.4", "6to4: one IPv4 host, not 65,536 buckets")
+        #expect(IPAddress.limitKey("2001:0:4136:e378:8000:63bf:fefd:fcfb") == "1.2.3.4", "Teredo: the client's (inverted) address")
+        #expect(IPAddress.limitKey("fe80::1") == "fe80::1" && IPAddress.limitKey("fe80::2") == "fe80::2", "link-local: each its own")
+        #expect(IPAddress.limitKey("::1") == "::1")
         let h = try await Harness.make(configure: {
             $0.notificationsPerMinute = 6
             $0.notificationBurst = 2

@@ -19,24 +19,25 @@ public enum LedgerText {
     /// replacement character (what a decoder makes of bytes that were not UTF-8), a
     /// bidirectional control (U+061C, U+200E/F, U+202A–202E, U+2066–2069: they make an
     /// auditor's screen show text in another order — a claimed id displayed as another
-    /// customer's) or an invisible space (U+200B, U+2060, U+FEFF). Joiners (U+200C/D) stay:
-    /// emoji and several scripts need them, and they do not reorder text.
+    /// customer's) or an invisible character (U+180E, U+200B, U+2060–2064, U+206A–206F,
+    /// U+FEFF, U+FFF9–FFFB). Joiners (U+200C/D) and tag characters stay: emoji and several
+    /// scripts need them, and they do not reorder text.
     static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029, 0xFFFD: true
-        case 0x061C, 0x200B, 0x200E, 0x200F, 0x202A...0x202E, 0x2060, 0x2066...0x2069, 0xFEFF: true
+        case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        case 0x180E, 0x200B, 0x2060...0x2064, 0x206A...0x206F, 0xFEFF, 0xFFF9...0xFFFB: true
         default: false
         }
     }
 
     /// Whether `value` may be stored as an identifier: 1–``maxIdentifierBytes`` UTF-8 bytes,
-    /// no control characters, no line separators, no U+FFFD and no format character (Unicode's
-    /// category Cf: bidirectional controls, invisible joiners and spaces — an id that looks
-    /// like another). Apple's ids, bundle ids and UUIDs are ASCII.
+    /// none of the unsafe characters above (controls, separators, U+FFFD, bidirectional
+    /// controls, invisible characters).
     public static func isIdentifier(_ value: String) -> Bool {
         let count = value.utf8.count
         guard count >= 1, count <= maxIdentifierBytes else { return false }
-        return !value.unicodeScalars.contains { isUnsafe($0) || $0.properties.generalCategory == .format }
+        return !value.unicodeScalars.contains(where: isUnsafe)
     }
 
     /// `value` with every unsafe scalar replaced by `\u{XXXX}` and cut (on a scalar boundary)

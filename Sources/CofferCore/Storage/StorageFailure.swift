@@ -3,3 +3,17 @@
 /// without sending them. Each backend marks its engine's error types with this protocol, so
 /// the HTTP layer classifies failures without depending on any backend.
 public protocol StorageFailure: Error {}
+
+/// A ledger write whose outcome could not be known: the database may have committed it (the
+/// answer was lost after the COMMIT, and asking again failed — the server stopped, or stayed
+/// unreachable). Answered 503 like any storage failure; the vault keeps what it answered in
+/// doubt (``InDoubtRedemptions``) so that, if it did commit, the purchase's retry gets it
+/// instead of a 409.
+public struct LedgerWriteInDoubt: StorageFailure, Sendable, CustomStringConvertible {
+    /// Why the write was not answered.
+    public var underlying: String
+
+    public init(_ underlying: any Error) { self.underlying = "\(underlying)" }
+
+    public var description: String { "the ledger write's outcome is not known (\(underlying)): it may have committed" }
+}

@@ -166,20 +166,28 @@ extension Entitlement {
     /// for the replay rule).
     public static let revocationKinds: [PurchaseEvent.Kind] = [.refundReversed, .revokedAgain]
 
-    /// Whether a purchase's revocation holds after its events (their kinds, as stored): unless
-    /// more reversals (REFUND_REVERSED) than refunds again followed it — ``fold(_:revocation:events:now:)``'s
-    /// rule, and the replay rule's for a revocation kept before the purchase was redeemed.
+    /// Whether a purchase's revocation holds after its events (their kinds, in chain order):
+    /// unless more reversals (REFUND_REVERSED) than refunds again followed it, *and* the last
+    /// of them was a reversal — either alone says revoked, so it fails closed whatever order
+    /// Apple's notifications arrive in (a retried old reversal after a later refund; two
+    /// reversals appended at once, then a refund). The replay rule's test for a revocation
+    /// kept before the purchase was redeemed.
     public static func revocationHolds(afterEventKinds kinds: some Sequence<String>) -> Bool {
         var revocations = 1
         var reversals = 0
+        var lastIsReversal = false
         for kind in kinds {
             switch PurchaseEvent.Kind(rawValue: kind) {
-            case .refundReversed: reversals += 1
-            case .revokedAgain: revocations += 1
+            case .refundReversed:
+                reversals += 1
+                lastIsReversal = true
+            case .revokedAgain:
+                revocations += 1
+                lastIsReversal = false
             default: break
             }
         }
-        return revocations > reversals
+        return revocations > reversals || !lastIsReversal
     }
 }
 

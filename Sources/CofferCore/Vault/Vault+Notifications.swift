@@ -80,12 +80,8 @@ extension Vault {
             // Only a purchase that is revoked now is reinstated (a reversal of nothing is
             // recorded): a redeemed one by its entitlement, one not redeemed yet by its kept
             // revocation — reversed, it can be redeemed again.
-            let reinstates: Bool
-            if let existing {
-                reinstates = try await entitlement(of: existing, now: now).state == .revoked
-            } else {
-                reinstates = try await keptRevocationHolds(context) == true
-            }
+            guard let existing else { return try await reverseKept(context, detail: reason) }
+            let reinstates = try await entitlement(of: existing, now: now).state == .revoked
             let outcome = try await append(reinstates ? .refundReversed : .recordedOnly, context, existing: existing, detail: reason)
             return outcome == .duplicate ? .duplicate : reinstates ? .reinstated : .recorded
         case "REFUND_DECLINED":
@@ -155,14 +151,7 @@ extension Vault {
         case .recordedUnredeemed, .notRedeemed: return .notRedeemed
         case .alreadyRevoked:
             // A refund after a reversal revokes again — unless it is Apple retrying the refund that was reversed.
-            guard let existing else {
-                // Not redeemed yet: its kept revocation, reversed, is revoked again the same way.
-                guard try await keptRevocationHolds(context) == false,
-                    try await storage({ try await ledger.revocation(environment: context.environment, replayKey: context.replayKey) })?.reference
-                        != context.reference
-                else { return .alreadyRevoked }
-                return try await append(.revokedAgain, context, existing: nil, detail: detail) == .duplicate ? .duplicate : .notRedeemed
-            }
+            guard let existing else { return try await revokeKeptAgain(context, detail: detail) }
             guard try await entitlement(of: existing, now: context.now).state != .revoked,
                 try await storage({ try await ledger.revocation(of: existing) })?.reference != context.reference
             else { return .alreadyRevoked }
@@ -170,12 +159,41 @@ extension Vault {
         }
     }
 
-    /// Whether the revocation kept for a purchase not redeemed holds (nil: none is kept) — the
-    /// replay rule's test (``Entitlement/revocationHolds(afterEventKinds:)``).
-    private func keptRevocationHolds(_ context: NotificationContext) async throws(VaultFailure) -> Bool? {
-        guard try await storage({ try await ledger.revocation(environment: context.environment, replayKey: context.replayKey) }) != nil
+    /// The revocation kept for a purchase not redeemed yet, if any, and the kinds of the
+    /// chained events of the purchase (chain order).
+    private func kept(_ context: NotificationContext) async throws(VaultFailure) -> (revocation: Revocation, events: [PurchaseEvent])? {
+        guard let revocation = try await storage({ try await ledger.revocation(environment: context.environment, replayKey: context.replayKey) })
         else { return nil }
         let events = try await storage({ try await ledger.purchaseEvents(environment: context.environment, replayKey: context.replayKey) })
-        return Entitlement.revocationHolds(afterEventKinds: events.map(\.kind))
+        return (revocation, events)
+    }
+
+    /// REFUND_REVERSED of a purchase not redeemed yet: a chained `refundReversed` when its kept
+    /// revocation holds (and is a refund: a REVOKE is not reversed) — counted by the replay
+    /// rule (``Entitlement/revocationHolds(afterEventKinds:)``), which lets its redemption
+    /// through once the reversals outnumber the refunds and came last. A reversal of nothing
+    /// is recorded only: counted, one that arrives before its refund (or whose refund was
+    /// never delivered) would lift a later refund.
+    private func reverseKept(_ context: NotificationContext, detail: String) async throws(VaultFailure) -> NotificationOutcome {
+        guard let (revocation, events) = try await kept(context),
+            !([revocation.reason] + events.filter { $0.knownKind == .revokedAgain }.map(\.detail)).contains(where: { $0.hasPrefix("REVOKE") }),
+            Entitlement.revocationHolds(afterEventKinds: events.map(\.kind))
+        else {
+            return try await append(.recordedOnly, context, existing: nil, detail: detail) == .duplicate ? .duplicate : .recorded
+        }
+        guard try await append(.refundReversed, context, existing: nil, detail: detail) != .duplicate else { return .duplicate }
+        return Entitlement.revocationHolds(afterEventKinds: events.map(\.kind) + [PurchaseEvent.Kind.refundReversed.rawValue])
+            ? .recorded : .reinstated
+    }
+
+    /// A REFUND or REVOKE of a purchase not redeemed yet whose revocation is already kept:
+    /// unless it is Apple retrying that one, a chained `revokedAgain` — counted whether the
+    /// revocation holds now or was reversed, so that a reversal that arrives (or is retried)
+    /// after it cannot lift it.
+    private func revokeKeptAgain(_ context: NotificationContext, detail: String) async throws(VaultFailure) -> NotificationOutcome {
+        guard let (revocation, events) = try await kept(context), revocation.reference != context.reference else { return .alreadyRevoked }
+        let held = Entitlement.revocationHolds(afterEventKinds: events.map(\.kind))
+        guard try await append(.revokedAgain, context, existing: nil, detail: detail) != .duplicate else { return .duplicate }
+        return held ? .alreadyRevoked : .notRedeemed
     }
 }

@@ -86,6 +86,8 @@ public struct Vault: Sendable {
     /// Lifetime of download tokens.
     public let tokenTTL: TimeInterval
     public let refundPolicy: RefundPolicy
+    /// What this instance answered in doubt (a write whose outcome was lost), for the retry.
+    let inDoubt = InDoubtRedemptions()
 
     public init(
         verifier: AppStoreVerifier, catalogue: any CatalogueRepository, ledger: any LedgerRepository, tokens: TokenSigner,
@@ -203,6 +205,13 @@ public struct Vault: Sendable {
         // Read before anything is written: a purchase is never used up by a redemption whose
         // assets cannot be handed out (a store failure, a row the admin log does not back).
         let assets = try await catalogued(product)
+        // A redemption of this purchase this instance answered 503 in doubt: this retry gets it
+        // if it did commit (``InDoubtRedemptions``). A dictionary lookup unless one is kept.
+        if inDoubt.holds(environment: environment, replayKey: replayKey, now: now),
+            let resolved = try await resolveInDoubt(environment: environment, replayKey: replayKey, assets: assets, request: request, now: now)
+        {
+            return resolved
+        }
         if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
             return try await again(existing, purchase, of: product, assets: assets, request: request, now: now)
         }
@@ -237,7 +246,14 @@ public struct Vault: Sendable {
         // When a replay may still be a restore or a renewal, its attempt is not recorded with the
         // refused insert: the outcome depends on the row that won (recorded then, if refused).
         let refusals = InsertRefusals(replay: attempt(.alreadyRedeemed, replayDetail), revoked: attempt(.revoked, revokedDetail))
-        switch try await storage({ try await ledger.insert(row, refusals: looksAgain ? nil : refusals) }) {
+        let inserted: LedgerInsertOutcome
+        do { inserted = try await ledger.insert(row, refusals: looksAgain ? nil : refusals) } catch let doubt as LedgerWriteInDoubt {
+            inDoubt.keep(row, grant: grant, until: now.addingTimeInterval(tokenTTL), now: now)
+            throw VaultFailure(.storageUnavailable, "storage failed: \(doubt)")
+        } catch {
+            throw VaultFailure(.storageUnavailable, "storage failed: \(error)")
+        }
+        switch inserted {
         case .alreadyRedeemed:
             if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
                 return try await again(existing, purchase, of: product, assets: assets, request: request, now: now)
@@ -252,6 +268,23 @@ public struct Vault: Sendable {
                 redemption: stored, grant: grant, assets: issue(assets, for: stored, now: now, endsAt: expiresAt),
                 entitlementEndsAt: expiresAt)
         }
+    }
+
+    /// The redemption this instance answered in doubt for this purchase, if the ledger holds
+    /// it and the request's player may have it — with its grant, once — while it entitles.
+    private func resolveInDoubt(
+        environment: String, replayKey: String, assets: [Asset], request: RedemptionRequest, now: Date
+    ) async throws(VaultFailure) -> RedemptionOutcome? {
+        let stored = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) })
+        // (Taking also drops one that did not commit, lost to another, or expired.)
+        guard let kept = inDoubt.take(environment: environment, replayKey: replayKey, stored: stored, player: request.player, now: now),
+            let stored
+        else { return nil }
+        let entitlement = try await entitlement(of: stored, now: now)
+        try Self.checkEntitles(entitlement)
+        return RedemptionOutcome(
+            redemption: stored, grant: kept.grant, assets: issue(assets, for: stored, now: now, endsAt: entitlement.endsAt),
+            entitlementEndsAt: entitlement.endsAt)
     }
 
     /// A purchase the ledger already holds, presented again. A newer transaction of a
