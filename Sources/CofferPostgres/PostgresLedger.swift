@@ -111,6 +111,14 @@ public struct PostgresLedger: LedgerRepository {
         }
     }
 
+    /// A flush (`PostgresChain.flush`): its COMMIT waits for the WAL, and the synchronous
+    /// standbys, through everything committed before it — a batch committed asynchronously
+    /// (migration 0005) whose own flush was not seen.
+    public func ensureDurable() async throws {
+        let logger = backend.logger
+        try await backend.read { c in try await PostgresChain.flush(c, logger: logger) }
+    }
+
     public func revocation(environment: String, replayKey: String) async throws -> Revocation? {
         let logger = backend.logger
         let key = PurchaseKey(environment: environment, key: replayKey)

@@ -249,7 +249,7 @@ private struct BatchPlan {
                         "error": "\(error)", "sequence": "\(last)",
                         "redemptions": "\(redemptions.map(\.redemptionId).joined(separator: " "))",
                     ])
-                throw LedgerWriteInDoubt(PostgresStoreError.wrapping(error))
+                throw LedgerWriteInDoubt(PostgresStoreError.wrapping(error), redemptionIds: Set(redemptions.map(\.redemptionId)))
             }
         }
     }

@@ -23,7 +23,7 @@ final class LostAnswerLedger: LedgerRepository {
             return try await base.insert(redemption, refusals: refusals)
         }
         if commit { _ = try await base.insert(redemption, refusals: refusals) }
-        throw LedgerWriteInDoubt(CancellationError())
+        throw LedgerWriteInDoubt(CancellationError(), redemptionIds: [redemption.redemptionId])
     }
     func record(_ attempt: RejectedAttempt) async throws { try await base.record(attempt) }
     func redemption(grantHash: String) async throws -> Redemption? { await base.redemption(grantHash: grantHash) }
@@ -86,9 +86,16 @@ final class LostAnswerLedger: LedgerRepository {
         let request = try PlayerVaultTests.request(Self.gems("5100"))
         VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(request, now: testNow) }, 503, .storageUnavailable)
         let stored = try #require(await world.redemptions().first, "it committed")
-        // The retry (a fresh proof of the same purchase, as a client re-fetches it): 201, the
-        // stored redemption, a grant that works.
-        let retry = try await world.vault.redeem(try PlayerVaultTests.request(Self.gems("5100")), now: testNow.addingTimeInterval(30))
+        // Without player identity only the same requester gets it: the same proof from the same
+        // address. Another proof of the purchase (a receipt leaked later), or another address: 409.
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(try PlayerVaultTests.request(Self.gems("5100")), now: testNow) }, 409,
+            .alreadyRedeemed)
+        var elsewhere = request
+        elsewhere.clientAddress = "198.51.100.9"
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(elsewhere, now: testNow) }, 409, .alreadyRedeemed)
+        // The retry: 201, the stored redemption, a grant that works.
+        let retry = try await world.vault.redeem(request, now: testNow.addingTimeInterval(30))
         #expect(retry.redemption.redemptionId == stored.redemptionId && !retry.restored)
         #expect(retry.assets.count == 1)
         let grant = try #require(retry.grant)
@@ -99,25 +106,26 @@ final class LostAnswerLedger: LedgerRepository {
         #expect(await world.redemptions().count == 1)
     }
 
-    @Test func oneThatDidNotCommitIsRedeemedAfreshAndAnExpiredOneIsAReplay() async throws {
+    @Test func oneThatDidNotCommitIsRedeemedAfreshOnceSettledAndAnExpiredOneIsAReplay() async throws {
         let world = try await World()
         world.ledger.loseNextAnswer(commit: false)
-        VaultTests.expect(
-            await VaultTests.failure { try await world.vault.redeem(try PlayerVaultTests.request(Self.gems("5200")), now: testNow) }, 503,
-            .storageUnavailable)
+        let request = try PlayerVaultTests.request(Self.gems("5200"))
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(request, now: testNow) }, 503, .storageUnavailable)
         #expect(await world.redemptions().isEmpty)
-        let fresh = try await world.vault.redeem(try PlayerVaultTests.request(Self.gems("5200")), now: testNow.addingTimeInterval(5))
+        // Not in the ledger while the earlier write may still commit: 503 again, nothing written.
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.redeem(request, now: testNow.addingTimeInterval(5)) }, 503, .storageUnavailable)
+        #expect(await world.redemptions().isEmpty)
+        // Settled and not there: redeemed afresh.
+        let fresh = try await world.vault.redeem(request, now: testNow.addingTimeInterval(31))
         let ids = await world.redemptions().map(\.redemptionId)
         #expect(fresh.grant != nil && ids == [fresh.redemption.redemptionId])
         // Kept for the token lifetime only: a retry after it is a replay.
         world.ledger.loseNextAnswer(commit: true)
+        let late = try PlayerVaultTests.request(Self.gems("5201"))
+        VaultTests.expect(await VaultTests.failure { try await world.vault.redeem(late, now: testNow) }, 503, .storageUnavailable)
         VaultTests.expect(
-            await VaultTests.failure { try await world.vault.redeem(try PlayerVaultTests.request(Self.gems("5201")), now: testNow) }, 503,
-            .storageUnavailable)
-        VaultTests.expect(
-            await VaultTests.failure {
-                try await world.vault.redeem(try PlayerVaultTests.request(Self.gems("5201")), now: testNow.addingTimeInterval(601))
-            }, 409, .alreadyRedeemed)
+            await VaultTests.failure { try await world.vault.redeem(late, now: testNow.addingTimeInterval(601)) }, 409, .alreadyRedeemed)
     }
 
     @Test func oneBoundToAPlayerGoesToThatPlayerOnly() async throws {

@@ -348,8 +348,17 @@ import Testing
         // Refunded again after the reversal: revoked again.
         #expect(try await Self.notify(world.vault, "REFUND", Self.spec("950")) == .revoked)
         VaultTests.expect(await VaultTests.failure { try await world.vault.exchange(grant: grant, now: testNow) }, 403, .grantInvalid)
+        // A further refund while revoked is counted: a reversal retried after it (an older
+        // one, delivered late) does not lift it.
         #expect(try await Self.notify(world.vault, "REFUND", Self.spec("950")) == .alreadyRevoked)
-        #expect(await world.events() == ["refundDeclined", "recordedOnly", "refundReversed", "revokedAgain"])
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("950")) == .recorded, "counted: three refunds to two reversals")
+        VaultTests.expect(await VaultTests.failure { try await world.vault.exchange(grant: grant, now: testNow) }, 403, .grantInvalid)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("950")) == .reinstated)
+        #expect(try await world.vault.exchange(grant: grant, now: testNow).assets.count == 1)
+        #expect(
+            await world.events() == [
+                "refundDeclined", "recordedOnly", "refundReversed", "revokedAgain", "revokedAgain", "refundReversed", "refundReversed",
+            ])
         try await world.expectIntact()
     }
 
@@ -389,6 +398,27 @@ import Testing
         #expect(try await Self.notify(world.vault, "REVOKE", Self.spec("957"), uuid: "revoke-1") == .notRedeemed)
         #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("957"), uuid: "reversal-5") == .recorded)
         await redeemRefused("957")
+        try await world.expectIntact()
+    }
+
+    /// A REVOKE (family sharing ended) or an admin's revocation is not Apple's refund to
+    /// reverse: a REFUND_REVERSED after it is recorded and changes nothing.
+    @Test func aRevokeOrAnAdminsRevocationIsNotReversed() async throws {
+        let world = try await World()
+        var shareable = Self.spec("975", product: Self.shared)
+        shareable.ownershipType = "FAMILY_SHARED"
+        let family = try await world.vault.redeem(try Self.request(shareable), now: testNow)
+        shareable.revocationType = "FAMILY_REVOKE"
+        #expect(try await Self.notify(world.vault, "REVOKE", shareable) == .revoked)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", shareable) == .recorded)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(family.grant), now: testNow) }, 403, .grantInvalid)
+        let bought = try await world.vault.redeem(try Self.request(Self.spec("976")), now: testNow)
+        _ = try await world.vault.revoke(transactionId: "976", reason: "chargeback", by: "ops", now: testNow)
+        #expect(try await Self.notify(world.vault, "REFUND_REVERSED", Self.spec("976")) == .recorded)
+        VaultTests.expect(
+            await VaultTests.failure { try await world.vault.exchange(grant: try #require(bought.grant), now: testNow) }, 403, .grantInvalid)
+        #expect(await world.events() == ["recordedOnly", "recordedOnly"])
         try await world.expectIntact()
     }
 

@@ -63,7 +63,10 @@ import Testing
         }
         let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
         #expect(report.intact)
-        #expect(report.entries == 4 + 3, "the catalogue's 4, the redemption, its revocation and the kept revocation of 4999")
+        #expect(
+            report.entries == 4 + 4,
+            "the catalogue's 4, the redemption, its revocation, the second refund (counted: a reversal after it must not lift it) and the kept revocation of 4999"
+        )
     }
 
     @Test func adminsRevokeWithAReasonAndItIsLogged() async throws {

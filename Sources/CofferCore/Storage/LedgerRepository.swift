@@ -42,9 +42,15 @@ public protocol LedgerRepository: Sendable {
     func purchaseEvents(environment: String, replayKey: String) async throws -> [PurchaseEvent]
     /// Events after `after`, oldest first.
     func purchaseEvents(after: Int64, limit: Int) async throws -> [PurchaseEvent]
+    /// Returns once everything committed so far is durable (flushed, and on a synchronous
+    /// standby where one is required). Nothing to do where a commit is durable when it returns.
+    func ensureDurable() async throws
 }
 
 extension LedgerRepository {
+    /// SQLite (`synchronous=FULL`) and memory: a commit is as durable as it gets when it returns.
+    public func ensureDurable() async throws {}
+
     /// Inserts a redemption, recording nothing when it is refused.
     public func insert(_ redemption: Redemption) async throws -> LedgerInsertOutcome { try await insert(redemption, refusals: nil) }
 

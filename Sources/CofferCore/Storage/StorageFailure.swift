@@ -12,8 +12,13 @@ public protocol StorageFailure: Error {}
 public struct LedgerWriteInDoubt: StorageFailure, Sendable, CustomStringConvertible {
     /// Why the write was not answered.
     public var underlying: String
+    /// The redemptions the write would have inserted (not those it refused).
+    public var redemptionIds: Set<String>
 
-    public init(_ underlying: any Error) { self.underlying = "\(underlying)" }
+    public init(_ underlying: any Error, redemptionIds: Set<String>) {
+        self.underlying = "\(underlying)"
+        self.redemptionIds = redemptionIds
+    }
 
     public var description: String { "the ledger write's outcome is not known (\(underlying)): it may have committed" }
 }

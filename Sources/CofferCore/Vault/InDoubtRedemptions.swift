@@ -7,31 +7,49 @@ import Synchronization
 /// player's retry got 409 and the content they paid for was lost (a consumable's for good).
 ///
 /// The first retry of the same purchase within the token lifetime gets the kept redemption —
-/// once, only if the ledger holds it (the write did commit), and only to its player when it
-/// was bound to one. Anyone else who can present the purchase could have raced the first
-/// request the same way: handing it to the first retry grants nothing that request could not
-/// have won. Kept in memory, by this instance only (a retry through another instance gets a
-/// 409, as before), at most ``capacity`` at a time.
+/// once, only if the ledger holds it durably (the write did commit), and only to the same
+/// requester: its player when it was bound to one, else a request with the same proof from the
+/// same client address (a receipt leaked later is not enough). A retry before the earlier
+/// write can have settled (``settle``) while the ledger does not show it gets a 503 again:
+/// that write may still commit. Kept in memory, by this instance only (a retry through
+/// another instance gets a 409, as before), at most ``capacity`` at a time.
 final class InDoubtRedemptions: Sendable {
     struct Kept: Sendable {
         var redemption: Redemption
         var grant: String
+        var since: Date
         var until: Date
     }
 
+    /// What a retry finds.
+    enum Resolution {
+        /// Nothing kept for it (or dropped: expired, not committed, lost to another).
+        case none
+        /// The kept redemption, taken.
+        case handOut(Kept)
+        /// Kept, not in the ledger yet, and the earlier write may still commit: 503 again.
+        case unsettled
+    }
+
     static let capacity = 10_000
+    /// How long an unanswered write may still commit: a statement's timeout (15 s) and the
+    /// wait for the chain's lock before it, with room.
+    static let settle: TimeInterval = 30
     private let kept = Mutex<[[UInt8]: Kept]>([:])
 
     private static func key(_ environment: String, _ replayKey: String) -> [UInt8] {
         Array(environment.utf8) + [0] + Array(replayKey.utf8)
     }
 
-    /// Keeps `redemption` and its grant until `until` (nothing when full of unexpired ones).
+    /// Keeps `redemption` and its grant until `until` — unless one is kept for the purchase
+    /// already, or it is full of unexpired ones.
     func keep(_ redemption: Redemption, grant: String, until: Date, now: Date) {
         kept.withLock { kept in
+            let key = Self.key(redemption.environment, redemption.effectiveReplayKey)
+            if let earlier = kept[key], earlier.until > now { return }
             if kept.count >= Self.capacity { kept = kept.filter { $0.value.until > now } }
             guard kept.count < Self.capacity else { return }
-            kept[Self.key(redemption.environment, redemption.effectiveReplayKey)] = Kept(redemption: redemption, grant: grant, until: until)
+            kept[key] = Kept(redemption: redemption, grant: grant, since: now, until: until)
         }
     }
 
@@ -42,20 +60,35 @@ final class InDoubtRedemptions: Sendable {
     }
 
     /// The kept redemption if `stored` (the ledger's redemption of the purchase, nil when it
-    /// holds none) is it and `player` may have it; taken, so it is handed out once. One that
-    /// expired, did not commit or lost to another is dropped; one bound to another player
-    /// stays for its own.
-    func take(environment: String, replayKey: String, stored: Redemption?, player: Player?, now: Date) -> Kept? {
+    /// holds none) is it and the retry is its requester's: taken, so it is handed out once.
+    func take(
+        environment: String, replayKey: String, stored: Redemption?, player: Player?, proofHash: String, clientAddress: String, now: Date
+    ) -> Resolution {
         kept.withLock { kept in
             let key = Self.key(environment, replayKey)
-            guard let entry = kept[key] else { return nil }
-            guard entry.until > now, let stored, stored.redemptionId.utf8.elementsEqual(entry.redemption.redemptionId.utf8) else {
+            guard let entry = kept[key] else { return .none }
+            guard entry.until > now else {
                 kept[key] = nil
-                return nil
+                return .none
             }
-            if let owner = stored.playerId, player?.id.utf8.elementsEqual(owner.utf8) != true { return nil }
+            guard let stored else {
+                if now.timeIntervalSince(entry.since) < Self.settle { return .unsettled }
+                kept[key] = nil
+                return .none
+            }
+            guard stored.redemptionId.utf8.elementsEqual(entry.redemption.redemptionId.utf8) else {
+                kept[key] = nil
+                return .none
+            }
+            if let owner = stored.playerId {
+                guard player?.id.utf8.elementsEqual(owner.utf8) == true else { return .none }
+            } else {
+                guard proofHash.utf8.elementsEqual(entry.redemption.receiptSHA256.utf8),
+                    clientAddress.utf8.elementsEqual(entry.redemption.clientAddress.utf8)
+                else { return .none }
+            }
             kept[key] = nil
-            return entry
+            return .handOut(entry)
         }
     }
 }

@@ -117,7 +117,7 @@ public struct Entitlement: Sendable, Hashable {
 
     /// Folds what the ledger holds of one purchase at `now`. Subscriptions end at the latest
     /// `expiresDate` seen, or later while the most recent grace period runs. A revocation holds
-    /// unless more reversals than re-revocations followed it — or, for a subscription, a later
+    /// unless more reversals than re-revocations followed it and a reversal came last — or, for a subscription, a later
     /// period was paid for: a renewal (another transaction, ending after the refund) recorded
     /// after the last revocation entitles again until its own end.
     public static func fold(_ redemption: Redemption, revocation: Revocation?, events: [PurchaseEvent], now: Date) -> Entitlement {
@@ -125,15 +125,19 @@ public struct Entitlement: Sendable, Hashable {
         var grace: Date?
         var reversals = 0
         var revocations = revocation == nil ? 0 : 1
+        var lastIsReversal = false
         var lastRevocation = revocation.map { (at: $0.recordedAt, revokedAt: $0.revokedAt, transactionId: $0.transactionId) }
         var paidAfterRevocation: Date?
         for event in events.sorted(by: { $0.sequence < $1.sequence }) {
             if let expires = event.expiresAt { latestExpiry = max(latestExpiry ?? expires, expires) }
             if let until = event.graceUntil { grace = until }
             switch event.knownKind {
-            case .refundReversed: reversals += 1
+            case .refundReversed:
+                reversals += 1
+                lastIsReversal = true
             case .revokedAgain:
                 revocations += 1
+                lastIsReversal = false
                 lastRevocation = (at: event.at, revokedAt: event.at, transactionId: event.transactionId)
                 paidAfterRevocation = nil
             case .renewal, .subscriptionStatus:
@@ -148,7 +152,9 @@ public struct Entitlement: Sendable, Hashable {
         let ends: Date? = latestExpiry.map { expiry in max(expiry, grace ?? expiry) }
         let inGrace = latestExpiry.map { expiry in now >= expiry && (grace.map { now < $0 } ?? false) } ?? false
         let state: State
-        if revocations > reversals {
+        // As the replay rule (``revocationHolds(afterEventKinds:)``): revoked unless the
+        // reversals outnumber the revocations and came last.
+        if revocations > 0 && (revocations > reversals || !lastIsReversal) {
             if redemption.expiresAt != nil, let paid = paidAfterRevocation {
                 state = now < max(paid, grace ?? paid) ? .active : .expired
             } else {

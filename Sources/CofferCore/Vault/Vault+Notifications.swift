@@ -81,9 +81,16 @@ extension Vault {
             // recorded): a redeemed one by its entitlement, one not redeemed yet by its kept
             // revocation — reversed, it can be redeemed again.
             guard let existing else { return try await reverseKept(context, detail: reason) }
-            let reinstates = try await entitlement(of: existing, now: now).state == .revoked
-            let outcome = try await append(reinstates ? .refundReversed : .recordedOnly, context, existing: existing, detail: reason)
-            return outcome == .duplicate ? .duplicate : reinstates ? .reinstated : .recorded
+            // A REVOKE or an admin's revocation is not Apple's refund to reverse.
+            let revoked = try await entitlement(of: existing, now: now).state == .revoked
+            let revocation = try await storage({ try await ledger.revocation(of: existing) })
+            let events = try await storage({ try await ledger.purchaseEvents(environment: context.environment, replayKey: replayKey) })
+            let reverses = revoked && Self.reversible(revocation, events)
+            guard try await append(reverses ? .refundReversed : .recordedOnly, context, existing: existing, detail: reason) != .duplicate
+            else { return .duplicate }
+            // Counted; reinstated once the reversals outnumber the refunds.
+            guard reverses else { return .recorded }
+            return try await entitlement(of: existing, now: now).state != .revoked ? .reinstated : .recorded
         case "REFUND_DECLINED":
             return try await append(.refundDeclined, context, existing: existing, detail: reason) == .duplicate ? .duplicate : .recorded
         default:
@@ -152,10 +159,13 @@ extension Vault {
         case .alreadyRevoked:
             // A refund after a reversal revokes again — unless it is Apple retrying the refund that was reversed.
             guard let existing else { return try await revokeKeptAgain(context, detail: detail) }
-            guard try await entitlement(of: existing, now: context.now).state != .revoked,
-                try await storage({ try await ledger.revocation(of: existing) })?.reference != context.reference
-            else { return .alreadyRevoked }
-            return try await append(.revokedAgain, context, existing: existing, detail: detail) == .duplicate ? .duplicate : .revoked
+            // Counted whether it is revoked now or was reinstated (a reversal that arrives, or
+            // is retried, after it must not lift it) — unless it is Apple retrying the
+            // revocation itself.
+            guard try await storage({ try await ledger.revocation(of: existing) })?.reference != context.reference else { return .alreadyRevoked }
+            let wasRevoked = try await entitlement(of: existing, now: context.now).state == .revoked
+            guard try await append(.revokedAgain, context, existing: existing, detail: detail) != .duplicate else { return .duplicate }
+            return wasRevoked ? .alreadyRevoked : .revoked
         }
     }
 
@@ -175,8 +185,7 @@ extension Vault {
     /// is recorded only: counted, one that arrives before its refund (or whose refund was
     /// never delivered) would lift a later refund.
     private func reverseKept(_ context: NotificationContext, detail: String) async throws(VaultFailure) -> NotificationOutcome {
-        guard let (revocation, events) = try await kept(context),
-            !([revocation.reason] + events.filter { $0.knownKind == .revokedAgain }.map(\.detail)).contains(where: { $0.hasPrefix("REVOKE") }),
+        guard let (revocation, events) = try await kept(context), Self.reversible(revocation, events),
             Entitlement.revocationHolds(afterEventKinds: events.map(\.kind))
         else {
             return try await append(.recordedOnly, context, existing: nil, detail: detail) == .duplicate ? .duplicate : .recorded
@@ -184,6 +193,15 @@ extension Vault {
         guard try await append(.refundReversed, context, existing: nil, detail: detail) != .duplicate else { return .duplicate }
         return Entitlement.revocationHolds(afterEventKinds: events.map(\.kind) + [PurchaseEvent.Kind.refundReversed.rawValue])
             ? .recorded : .reinstated
+    }
+
+    /// Whether Apple's REFUND_REVERSED may lift a purchase's revocations: not when one of them
+    /// is a REVOKE (family sharing ended) or an admin's.
+    static func reversible(_ revocation: Revocation?, _ events: [PurchaseEvent]) -> Bool {
+        let revocations =
+            (revocation.map { [($0.reason, $0.source == .admin)] } ?? [])
+            + events.filter { $0.knownKind == .revokedAgain }.map { ($0.detail, $0.source == .admin) }
+        return !revocations.contains { $0.0.hasPrefix("REVOKE") || $0.1 }
     }
 
     /// A REFUND or REVOKE of a purchase not redeemed yet whose revocation is already kept:

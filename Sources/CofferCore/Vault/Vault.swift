@@ -208,7 +208,8 @@ public struct Vault: Sendable {
         // A redemption of this purchase this instance answered 503 in doubt: this retry gets it
         // if it did commit (``InDoubtRedemptions``). A dictionary lookup unless one is kept.
         if inDoubt.holds(environment: environment, replayKey: replayKey, now: now),
-            let resolved = try await resolveInDoubt(environment: environment, replayKey: replayKey, assets: assets, request: request, now: now)
+            let resolved = try await resolveInDoubt(
+                environment: environment, replayKey: replayKey, assets: assets, request: request, proofHash: proofHash, now: now)
         {
             return resolved
         }
@@ -248,7 +249,8 @@ public struct Vault: Sendable {
         let refusals = InsertRefusals(replay: attempt(.alreadyRedeemed, replayDetail), revoked: attempt(.revoked, revokedDetail))
         let inserted: LedgerInsertOutcome
         do { inserted = try await ledger.insert(row, refusals: looksAgain ? nil : refusals) } catch let doubt as LedgerWriteInDoubt {
-            inDoubt.keep(row, grant: grant, until: now.addingTimeInterval(tokenTTL), now: now)
+            // Only a row the write would have inserted (not one it refused as a replay).
+            if doubt.redemptionIds.contains(row.redemptionId) { inDoubt.keep(row, grant: grant, until: now.addingTimeInterval(tokenTTL), now: now) }
             throw VaultFailure(.storageUnavailable, "storage failed: \(doubt)")
         } catch {
             throw VaultFailure(.storageUnavailable, "storage failed: \(error)")
@@ -271,20 +273,30 @@ public struct Vault: Sendable {
     }
 
     /// The redemption this instance answered in doubt for this purchase, if the ledger holds
-    /// it and the request's player may have it — with its grant, once — while it entitles.
+    /// it durably and the request is its requester's (``InDoubtRedemptions``) — with its
+    /// grant, once — while it entitles. 503 while the earlier write may still commit.
     private func resolveInDoubt(
-        environment: String, replayKey: String, assets: [Asset], request: RedemptionRequest, now: Date
+        environment: String, replayKey: String, assets: [Asset], request: RedemptionRequest, proofHash: String, now: Date
     ) async throws(VaultFailure) -> RedemptionOutcome? {
+        // What it reads must be durable before anything is handed out (a committed row whose
+        // flush failed is what put it in doubt).
+        try await storage({ try await ledger.ensureDurable() })
         let stored = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) })
-        // (Taking also drops one that did not commit, lost to another, or expired.)
-        guard let kept = inDoubt.take(environment: environment, replayKey: replayKey, stored: stored, player: request.player, now: now),
-            let stored
-        else { return nil }
-        let entitlement = try await entitlement(of: stored, now: now)
-        try Self.checkEntitles(entitlement)
-        return RedemptionOutcome(
-            redemption: stored, grant: kept.grant, assets: issue(assets, for: stored, now: now, endsAt: entitlement.endsAt),
-            entitlementEndsAt: entitlement.endsAt)
+        let resolution = inDoubt.take(
+            environment: environment, replayKey: replayKey, stored: stored, player: request.player, proofHash: proofHash,
+            clientAddress: request.clientAddress, now: now)
+        switch resolution {
+        case .none: return nil
+        case .unsettled:
+            throw VaultFailure(.storageUnavailable, "an earlier redemption of this purchase may still be committing: retry")
+        case .handOut(let kept):
+            guard let stored else { return nil }
+            let entitlement = try await entitlement(of: stored, now: now)
+            try Self.checkEntitles(entitlement)
+            return RedemptionOutcome(
+                redemption: stored, grant: kept.grant, assets: issue(assets, for: stored, now: now, endsAt: entitlement.endsAt),
+                entitlementEndsAt: entitlement.endsAt)
+        }
     }
 
     /// A purchase the ledger already holds, presented again. A newer transaction of a
