@@ -123,21 +123,16 @@ public struct Entitlement: Sendable, Hashable {
     public static func fold(_ redemption: Redemption, revocation: Revocation?, events: [PurchaseEvent], now: Date) -> Entitlement {
         var latestExpiry = redemption.expiresAt
         var grace: Date?
-        var reversals = 0
-        var revocations = revocation == nil ? 0 : 1
-        var lastIsReversal = false
+        var tally = RevocationTally(revocations: revocation == nil ? 0 : 1)
         var lastRevocation = revocation.map { (at: $0.recordedAt, revokedAt: $0.revokedAt, transactionId: $0.transactionId) }
         var paidAfterRevocation: Date?
         for event in events.sorted(by: { $0.sequence < $1.sequence }) {
             if let expires = event.expiresAt { latestExpiry = max(latestExpiry ?? expires, expires) }
             if let until = event.graceUntil { grace = until }
             switch event.knownKind {
-            case .refundReversed:
-                reversals += 1
-                lastIsReversal = true
+            case .refundReversed: tally.add(.refundReversed)
             case .revokedAgain:
-                revocations += 1
-                lastIsReversal = false
+                tally.add(.revokedAgain)
                 lastRevocation = (at: event.at, revokedAt: event.at, transactionId: event.transactionId)
                 paidAfterRevocation = nil
             case .renewal, .subscriptionStatus:
@@ -154,7 +149,7 @@ public struct Entitlement: Sendable, Hashable {
         let state: State
         // As the replay rule (``revocationHolds(afterEventKinds:)``): revoked unless the
         // reversals outnumber the revocations and came last.
-        if revocations > 0 && (revocations > reversals || !lastIsReversal) {
+        if tally.holds {
             if redemption.expiresAt != nil, let paid = paidAfterRevocation {
                 state = now < max(paid, grace ?? paid) ? .active : .expired
             } else {
@@ -179,22 +174,33 @@ extension Entitlement {
     /// reversals appended at once, then a refund). The replay rule's test for a revocation
     /// kept before the purchase was redeemed.
     public static func revocationHolds(afterEventKinds kinds: some Sequence<String>) -> Bool {
-        var revocations = 1
-        var reversals = 0
-        var lastIsReversal = false
-        for kind in kinds {
-            switch PurchaseEvent.Kind(rawValue: kind) {
-            case .refundReversed:
-                reversals += 1
-                lastIsReversal = true
-            case .revokedAgain:
-                revocations += 1
-                lastIsReversal = false
-            default: break
-            }
-        }
-        return revocations > reversals || !lastIsReversal
+        var tally = RevocationTally(revocations: 1)
+        for kind in kinds { tally.add(PurchaseEvent.Kind(rawValue: kind)) }
+        return tally.holds
     }
+}
+
+/// A purchase's revocations and reversals, in chain order: the one rule the entitlement fold
+/// and the replay rule share.
+struct RevocationTally {
+    var revocations: Int
+    var reversals = 0
+    var lastIsReversal = false
+
+    mutating func add(_ kind: PurchaseEvent.Kind?) {
+        switch kind {
+        case .refundReversed:
+            reversals += 1
+            lastIsReversal = true
+        case .revokedAgain:
+            revocations += 1
+            lastIsReversal = false
+        default: break
+        }
+    }
+
+    /// Revoked unless the reversals outnumber the revocations and a reversal came last.
+    var holds: Bool { revocations > 0 && (revocations > reversals || !lastIsReversal) }
 }
 
 /// What Coffer served of one asset version for one redemption: the evidence a refund dispute
