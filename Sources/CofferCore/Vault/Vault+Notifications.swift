@@ -82,9 +82,10 @@ extension Vault {
             // revocation — reversed, it can be redeemed again.
             guard let existing else { return try await reverseKept(context, detail: reason) }
             // A REVOKE or an admin's revocation is not Apple's refund to reverse.
-            let revoked = try await entitlement(of: existing, now: now).state == .revoked
             let revocation = try await storage({ try await ledger.revocation(of: existing) })
             let events = try await storage({ try await ledger.purchaseEvents(environment: context.environment, replayKey: replayKey) })
+            // The fold over what was just read (entitlement(of:) would read both again).
+            let revoked = Entitlement.fold(existing, revocation: revocation, events: events, now: now).state == .revoked
             let reverses = revoked && Self.reversible(revocation, events)
             guard try await append(reverses ? .refundReversed : .recordedOnly, context, existing: existing, detail: reason) != .duplicate
             else { return .duplicate }
