@@ -233,13 +233,13 @@ public final class AppStoreVerifier: Sendable {
             throw VerificationError(.signerNotFound, "no certificate matches the signer's issuer and serial number")
         }
         let leaf = certificates[signerIndex]
-        var intermediates = certificates
-        intermediates.remove(at: signerIndex)
+        var others = certificates
+        others.remove(at: signerIndex)
         let chain: ValidatedChain
         if let direct = chains.directAnchor(for: leaf) {
             chain = try chains.validateDirect(leaf, anchor: direct, at: time)
         } else {
-            chain = try await chains.validate(leaf: leaf, intermediates: intermediates, at: time)
+            chain = try await chains.validate(leaf: leaf, intermediates: try ChainValidator.path(from: leaf, through: others), at: time)
         }
         // Every certificate the receipt carries must be part of the validated chain (a copy
         // of the root must be byte-equal to the configured anchor): nothing in the envelope is

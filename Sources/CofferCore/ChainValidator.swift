@@ -107,6 +107,31 @@ final class ChainValidator: Sendable {
         return chain([leaf.certificate], anchor: anchor)
     }
 
+    /// The certificates a receipt carries besides its signer `leaf`, as the one path up from
+    /// it: each one's issuer is the subject of exactly one of the rest (names compared as
+    /// swift-certificates compares them), and every one is on the path. Handed a pool instead,
+    /// swift-certificates' path builder tries every candidate issuer, checking a signature
+    /// each time: certificates named alike that can issue each other made it try every
+    /// ordering of them (13,699 RSA verifications for seven), for anyone who posts a receipt.
+    static func path(from leaf: ReceivedCertificate, through others: [ReceivedCertificate]) throws(VerificationError) -> [ReceivedCertificate] {
+        var rest = others
+        var path: [ReceivedCertificate] = []
+        var current = leaf
+        while !rest.isEmpty {
+            let issuers = rest.indices.filter { rest[$0].certificate.subject == current.certificate.issuer }
+            guard issuers.count <= 1 else {
+                throw VerificationError(.chainUntrusted, "\(issuers.count) certificates in the receipt could have issued \(current.name)")
+            }
+            guard let index = issuers.first else { break }
+            current = rest.remove(at: index)
+            path.append(current)
+        }
+        if let stray = rest.first {
+            throw VerificationError(.chainUntrusted, "the receipt carries a certificate outside its chain: \(stray.name)")
+        }
+        return path
+    }
+
     /// Validates `leaf` → `intermediates` (untrusted helpers) → one of `candidates` (by
     /// default every root anchor) at `time`.
     func validate(leaf: ReceivedCertificate, intermediates: [ReceivedCertificate], candidates: [TrustAnchor]? = nil, at time: Date)
@@ -218,10 +243,39 @@ struct CertificateShape {
         let keyInfo = try fields.next(tag: 0x30, "subjectPublicKeyInfo")
         subjectPublicKeyInfo = fields.encoded(keyInfo)
         var key = fields.children(of: keyInfo)
-        _ = try key.next(tag: 0x30, "subjectPublicKeyInfo algorithm")
+        let keyAlgorithm = try key.next(tag: 0x30, "subjectPublicKeyInfo algorithm")
         let keyBits = try key.next(tag: 0x03, "subjectPublicKey")
         guard key.isAtEnd else { throw VerificationError(.malformed, "subjectPublicKeyInfo has extra fields") }
         try Self.checkNoUnusedBits(key.value(keyBits), "subjectPublicKey")
+        var algorithmFields = key.children(of: keyAlgorithm)
+        if key.value(try algorithmFields.next(tag: 0x06, "subjectPublicKeyInfo algorithm")).elementsEqual(Self.rsaEncryption) {
+            try Self.checkRSAKeySize(key.value(keyBits).dropFirst())
+        }
+    }
+
+    /// rsaEncryption, 1.2.840.113549.1.1.1 (the OID's content bytes).
+    static let rsaEncryption: [UInt8] = [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x01]
+    /// Apple's roots, intermediates and leaves hold 2048-bit RSA keys or ECDSA ones. BoringSSL
+    /// verifies with RSA keys up to 16384 bits (one verification ~50 times a 2048-bit one's),
+    /// and anyone can post a receipt carrying such keys.
+    static let maximumRSABits = 4096
+
+    /// An RSAPublicKey (RFC 8017 A.1.1) of at most ``maximumRSABits`` bits, its exponent at
+    /// most 32 bits.
+    private static func checkRSAKeySize(_ encoded: ArraySlice<UInt8>) throws(VerificationError) {
+        var top = DERCursor(encoded)
+        let sequence = try top.next(tag: 0x30, "RSAPublicKey")
+        var parts = top.children(of: sequence)
+        let modulus = parts.value(try parts.next(tag: 0x02, "RSA modulus")).drop(while: { $0 == 0 })
+        let exponent = parts.value(try parts.next(tag: 0x02, "RSA exponent")).drop(while: { $0 == 0 })
+        guard top.isAtEnd, parts.isAtEnd, let leading = modulus.first else {
+            throw VerificationError(.malformed, "subjectPublicKey is not one RSAPublicKey")
+        }
+        let bits = modulus.count * 8 - leading.leadingZeroBitCount
+        guard bits <= maximumRSABits else {
+            throw VerificationError(.malformed, "a \(bits)-bit RSA key (at most \(maximumRSABits) bits are accepted)")
+        }
+        guard exponent.count <= 4 else { throw VerificationError(.malformed, "an RSA exponent over 32 bits") }
     }
 
     /// A BIT STRING holding whole bytes: the unused-bits count is 0 and there is content.

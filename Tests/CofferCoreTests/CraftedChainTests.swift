@@ -1,0 +1,29 @@
+import CofferCore
+import Foundation
+import Testing
+
+/// Receipts crafted to make chain building expensive (`Fixtures/crafted/make.sh`): anyone can
+/// post them, so each must be refused before the costly work, with a precise reason.
+@Suite struct CraftedChainTests {
+    /// Seven CA certificates named alike, each able to issue the others: a path builder
+    /// handed all of them tried every ordering (13,699 RSA verifications, ~0.25 s of CPU per
+    /// request with 2048-bit keys and ~11 s with 15360-bit ones). The receipt's certificates
+    /// must form one path: a certificate whose issuer two of them could be is refused.
+    @Test func certificatesThatCouldIssueEachOtherAreRefusedBeforeAnyPathIsTried() async throws {
+        let receipt = try Fixtures.bytes("crafted/issuer-maze.der")
+        for verifier in [try appleVerifier(), try sandboxVerifier(bundleIds: nil)] {
+            let result = await verifier.verify(receipt, now: testNow)
+            expectInvalid(result, .chainUntrusted)
+            #expect(result.error?.detail.contains("7 certificates in the receipt could have issued leaf") == true, "\(result)")
+        }
+    }
+
+    /// An 8192-bit RSA key costs ~16 times one of Apple's 2048-bit keys to verify with, and
+    /// BoringSSL accepts up to 16384 bits: refused on sight, before any signature check.
+    @Test func anRSAKeyOverFourThousandNinetySixBitsIsRefusedOnSight() async throws {
+        let receipt = try Fixtures.bytes("crafted/rsa8192-signer.der")
+        let result = await try appleVerifier().verify(receipt, now: testNow)
+        expectInvalid(result, .malformed)
+        #expect(result.error?.detail.contains("8192-bit RSA key") == true, "\(result)")
+    }
+}
