@@ -136,8 +136,11 @@ public actor InMemoryLedger: LedgerRepository {
             .prefix(max(0, f.limit)))
     }
 
+    /// As SQLite and PostgreSQL answer: the row keyed so, else one from before migration 0003
+    /// (no replay key) whose original transaction id is the key.
     public func redemption(environment: String, replayKey: String) -> Redemption? {
         redemptionRows.first { $0.environment.sameBytes(environment) && $0.effectiveReplayKey.sameBytes(replayKey) }
+            ?? redemptionRows.first { isPurchase($0, environment: environment, replayKey: replayKey) }
     }
 
     public func append(_ event: PurchaseEvent, logging: AdminAction?) throws -> PurchaseEventOutcome {

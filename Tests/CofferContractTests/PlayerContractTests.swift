@@ -33,6 +33,12 @@ struct PlayerContractTests {
             #expect(try await ledger.redemption(environment: "Sandbox", replayKey: "500") == stored)
             #expect(try await ledger.redemption(environment: "Production", replayKey: "500") == nil)
             #expect(try await ledger.redemption(environment: "Sandbox", replayKey: "5000") == nil)
+            // A row from before replay keys (SQLite 0003): found by its original transaction id
+            // too, on every backend (the in-memory ledger found it by its transaction id only).
+            let older = try #require(try await ledger.insert(makeRedemption("503", original: "orig-503")).inserted)
+            #expect(older.replayKey == nil)
+            #expect(try await ledger.redemption(environment: "Sandbox", replayKey: "orig-503") == older)
+            #expect(try await ledger.redemption(environment: "Sandbox", replayKey: "503") == older)
             var filter = AuditFilter()
             filter.playerId = "player-1"
             #expect(try await ledger.redemptions(filter) == [stored])

@@ -217,17 +217,106 @@ import Testing
         #expect(try await Self.notify(world.vault, "REFUND", refunded) == .revoked)
         VaultTests.expect(
             await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: testNow) }, 403, .grantInvalid)
-        // A late DID_RENEW of the refunded period changes nothing…
-        #expect(try await Self.notify(world.vault, "DID_RENEW", refunded, now: testNow.addingTimeInterval(1)) == .updated)
+        // A late DID_RENEW of the refunded period changes nothing (recorded only)…
+        #expect(try await Self.notify(world.vault, "DID_RENEW", refunded, now: testNow.addingTimeInterval(1)) == .recorded)
         VaultTests.expect(
             await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: testNow.addingTimeInterval(2)) }, 403,
             .grantInvalid)
-        // …the next paid period does.
+        // …the next paid period does (bought after the refund).
         let next = end.addingTimeInterval(30 * 86400)
-        #expect(
-            try await Self.notify(world.vault, "DID_RENEW", Self.subscription("991", original: "990", expires: next), now: end) == .updated)
+        var paid = Self.subscription("991", original: "990", expires: next)
+        paid.purchaseDate = end
+        #expect(try await Self.notify(world.vault, "DID_RENEW", paid, now: end) == .updated)
         #expect(try await world.vault.exchange(grant: try #require(pass.grant), now: end.addingTimeInterval(1)).entitlementEndsAt == next)
         try await world.expectIntact()
+    }
+
+    /// A period bought before the revocation — the one current when the pass was refunded or
+    /// revoked, presented or notified later — does not reinstate it: only a period paid after
+    /// Apple's refund does, and nothing paid lifts an admin's revocation or a REVOKE.
+    @Test func onlyAPeriodPaidAfterARefundReinstatesASubscription() async throws {
+        for revokedBy in ["REFUND", "REVOKE", "admin"] {
+            let world = try await World()
+            let end = testNow.addingTimeInterval(Self.hour)
+            let pass = try await world.vault.redeem(
+                try Self.request(Self.subscription("970", original: "970", expires: end), player: Self.alice), now: testNow)
+            // T5: the period current at the revocation, renewed an hour before it, known so far only to Apple.
+            let revokedAt = testNow.addingTimeInterval(600)
+            var current = Self.subscription("975", original: "970", expires: end.addingTimeInterval(20 * 86400))
+            current.purchaseDate = testNow.addingTimeInterval(-Self.hour)
+            if revokedBy == "admin" {
+                _ = try await world.vault.revoke(transactionId: "970", reason: "chargeback", by: "ops", now: revokedAt)
+            } else {
+                var revoked = Self.subscription("970", original: "970", expires: end)
+                revoked.revocationDate = revokedAt
+                #expect(try await Self.notify(world.vault, revokedBy, revoked, now: revokedAt) == .revoked)
+            }
+            func refused(_ at: Date, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+                VaultTests.expect(
+                    await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: at) }, 403, .grantInvalid,
+                    sourceLocation: sourceLocation)
+            }
+            let later = revokedAt.addingTimeInterval(60)
+            // Its owner presents T5 (Transaction.latest), then toggles auto-renew so Apple notifies it: neither reinstates.
+            VaultTests.expect(
+                await VaultTests.failure { try await world.vault.redeem(try Self.request(current, player: Self.alice), now: later) }, 410,
+                .revoked)
+            #expect(
+                try await Self.notify(world.vault, "DID_CHANGE_RENEWAL_STATUS", subtype: "AUTO_RENEW_ENABLED", current, now: later)
+                    == .recorded, "\(revokedBy)")
+            try await refused(later.addingTimeInterval(1))
+            // Presenting it again adds nothing to the ledger.
+            let recorded = await world.events()
+            _ = await VaultTests.failure { try await world.vault.redeem(try Self.request(current, player: Self.alice), now: later) }
+            #expect(await world.events() == recorded)
+            #expect(recorded.filter { $0 == "recordedOnly" }.count == 2, "\(revokedBy): \(recorded)")
+            // A period bought after the revocation: reinstates after Apple's refund only.
+            var paid = Self.subscription("976", original: "970", expires: end.addingTimeInterval(40 * 86400))
+            paid.purchaseDate = later
+            let outcome = try await Self.notify(world.vault, "DID_RENEW", paid, now: later)
+            if revokedBy == "REFUND" {
+                #expect(outcome == .updated)
+                #expect(try await world.vault.exchange(grant: try #require(pass.grant), now: later).entitlementEndsAt == paid.expiresDate)
+            } else {
+                #expect(outcome == .recorded, "\(revokedBy)")
+                try await refused(later)
+            }
+            try await world.expectIntact()
+        }
+    }
+
+    /// The fold itself (events written before the vault recorded unpaid periods as
+    /// `recordedOnly`): a period paid after the revocation lifts Apple's refund only.
+    @Test func theFoldLiftsOnlyAnAppleRefundForAPeriodPaidAfterIt() {
+        var pass = makeRedemption("930", original: "930")
+        pass.expiresAt = testNow.addingTimeInterval(Self.hour)
+        let renewal = PurchaseEvent(
+            sequence: 1, at: testNow.addingTimeInterval(120), kind: .renewal, environment: "Sandbox", replayKey: "930", redemptionId: "r-930",
+            transactionId: "931", expiresAt: testNow.addingTimeInterval(30 * 86400), detail: "renewal", source: .client, reference: "r-930")
+        let now = testNow.addingTimeInterval(300)
+        for (reason, source, state) in [
+            ("REFUND", Revocation.Source.notification, Entitlement.State.active), ("REVOKE/FAMILY_REVOKE", .notification, .revoked),
+            ("chargeback", .admin, .revoked), ("REFUND", .admin, .revoked),
+        ] {
+            let revocation = Revocation(
+                redemptionId: "r-930", transactionId: "930", revokedAt: testNow, reason: reason, source: source, reference: "x", recordedAt: testNow)
+            #expect(Entitlement.fold(pass, revocation: revocation, events: [renewal], now: now).state == state, "\(reason) by \(source)")
+        }
+    }
+
+    /// The first redemption of a subscription period the ledger already knows renewed (a
+    /// DID_RENEW notified before it) gets tokens and an end from the renewal, not its own
+    /// past end.
+    @Test func aFirstRedemptionAfterARenewalEndsWithTheRenewal() async throws {
+        let world = try await World()
+        let end = testNow.addingTimeInterval(-60)
+        let renewed = testNow.addingTimeInterval(Self.hour)
+        #expect(
+            try await Self.notify(world.vault, "DID_RENEW", Self.subscription("960", original: "960", expires: renewed), uuid: "n-960")
+                == .updated)
+        let pass = try await world.vault.redeem(try Self.request(Self.subscription("960", original: "960", expires: end)), now: testNow)
+        #expect(pass.entitlementEndsAt == renewed)
+        #expect(pass.assets.allSatisfy { $0.expiresAt > testNow }, "\(pass.assets.map(\.expiresAt))")
     }
 
     @Test func anAdminRevokesAReinstatedPurchaseAndARetriedRefundIsNotARevocation() async throws {

@@ -118,13 +118,21 @@ public struct Entitlement: Sendable, Hashable {
     /// Folds what the ledger holds of one purchase at `now`. Subscriptions end at the latest
     /// `expiresDate` seen, or later while the most recent grace period runs. A revocation holds
     /// unless more reversals than re-revocations followed it and a reversal came last — or, for a subscription, a later
-    /// period was paid for: a renewal (another transaction, ending after the refund) recorded
-    /// after the last revocation entitles again until its own end.
+    /// period was paid for: after Apple's refund (not an admin's revocation or a REVOKE), a
+    /// renewal (another transaction, ending after the refund) recorded after the last
+    /// revocation entitles again until its own end. The vault records a renewal or status
+    /// bought before the revocation as `recordedOnly` (``Vault``'s `periodKind`), so only a
+    /// period paid after it counts.
     public static func fold(_ redemption: Redemption, revocation: Revocation?, events: [PurchaseEvent], now: Date) -> Entitlement {
         var latestExpiry = redemption.expiresAt
         var grace: Date?
         var tally = RevocationTally(revocations: revocation == nil ? 0 : 1)
-        var lastRevocation = revocation.map { (at: $0.recordedAt, revokedAt: $0.revokedAt, transactionId: $0.transactionId) }
+        var lastRevocation = revocation.map {
+            (
+                at: $0.recordedAt, revokedAt: $0.revokedAt, transactionId: $0.transactionId,
+                refund: isAppleRefund($0.reason, admin: $0.source == .admin)
+            )
+        }
         var paidAfterRevocation: Date?
         for event in events.sorted(by: { $0.sequence < $1.sequence }) {
             if let expires = event.expiresAt { latestExpiry = max(latestExpiry ?? expires, expires) }
@@ -133,10 +141,13 @@ public struct Entitlement: Sendable, Hashable {
             case .refundReversed: tally.add(.refundReversed)
             case .revokedAgain:
                 tally.add(.revokedAgain)
-                lastRevocation = (at: event.at, revokedAt: event.at, transactionId: event.transactionId)
+                lastRevocation = (
+                    at: event.at, revokedAt: event.at, transactionId: event.transactionId,
+                    refund: isAppleRefund(event.detail, admin: event.source == .admin)
+                )
                 paidAfterRevocation = nil
             case .renewal, .subscriptionStatus:
-                if let last = lastRevocation, let expires = event.expiresAt, event.at >= last.at, expires > last.revokedAt,
+                if let last = lastRevocation, last.refund, let expires = event.expiresAt, event.at >= last.at, expires > last.revokedAt,
                     event.transactionId != last.transactionId
                 {
                     paidAfterRevocation = max(paidAfterRevocation ?? expires, expires)
@@ -163,6 +174,13 @@ public struct Entitlement: Sendable, Hashable {
 }
 
 extension Entitlement {
+    /// Whether a revocation (its reason or a `revokedAgain` event's detail, and its source) is
+    /// Apple's refund: not an admin's revocation, not a REVOKE (family sharing ended). Only a
+    /// refund is reversed by REFUND_REVERSED or lifted by a period paid after it.
+    static func isAppleRefund(_ reason: String, admin: Bool) -> Bool {
+        !admin && !reason.hasPrefix("REVOKE")
+    }
+
     /// The kinds of event that decide whether a revocation holds (the stores read only these
     /// for the replay rule).
     public static let revocationKinds: [PurchaseEvent.Kind] = [.refundReversed, .revokedAgain]

@@ -106,8 +106,13 @@ extension Vault {
             var detail = reason
             if let status = notification.renewalInfo?.autoRenewStatus { detail += " autoRenewStatus=\(status)" }
             if notification.renewalInfo?.isInBillingRetryPeriod == true { detail += " billingRetry" }
-            let outcome = try await append(.subscriptionStatus, context, existing: existing, detail: detail, expiresAt: expires, graceUntil: grace)
-            return outcome == .duplicate ? .duplicate : .updated
+            var kind = PurchaseEvent.Kind.subscriptionStatus
+            if let existing {
+                let events = try await storage({ try await ledger.purchaseEvents(environment: context.environment, replayKey: replayKey) })
+                kind = try await periodKind(.subscriptionStatus, of: existing, purchasedAt: transaction.purchaseDate?.date, events: events, now: now)
+            }
+            let outcome = try await append(kind, context, existing: existing, detail: detail, expiresAt: expires, graceUntil: grace)
+            return outcome == .duplicate ? .duplicate : kind == .recordedOnly ? .recorded : .updated
         }
     }
 
@@ -202,7 +207,7 @@ extension Vault {
         let revocations =
             (revocation.map { [($0.reason, $0.source == .admin)] } ?? [])
             + events.filter { $0.knownKind == .revokedAgain }.map { ($0.detail, $0.source == .admin) }
-        return !revocations.contains { $0.0.hasPrefix("REVOKE") || $0.1 }
+        return revocations.allSatisfy { Entitlement.isAppleRefund($0.0, admin: $0.1) }
     }
 
     /// A REFUND or REVOKE of a purchase not redeemed yet whose revocation is already kept:

@@ -216,15 +216,20 @@ public struct Vault: Sendable {
         if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
             return try await again(existing, purchase, of: product, assets: assets, request: request, now: now)
         }
+        // When the entitlement ends: the transaction's own end, or later when the ledger
+        // already holds a later one (renewals, a grace period notified before the redemption).
+        var endsAt = expiresAt
         if let expiresAt {
             let events = try await storage({ try await ledger.purchaseEvents(environment: environment, replayKey: replayKey) })
             let probe = Redemption(
                 redemptionId: "", transactionId: purchase.transactionId, originalTransactionId: nil, productId: product.productId, bundleId: "",
                 environment: environment, purchaseDate: nil, quantity: 1, receiptSHA256: "", sourceFormat: purchase.format, redeemedAt: now,
                 clientAddress: "", appAccountToken: nil, grantHash: "", expiresAt: expiresAt)
-            if Entitlement.fold(probe, revocation: nil, events: events, now: now).state == .expired {
+            let folded = Entitlement.fold(probe, revocation: nil, events: events, now: now)
+            if folded.state == .expired {
                 throw VaultFailure(.expired, "the subscription transaction \(purchase.transactionId) expired at \(RFC3339.format(expiresAt))")
             }
+            endsAt = folded.endsAt
         }
         let grant = Self.randomSecret()
         let row = Redemption(
@@ -267,8 +272,7 @@ public struct Vault: Sendable {
             throw VaultFailure(.revoked, revokedDetail)
         case .inserted(let stored):
             return RedemptionOutcome(
-                redemption: stored, grant: grant, assets: issue(assets, for: stored, now: now, endsAt: expiresAt),
-                entitlementEndsAt: expiresAt)
+                redemption: stored, grant: grant, assets: issue(assets, for: stored, now: now, endsAt: endsAt), entitlementEndsAt: endsAt)
         }
     }
 
@@ -309,10 +313,13 @@ public struct Vault: Sendable {
         let key = existing.effectiveReplayKey
         var events = try await storage({ try await ledger.purchaseEvents(environment: existing.environment, replayKey: key) })
         if product.type == .autoRenewable, let expires = purchase.expiresDate, purchase.transactionId != existing.transactionId,
-            !events.contains(where: { $0.transactionId == purchase.transactionId && $0.knownKind == .renewal })
+            !events.contains(where: {
+                $0.transactionId == purchase.transactionId && ($0.knownKind == .renewal || ($0.knownKind == .recordedOnly && $0.source == .client))
+            })
         {
+            let kind = try await periodKind(.renewal, of: existing, purchasedAt: purchase.purchaseDate, events: events, now: now)
             let renewal = PurchaseEvent(
-                at: now, kind: .renewal, environment: existing.environment, replayKey: key, redemptionId: existing.redemptionId,
+                at: now, kind: kind, environment: existing.environment, replayKey: key, redemptionId: existing.redemptionId,
                 transactionId: purchase.transactionId, playerId: existing.playerId, expiresAt: expires,
                 detail: "renewal presented by a client from \(request.clientAddress)", source: .client, reference: existing.redemptionId)
             if case .appended(let stored) = try await storage({ try await ledger.append(renewal) }) { events.append(stored) }
@@ -340,6 +347,27 @@ public struct Vault: Sendable {
         return RedemptionOutcome(
             redemption: existing, grant: nil, assets: issue(assets, for: existing, now: now, endsAt: entitlement.endsAt), restored: true,
             entitlementEndsAt: entitlement.endsAt)
+    }
+
+    /// How a subscription period presented (`.renewal`) or notified (`.subscriptionStatus`)
+    /// for a redeemed purchase is recorded: as itself, unless the purchase is revoked now and
+    /// the period was not paid after the revocation — the transaction bought at or before it
+    /// (a period the refund took back, or one that was current when an admin revoked the pass,
+    /// presented or notified late), or the revocation is an admin's or a REVOKE, which no
+    /// payment lifts. Then `recordedOnly`: its end still counts should the revocation be
+    /// reversed, but it does not reinstate (``Entitlement/fold(_:revocation:events:now:)``).
+    func periodKind(
+        _ kind: PurchaseEvent.Kind, of existing: Redemption, purchasedAt: Date?, events: [PurchaseEvent], now: Date
+    ) async throws(VaultFailure) -> PurchaseEvent.Kind {
+        guard let revocation = try await storage({ try await ledger.revocation(of: existing) }),
+            Entitlement.fold(existing, revocation: revocation, events: events, now: now).state == .revoked
+        else { return kind }
+        let last =
+            events.filter { $0.knownKind == .revokedAgain }.max { $0.sequence < $1.sequence }
+            .map { (revokedAt: $0.at, refund: Entitlement.isAppleRefund($0.detail, admin: $0.source == .admin)) }
+            ?? (revokedAt: revocation.revokedAt, refund: Entitlement.isAppleRefund(revocation.reason, admin: revocation.source == .admin))
+        guard last.refund, let purchasedAt, purchasedAt > last.revokedAt else { return .recordedOnly }
+        return kind
     }
 
     /// With player identity, a signed `appAccountToken` must be the player's UUID.
