@@ -15,6 +15,26 @@ public enum Terminal {
                     }
                 }))
     }
+
+    /// JSON (a server's answer, or one encoded from it) made safe to print the same way, and
+    /// still the same JSON: control and format characters become `\\uXXXX` escapes —
+    /// JSONEncoder and servers leave C1 controls and bidirectional overrides as they are,
+    /// and a terminal acts on them. Newlines, tabs and carriage returns are left: outside a
+    /// string they are the layout, and inside one a valid JSON text holds them escaped.
+    public static func safeJSON(_ json: String) -> String {
+        var out = String.UnicodeScalarView()
+        for scalar in json.unicodeScalars {
+            switch scalar.properties.generalCategory {
+            case .control where scalar != "\n" && scalar != "\t" && scalar != "\r", .format:
+                for unit in String(scalar).utf16 {
+                    let hex = String(unit, radix: 16)
+                    out.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).unicodeScalars)
+                }
+            default: out.append(scalar)
+            }
+        }
+        return String(out)
+    }
 }
 
 /// The identifiers the server takes in a path (asset, product and bundle ids): 1–128 of

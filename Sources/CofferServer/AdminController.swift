@@ -114,6 +114,11 @@ struct AdminController {
         let given = try Self.assetName(query: request.uri.query)
         let name = if let given { given } else { try await catalogue.asset(assetId)?.name ?? assetId }
         let sent = request.headers[.contentType].flatMap { $0.lowercased().hasPrefix("application/x-www-form-urlencoded") ? nil : $0 }
+        if let sent, !MediaType.isValid(sent) {
+            throw Problem(
+                .malformedRequest, "Content-Type must be a media type (type/subtype[; name=value]) of at most \(MediaType.maxLength) ASCII characters"
+            )
+        }
         let contentType = sent ?? MediaType.forUpload(fileName: name)
         guard uploads.enter() else {
             throw Problem(
@@ -140,7 +145,7 @@ struct AdminController {
         }
         let entry = entry(context, .assetUpload, target: assetId, detail: "")
         let asset = try await catalogue.addAssetVersion(
-            assetId: assetId, name: name, contentType: String(contentType.prefix(128)), size: stored.size, sha256: stored.sha256, at: entry.at,
+            assetId: assetId, name: name, contentType: contentType, size: stored.size, sha256: stored.sha256, at: entry.at,
             logging: { asset in Self.uploadEntry(entry, asset) })
         note(context, Self.uploadEntry(entry, asset))
         return try JSON.response(asset, status: .created)
@@ -161,11 +166,13 @@ struct AdminController {
         return logged
     }
 
-    /// Writes a logged action to the server log too, once it is stored.
+    /// Writes a logged action to the server log too, once it is stored — its text escaped as
+    /// the ledger stores it: a reason is an admin's free text, and a newline in it would
+    /// forge the next line of the server's log.
     func note(_ context: CofferRequestContext, _ entry: AdminAction) {
+        let safe = AdminAction.escapedForLedger(entry)
         context.logger.notice(
-            "admin action",
-            metadata: ["action": "\(entry.action)", "target": "\(entry.target)", "detail": "\(entry.detail)", "by": "\(entry.keyName)"])
+            "admin action", metadata: ["action": "\(safe.action)", "target": "\(safe.target)", "detail": "\(safe.detail)", "by": "\(safe.keyName)"])
     }
 
     /// Longest asset name, in UTF-8 bytes.
@@ -196,6 +203,10 @@ struct AdminController {
             case 0x00...0x1F, 0x7F...0x9F:
                 throw invalidAssetName("name contains a control character (U+\(String(scalar.value, radix: 16, uppercase: true)))")
             case 0x2F, 0x5C: throw invalidAssetName("name contains a slash or backslash")
+            // A right-to-left override shows "level‮nib.exe" as "levelexe.bin" where a game saves it.
+            case _ where LedgerText.isUnsafe(scalar):
+                throw invalidAssetName(
+                    "name contains an invisible or bidirectional formatting character (U+\(String(scalar.value, radix: 16, uppercase: true)))")
             default: continue
             }
         }

@@ -14,11 +14,13 @@ struct AuditController {
 
     func add(to group: RouterGroup<CofferRequestContext>) {
         group.get("/redemptions") { request, _ in
+            try Self.refuseFilters(request, besides: Self.redemptionFilters, of: "redemptions")
             let filter = try Self.filter(request)
             let items = try await ledger.redemptions(filter)
             return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
         }
         group.get("/attempts") { request, _ in
+            try Self.refuseFilters(request, besides: Self.attemptFilters, of: "attempts")
             let filter = try Self.filter(request)
             let items = try await ledger.attempts(filter)
             return try JSON.response(Page(items: items, nextCursor: items.count == filter.limit ? items.last.map { String($0.sequence) } : nil))
@@ -26,16 +28,19 @@ struct AuditController {
         group.get("/export") { request, _ in try await export(request) }
         group.get("/stats/hourly") { request, _ in try await hourly(request) }
         group.get("/revocations") { request, _ in
+            try Self.refuseFilters(request, besides: [], of: "revocations")
             let (after, limit) = try Paging.parse(request)
             let items = try await ledger.revocations(after: after, limit: limit)
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }
         group.get("/events") { request, _ in
+            try Self.refuseFilters(request, besides: [], of: "purchase events")
             let (after, limit) = try Paging.parse(request)
             let items = try await ledger.purchaseEvents(after: after, limit: limit)
             return try JSON.response(Page(items: items, nextCursor: items.count == limit ? items.last.map { String($0.sequence) } : nil))
         }
         group.get("/deliveries") { request, _ in
+            try Self.refuseFilters(request, besides: Self.deliveryFilters, of: "deliveries")
             let (after, limit) = try Paging.parse(request)
             let redemptionId = try Self.identifier(request, "redemptionId")
             let items = try await deliveries?.deliveries(redemptionId: redemptionId, after: after, limit: limit) ?? []
@@ -82,6 +87,23 @@ struct AuditController {
         return value
     }
 
+    /// The filters each listing applies. Any other is refused (400), never ignored: an
+    /// auditor answering one player's request with `kind=attempts&playerId=…` got every
+    /// client's rows, believing them filtered.
+    static let redemptionFilters: Set<String> = ["transactionId", "originalTransactionId", "productId", "bundleId", "playerId", "from", "to"]
+    static let attemptFilters: Set<String> = ["transactionId", "productId", "code", "from", "to"]
+    static let deliveryFilters: Set<String> = ["redemptionId"]
+    static let allFilters = redemptionFilters.union(attemptFilters).union(deliveryFilters)
+
+    /// 400 for a filter `kind` does not apply.
+    static func refuseFilters(_ request: Request, besides applied: Set<String>, of kind: String) throws {
+        let query = request.uri.queryParameters
+        if let name = allFilters.subtracting(applied).sorted().first(where: { query.get($0) != nil }) {
+            let takes = applied.isEmpty ? "no filters" : "only " + applied.sorted().joined(separator: ", ")
+            throw Problem(.malformedRequest, "\(name) does not filter \(kind): it takes \(takes)")
+        }
+    }
+
     static func filter(_ request: Request) throws -> AuditFilter {
         let q = request.uri.queryParameters
         var f = AuditFilter()
@@ -109,6 +131,11 @@ struct AuditController {
         guard ["redemptions", "attempts", "deliveries", "ledger"].contains(kind) else {
             throw Problem(.malformedRequest, "kind must be redemptions, attempts, deliveries or ledger")
         }
+        try Self.refuseFilters(
+            request,
+            besides: [
+                "redemptions": Self.redemptionFilters, "attempts": Self.attemptFilters, "deliveries": Self.deliveryFilters,
+            ][kind] ?? [], of: kind == "ledger" ? "the ledger export (it is whole)" : kind)
         if kind == "ledger" {
             guard format == "ndjson" else { throw Problem(.malformedRequest, "the ledger export is ndjson") }
             return try await ledgerExport.export()

@@ -55,7 +55,7 @@ struct AdminCommand: AsyncParsableCommand {
                     uploaded.append(asset)
                 }
                 if output.asJSON {
-                    print(String(decoding: try CofferAPIClient.encode(uploaded), as: UTF8.self))
+                    print(Terminal.safeJSON(String(decoding: try CofferAPIClient.encode(uploaded), as: UTF8.self)))
                 } else {
                     for a in uploaded { print(Terminal.safe("\(a.assetId) version \(a.version): \(a.name), \(a.size) bytes, sha256 \(a.sha256)")) }
                 }
@@ -167,7 +167,7 @@ struct AdminCommand: AsyncParsableCommand {
                         .POST, "/v1/admin/revocations", json: Body(transactionId: transactionId, reason: reason, environment: environment))
                 }
                 if output.asJSON {
-                    print(String(decoding: data, as: UTF8.self))
+                    print(Terminal.safeJSON(String(decoding: data, as: UTF8.self)))
                 } else {
                     let (items, _) = try Table.page(Data("[".utf8) + data + Data("]".utf8))
                     print(

@@ -88,7 +88,7 @@ struct AuditCommand: AsyncParsableCommand {
     /// Prints a JSON answer (a list) as JSON or a table.
     static func show(_ data: Data, output: OutputOptions, columns: [(header: String, key: String)]) throws {
         if output.asJSON {
-            print(String(decoding: data, as: UTF8.self))
+            print(Terminal.safeJSON(String(decoding: data, as: UTF8.self)))
         } else {
             print(Table.render(try Table.page(data).items, columns: columns))
         }
@@ -231,7 +231,7 @@ struct AuditCommand: AsyncParsableCommand {
             // covers (a server that publishes none, or strips them) proves nothing.
             let unsigned = report.intact && report.entries > 0 && report.checkpointsVerified + report.pinnedVerified == 0
             if json {
-                print(try LedgerCommand.Verify.json(report))
+                print(Terminal.safeJSON(try LedgerCommand.Verify.json(report)))
             } else {
                 print(
                     (unsigned ? "NOT VERIFIED: no checkpoint signed by the pinned key covers these \(report.entries) entries\n" : "")

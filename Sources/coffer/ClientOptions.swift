@@ -128,6 +128,6 @@ enum Table {
     static func json(_ value: some Encodable) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
+        return Terminal.safeJSON(String(decoding: try encoder.encode(value), as: UTF8.self))
     }
 }

@@ -209,6 +209,24 @@ import Testing
             let attempts = try Harness.json(try await client.execute(uri: "/v1/audit/attempts?code=alreadyRedeemed", method: .get, headers: auditor))
             #expect((attempts["items"] as? [[String: Any]])?.first?["transactionId"] as? String == "10")
 
+            // A filter a listing does not apply is refused, never ignored (every row, believed filtered).
+            for uri in [
+                "/v1/audit/attempts?playerId=alice", "/v1/audit/redemptions?code=alreadyRedeemed", "/v1/audit/deliveries?transactionId=10",
+                "/v1/audit/deliveries?from=2026-01-01T00:00:00Z", "/v1/audit/events?playerId=alice", "/v1/audit/revocations?transactionId=10",
+                "/v1/audit/export?kind=attempts&playerId=alice", "/v1/audit/export?kind=deliveries&from=2026-01-01T00:00:00Z",
+                "/v1/audit/export?kind=ledger&transactionId=10", "/v1/audit/export?kind=redemptions&redemptionId=r-1",
+            ] {
+                let refused = try await client.execute(uri: uri, method: .get, headers: auditor)
+                #expect(refused.status == .badRequest && Harness.code(refused) == "malformedRequest", "\(uri)")
+            }
+            for uri in [
+                "/v1/audit/attempts?transactionId=10&productId=p&code=c&from=2026-01-01T00:00:00Z&to=2999-01-01T00:00:00Z",
+                "/v1/audit/deliveries?redemptionId=r-1", "/v1/audit/export?kind=attempts&code=alreadyRedeemed",
+                "/v1/audit/export?kind=deliveries&redemptionId=r-1",
+            ] {
+                #expect(try await client.execute(uri: uri, method: .get, headers: auditor).status == .ok, "\(uri)")
+            }
+
             let badLimit = try await client.execute(uri: "/v1/audit/redemptions?limit=0", method: .get, headers: auditor)
             #expect(badLimit.status == .badRequest)
             let badDate = try await client.execute(uri: "/v1/audit/attempts?from=yesterday", method: .get, headers: auditor)

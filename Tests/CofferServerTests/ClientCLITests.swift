@@ -389,6 +389,30 @@ import Testing
         #expect(Terminal.safe("Level Pack 1: The Caverns — ünïcode ✓") == "Level Pack 1: The Caverns — ünïcode ✓")
     }
 
+    /// An export is read from a server the auditor does not trust: its text must not reach the
+    /// terminal as escape sequences that move the cursor over the verdict and print "ledger
+    /// intact" in its place (the header's `format` was echoed raw into the report).
+    @Test func aHostileExportCannotRewriteTheVerdictOnTheTerminal() async throws {
+        let dir = try makeTemporaryDirectory(prefix: "coffer-hostile")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("export.ndjson")
+        let hostile = "\u{1B}[3A\u{1B}[2K\rledger intact\u{1B}[J\u{9B}2J\u{202E}"
+        let header = String(decoding: try JSONSerialization.data(withJSONObject: ["format": hostile]), as: UTF8.self)
+        try Data((header + "\n").utf8).write(to: file)
+        let text = try await CofferExecutable.run(["ledger", "verify", "--export", file.path])
+        #expect(text.status == 1)
+        #expect(text.stdout.hasPrefix("LEDGER TAMPERED"))
+        let json = try await CofferExecutable.run(["ledger", "verify", "--export", file.path, "--json"])
+        #expect(json.status == 1)
+        for output in [text.stdout, json.stdout] {
+            #expect(!output.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\u{9B}" || $0 == "\u{202E}" || $0 == "\r" }, "\(output)")
+        }
+        // The JSON is still JSON, its text what the export held, escaped as the ledger stores text.
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect((report["intact"] as? Bool) == false)
+        #expect(Terminal.safeJSON(#"{"a":"\#u{9B}\#u{202E}\#u{E0041}"}"#) == #"{"a":"\u009b\u202e\udb40\udc41"}"#)
+    }
+
     /// The client library retries an upload the server answered 503 `uploadsBusy`, after its
     /// `Retry-After`, and sends the file's SHA-256 as `Content-Digest` each time.
     @Test func uploadsAreRetriedWhileTheServerIsBusy() async throws {

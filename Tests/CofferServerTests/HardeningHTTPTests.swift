@@ -676,6 +676,8 @@ extension Harness {
         try await h.app.test(.router) { client in
             for query in [
                 "a%00b", "a%07", "x%7F", "x%C2%85", "%FF", "a%C3", "a%zz", "a%2", "a%0Ab", "a%0D%0Ab", "a%2Fb", "a%5Cb", "",
+                // A right-to-left override ("level‮nib.exe" shows as "levelexe.bin"), a zero-width space, a line separator.
+                "level%E2%80%AEnib.exe", "a%E2%80%8Bb", "a%E2%80%A8b",
                 String(repeating: "a", count: 201), String(repeating: "%C3%A9", count: 101),
             ] {
                 let r = try await client.execute(
@@ -698,6 +700,41 @@ extension Harness {
             let unnamed = try await client.execute(
                 uri: "/v1/admin/assets/plain", method: .put, headers: h.bearer(h.adminKey), body: ByteBuffer(string: "x"))
             #expect(try Harness.json(unnamed)["name"] as? String == "plain", "no name: the asset id")
+            // Emoji keep their joiners.
+            let family = try await client.execute(
+                uri: "/v1/admin/assets/emoji?name=%F0%9F%91%A9%E2%80%8D%F0%9F%91%A7.png", method: .put, headers: h.bearer(h.adminKey),
+                body: ByteBuffer(string: "x"))
+            #expect(family.status == .created)
+        }
+    }
+
+    /// An upload's `Content-Type` is every download's: a media type in ASCII, whole — not any
+    /// header value cut at 128 characters (a C1 control reached `coffer admin assets list`).
+    @Test func uploadTypesAreMediaTypes() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            func upload(_ type: String) async throws -> TestResponse {
+                var headers = h.bearer(h.adminKey)
+                headers[.contentType] = type
+                return try await client.execute(uri: "/v1/admin/assets/typed", method: .put, headers: headers, body: ByteBuffer(string: "x"))
+            }
+            for bad in [
+                "text", "text/", "/plain", "text/plain;", "text/plain; charset", "text/plain; charset=", "text/pl ain", "text/plain; a=\"open",
+                "text/plain\u{85}", "text/plain; a=\"\u{9B}2J\"", "image/png; x=" + String(repeating: "a", count: 120), "téxt/plain",
+            ] {
+                let r = try await upload(bad)
+                #expect(r.status == .badRequest && Harness.code(r) == "malformedRequest", "\(bad.unicodeScalars.map { String($0.value, radix: 16) })")
+            }
+            #expect(try await client.execute(uri: "/v1/admin/assets/typed", method: .get, headers: h.bearer(h.adminKey)).status == .notFound)
+            for good in ["image/png", "text/plain; charset=utf-8", "application/vnd.example+json;v=2 ; q=\"a \\\" b\"", "Audio/OGG"] {
+                let r = try await upload(good)
+                #expect(r.status == .created, "\(good)")
+                #expect(try Harness.json(r)["contentType"] as? String == good)
+            }
+        }
+        for (value, valid) in [("a/b", true), ("a/b;c=d", true), ("a/b\t;\tc=\"\\\t\"", true), ("a/b;c=\"\\", false), ("a/b c", false)] {
+            #expect(MediaType.isValid(value) == valid, "\(value)")
         }
     }
 }

@@ -2,6 +2,7 @@ import CofferCore
 import CofferS3
 import CofferTestSupport
 import Foundation
+import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Testing
@@ -76,6 +77,7 @@ import Testing
         #expect(SHA256Hex.of(bytes) == sha)
         #expect(whole.headers[.contentType] == (asset["contentType"] as? String))
         #expect(!whole.headers.contains { $0.name.canonicalName == "x-accel-redirect" }, "the internal path never reaches the client")
+        Self.expectCoffersDownloadHeaders(whole, sha256: sha)
 
         let ranged = try await client.execute(.init(url, method: .get, authority: "localhost", headers: [.range: "bytes=0-9"]))
         #expect(ranged.status == .partialContent)
@@ -90,6 +92,18 @@ import Testing
 }
 
 extension NginxAccelTests {
+    /// What Coffer promises of every download reaches the client through nginx too: nginx
+    /// passes on only a few of the redirecting response's headers (Content-Type,
+    /// Content-Disposition, Cache-Control…), so the locations add the others.
+    static func expectCoffersDownloadHeaders(_ response: TestClient.Response, sha256: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        func header(_ name: String) -> String? { HTTPField.Name(name).flatMap { response.headers[$0] } }
+        #expect(header("X-Content-Type-Options") == "nosniff", sourceLocation: sourceLocation)
+        #expect(header("Content-Security-Policy")?.contains("sandbox") == true, sourceLocation: sourceLocation)
+        #expect(header("Content-Disposition")?.hasPrefix("attachment") == true, sourceLocation: sourceLocation)
+        #expect(header("ETag") == "\"\(sha256)\"", "Coffer's ETag, the SHA-256", sourceLocation: sourceLocation)
+        #expect(header("Cache-Control")?.contains("private") == true, sourceLocation: sourceLocation)
+    }
+
     /// Redeems a fresh demo receipt (minted with `data`'s sandbox CA) through `client`; returns
     /// the grant's first asset.
     static func redeemFirstAsset(_ client: TestClient, data: URL, transaction: Int) async throws -> [String: Any] {
@@ -186,6 +200,7 @@ extension NginxAccelTests {
         #expect(bytes.count == asset["size"] as? Int && SHA256Hex.of(bytes) == asset["sha256"] as? String)
         let leaked = whole.headers.filter { $0.name.canonicalName == "x-accel-redirect" || $0.name.canonicalName.hasPrefix("x-amz") }
         #expect(leaked.isEmpty, "\(leaked)")
+        Self.expectCoffersDownloadHeaders(whole, sha256: asset["sha256"] as? String ?? "")
         let head = try await client.execute(.init(url, method: .head, authority: "localhost"))
         #expect(head.status == .ok && head.headers[.contentLength] == String(bytes.count))
         // Coffer's ETag is the SHA-256 (the store's would be an MD5): the presigned GET was not proxied for a HEAD.

@@ -3,6 +3,7 @@ import CofferSandbox
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import Testing
 
 /// Refunds and revocations: App Store notifications and admins append revocation events;
@@ -67,6 +68,30 @@ import Testing
             report.entries == 4 + 4,
             "the catalogue's 4, the redemption, its revocation, the second refund (counted: a reversal after it must not lift it) and the kept revocation of 4999"
         )
+    }
+
+    /// A reason is an admin's free text: logged escaped, as the ledger stores it — a newline
+    /// in it cannot forge the next line of the server's log.
+    @Test func anAdminsReasonCannotForgeALogLine() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let store = CapturingLogHandler.Store()
+        var logger = Logger(label: "capture") { _ in CapturingLogHandler(store: store) }
+        logger.logLevel = .notice
+        try await h.application(logger: logger).test(.router) { client in
+            _ = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("4150")]))
+            var headers = h.bearer(h.adminKey)
+            headers[.contentType] = "application/json"
+            let forged = "chargeback\n2026-11-28T00:00:00Z critical: ledger tampered\u{1B}[2J"
+            let created = try await client.execute(
+                uri: "/v1/admin/revocations", method: .post, headers: headers,
+                body: try Harness.body(["transactionId": "4150", "reason": forged]))
+            #expect(created.status == .created)
+        }
+        let line = try #require(store.all.first { $0.contains("admin action") && $0.contains("chargeback") })
+        #expect(!line.unicodeScalars.contains { $0.properties.generalCategory == .control }, "\(line)")
+        #expect(line.contains("ledger tampered"), "kept, escaped")
     }
 
     @Test func adminsRevokeWithAReasonAndItIsLogged() async throws {

@@ -68,7 +68,8 @@ public enum LedgerExport {
         var key = publicKey
         if let header = lines.first?.1, header.format != nil {
             if header.format != format, unreadable == nil {
-                unreadable = LedgerProblem(.unreadable, sequence: nil, "unknown export format \(header.format ?? "")")
+                unreadable = LedgerProblem(
+                    .unreadable, sequence: nil, "unknown export format \(LedgerText.escaped(header.format ?? "", maxBytes: 64))")
             }
             if key == nil, let raw = header.publicKey.flatMap(Base64.decode) { key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) }
         }

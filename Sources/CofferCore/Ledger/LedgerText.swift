@@ -22,7 +22,7 @@ public enum LedgerText {
     /// customer's) or an invisible character (U+180E, U+200B, U+2060–2064, U+206A–206F,
     /// U+FEFF, U+FFF9–FFFB). Joiners (U+200C/D) and tag characters stay: emoji and several
     /// scripts need them, and they do not reorder text.
-    static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool {
+    public static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029, 0xFFFD: true
         case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
