@@ -36,6 +36,11 @@ public func buildApplication(
         throw error
     }
     await warnAboutRefusedKeys(storage, logger: logger)
+    if players != nil && configuration.legacyReceipts == .accept {
+        logger.warning(
+            "player identity is on and legacy receipts are accepted: a receipt carries no signed appAccountToken, so a purchase presented as one binds to whichever player redeems it first (its StoreKit 2 transaction would be refused accountMismatch). Once your clients send signedTransaction, set --legacy-receipts refuse"
+        )
+    }
     logger.info(
         "Coffer listening",
         metadata: [

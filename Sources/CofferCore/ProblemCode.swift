@@ -19,7 +19,7 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
     case notRedeemed, alreadyRevoked, ambiguousTransaction, noCheckpoint
     // Players and entitlements.
     case playerTokenRequired, playerTokenInvalid, playerTokenRejected, accountMismatch, entitlementExpired, familySharingNotAllowed
-    case upgradedTransaction
+    case upgradedTransaction, legacyReceiptRefused
     // The server's state: 503, always with `Retry-After`.
     case storageUnavailable, busy, uploadsBusy, auditBusy, notReady, ledgerSealBroken, contentStoreUnavailable
     // The object store behind the server refused or answered wrongly: 502.
@@ -44,7 +44,7 @@ public enum ProblemCode: String, Sendable, Hashable, CaseIterable, Codable {
         case .unsupportedFormat, .unsupportedAlgorithm, .certificateChainMissing, .chainLengthInvalid, .signerNotFound, .signatureInvalid,
             .chainUntrusted, .certificateExpired, .missingAppleExtension, .bundleMismatch, .appAppleIdMismatch, .environmentNotAllowed,
             .environmentMismatch, .deviceMismatch, .productTypeMismatch, .expired, .appAccountTokenMismatch, .transactionNotInReceipt,
-            .transactionRequired, .accountMismatch:
+            .transactionRequired, .accountMismatch, .legacyReceiptRefused:
             422
         case .rateLimited, .tooManyDownloads: 429
         case .httpError, .internalError: 500

@@ -56,7 +56,8 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     ConsoleController().add(to: router)
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),
-        catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL, refundPolicy: c.refundPolicy)
+        catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL, refundPolicy: c.refundPolicy,
+        legacyReceipts: c.legacyReceipts)
     let redemptions = RedemptionController(
         vault: vault, players: d.players, metrics: metrics, jsonBodyLimit: c.jsonBodyLimit, bodyTimeout: c.bodyTimeout)
     redemptions.add(

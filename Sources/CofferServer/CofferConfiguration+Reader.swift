@@ -1,3 +1,4 @@
+import CofferCore
 import Configuration
 import Foundation
 import Logging
@@ -34,6 +35,12 @@ extension CofferConfiguration {
             case "keep": refundPolicy = .revokeFullOnly
             default: throw CofferConfigurationError("partial-refunds must be revoke (any refund revokes) or keep (only a full refund revokes)")
             }
+        }
+        if let legacy = try await reader.string(.legacyReceipts) {
+            guard let policy = LegacyReceiptPolicy(rawValue: legacy) else {
+                throw CofferConfigurationError("legacy-receipts must be accept (legacy app receipts are redeemed) or refuse (StoreKit 2 only)")
+            }
+            legacyReceipts = policy
         }
     }
 

@@ -122,6 +122,8 @@ public struct CofferConfiguration: Sendable {
     public var playerAccountClaim = "sub"
     /// What a prorated refund does (``RefundPolicy``).
     public var refundPolicy: RefundPolicy = .revokeAny
+    /// Whether legacy app receipts are redeemed (``LegacyReceiptPolicy``).
+    public var legacyReceipts: LegacyReceiptPolicy = .accept
 
     public init() {}
 }

@@ -81,6 +81,7 @@ public struct CofferSetting: Sendable, Hashable {
     public static let playerAccountClaim = Self(
         "playerAccountClaim", .string, flag: "--player-account-claim", environment: "COFFER_PLAYER_ACCOUNT_CLAIM")
     public static let partialRefunds = Self("partialRefunds", .string, flag: "--partial-refunds", environment: "COFFER_PARTIAL_REFUNDS")
+    public static let legacyReceipts = Self("legacyReceipts", .string, flag: "--legacy-receipts", environment: "COFFER_LEGACY_RECEIPTS")
     /// The download-token HMAC key: environment only, a secret.
     public static let tokenKey = Self("tokenKey", .string, flag: nil, environment: "COFFER_TOKEN_KEY", inConfigFile: false, isSecret: true)
     /// The config file's own path.
@@ -93,7 +94,9 @@ public struct CofferSetting: Sendable, Hashable {
         accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, auditConcurrency, eventLoops, trustedProxies,
         contentStore,
         s3Endpoint,
-        s3Region, s3PartSize, contentCacheSize, downloadMode, playerKeys, playerIssuer, playerAudience, playerAccountClaim, partialRefunds, tokenKey,
+        s3Region, s3PartSize, contentCacheSize, downloadMode, playerKeys, playerIssuer, playerAudience, playerAccountClaim, partialRefunds,
+        legacyReceipts,
+        tokenKey,
         config,
     ]
 

@@ -17,7 +17,7 @@ extension ServeCommand {
             (.host, host), (.dataDirectory, dataDir), (.config, config), (.logLevel, logLevel), (.accelRedirect, accelRedirect),
             (.ledgerKey, ledgerKey), (.database, database), (.contentStore, contentStore), (.s3Endpoint, s3Endpoint), (.s3Region, s3Region),
             (.downloadMode, downloadMode), (.playerIssuer, playerIssuer), (.playerAudience, playerAudience),
-            (.playerAccountClaim, playerAccountClaim), (.partialRefunds, partialRefunds),
+            (.playerAccountClaim, playerAccountClaim), (.partialRefunds, partialRefunds), (.legacyReceipts, legacyReceipts),
         ]
         let integers: [(CofferSetting, Int?)] = [
             (.port, port), (.appAppleId, appAppleId), (.tokenTTL, tokenTTL), (.uploadLimit, uploadLimit), (.rateRedemptions, rateRedemptions),

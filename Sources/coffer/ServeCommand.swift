@@ -117,6 +117,12 @@ struct ServeCommand: AsyncParsableCommand {
         name: .customLong("partial-refunds"),
         help: "revoke (any refund revokes the purchase) or keep (a prorated refund is recorded, only a full refund revokes). Default: revoke.")
     var partialRefunds: String?
+    @Option(
+        name: .customLong("legacy-receipts"),
+        help:
+            "accept (legacy app receipts are redeemed) or refuse (StoreKit 2 signed transactions only: a receipt carries no signed appAccountToken or ownership type). Default: accept."
+    )
+    var legacyReceipts: String?
     @Option(help: "Demo catalogue directory.") var content = "content"
     @Flag(name: .customLong("print-config"), help: "Print the resolved configuration as JSON and exit (secrets omitted).")
     var printConfig = false
@@ -192,6 +198,7 @@ extension ServeCommand {
         var playerAudience: String?
         var playerAccountClaim: String
         var partialRefunds: String
+        var legacyReceipts: String
         var tokenKeyFromEnvironment: Bool
         var demo: Bool
     }
@@ -211,7 +218,8 @@ extension ServeCommand {
             s3PartSize: c.s3PartSize, contentCacheSize: c.contentCacheSize, downloadMode: c.downloadMode.rawValue, playerKeys: c.playerKeyFiles,
             playerIssuer: c.playerIssuer,
             playerAudience: c.playerAudience, playerAccountClaim: c.playerAccountClaim,
-            partialRefunds: c.refundPolicy == .revokeAny ? "revoke" : "keep", tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
+            partialRefunds: c.refundPolicy == .revokeAny ? "revoke" : "keep", legacyReceipts: c.legacyReceipts.rawValue,
+            tokenKeyFromEnvironment: c.tokenKeyBase64 != nil, demo: demo)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         print(String(decoding: try encoder.encode(Self.effective(resolved, demo: demo)), as: UTF8.self))

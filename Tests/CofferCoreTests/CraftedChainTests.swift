@@ -22,7 +22,8 @@ import Testing
     /// BoringSSL accepts up to 16384 bits: refused on sight, before any signature check.
     @Test func anRSAKeyOverFourThousandNinetySixBitsIsRefusedOnSight() async throws {
         let receipt = try Fixtures.bytes("crafted/rsa8192-signer.der")
-        let result = await try appleVerifier().verify(receipt, now: testNow)
+        let verifier = try appleVerifier()
+        let result = await verifier.verify(receipt, now: testNow)
         expectInvalid(result, .malformed)
         #expect(result.error?.detail.contains("8192-bit RSA key") == true, "\(result)")
     }

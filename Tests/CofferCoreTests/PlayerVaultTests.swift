@@ -24,7 +24,7 @@ import Testing
         let ledger: InMemoryLedger
         let signer = LedgerSigner(privateKey: .init())
 
-        init(refundPolicy: RefundPolicy = .revokeAny) async throws {
+        init(refundPolicy: RefundPolicy = .revokeAny, legacyReceipts: LegacyReceiptPolicy = .accept) async throws {
             let catalogue = InMemoryCatalogue()
             ledger = InMemoryLedger(signer: signer, checkpointEvery: 3)
             _ = try await catalogue.addAssetVersion(
@@ -41,7 +41,7 @@ import Testing
             }
             vault = Vault(
                 verifier: try sandboxVerifier(), catalogue: catalogue, ledger: ledger, tokens: VaultTests.tokens, tokenTTL: 600,
-                refundPolicy: refundPolicy)
+                refundPolicy: refundPolicy, legacyReceipts: legacyReceipts)
         }
 
         func attempts() async -> [String] { await ledger.attempts(AuditFilter()).map { "\($0.code) \($0.transactionId ?? "-")" } }
@@ -151,6 +151,30 @@ import Testing
             }, 422, .accountMismatch)
         #expect(try await world.vault.redeem(try Self.request(Self.spec("123"), player: nameOnly), now: testNow).redemption.playerId == nameOnly.id)
         #expect(await world.attempts() == ["accountMismatch 120", "accountMismatch 122"])
+    }
+
+    /// A legacy receipt does not carry the appAccountToken StoreKit 2 signs for the same
+    /// transaction (nor its ownership type): accepted, Alice's purchase presented as a receipt
+    /// binds to Bob; with `--legacy-receipts refuse` it is refused before any signature check,
+    /// and recorded, while her signed transaction still redeems.
+    @Test func legacyReceiptsCanBeRefusedSoTheSignedAccountAlwaysBinds() async throws {
+        func receipt(_ transactionId: String) throws -> RedemptionRequest {
+            let spec = ReceiptSpec(bundleId: Self.bundle, purchases: [PurchaseSpec(productId: Self.pack, transactionId: transactionId)])
+            return RedemptionRequest(proof: .receipt(try sharedCA.mintReceipt(spec, now: testNow)), clientAddress: "192.0.2.9", player: Self.bob)
+        }
+        let accepting = try await World()
+        // The downgrade `accept` leaves open (documented, warned about at start with players on).
+        #expect(try await accepting.vault.redeem(try receipt("130"), now: testNow).redemption.playerId == Self.bob.id)
+        VaultTests.expect(
+            await VaultTests.failure {
+                try await accepting.vault.redeem(try Self.request(Self.spec("130", token: Self.alice.id), player: Self.alice), now: testNow)
+            }, 409, .alreadyRedeemed)
+
+        let refusing = try await World(legacyReceipts: .refuse)
+        VaultTests.expect(await VaultTests.failure { try await refusing.vault.redeem(try receipt("131"), now: testNow) }, 422, .legacyReceiptRefused)
+        let mine = try await refusing.vault.redeem(try Self.request(Self.spec("131", token: Self.alice.id), player: Self.alice), now: testNow)
+        #expect(mine.redemption.playerId == Self.alice.id)
+        #expect(await refusing.attempts() == ["legacyReceiptRefused -"])
     }
 
     @Test func aSeasonPassEntitlesWhilePaidRenewalsExtendItAndTokensNeverOutliveIt() async throws {

@@ -63,6 +63,7 @@ struct ProblemCodeTests {
         ("entitlementExpired", 403),
         ("familySharingNotAllowed", 403),
         ("upgradedTransaction", 409),
+        ("legacyReceiptRefused", 422),
         ("storageUnavailable", 503),
         ("busy", 503),
         ("uploadsBusy", 503),

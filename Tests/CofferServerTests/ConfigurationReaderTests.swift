@@ -114,6 +114,7 @@ struct ConfigurationReaderTests {
         ("COFFER_DOWNLOAD_MODE", "teleport", "download-mode must be stream, redirect or accel"),
         ("COFFER_DOWNLOAD_MODE", "redirect", "download-mode redirect needs an object store"),
         ("COFFER_DOWNLOAD_MODE", "accel", "download-mode accel needs --accel-redirect"),
+        ("COFFER_LEGACY_RECEIPTS", "no", "legacy-receipts must be accept"),
     ])
     func badValuesNameTheirSetting(variable: String, value: String, message: String) async throws {
         let error = await #expect(throws: CofferConfigurationError.self) { try await Self.configuration(environment: [variable: value]) }

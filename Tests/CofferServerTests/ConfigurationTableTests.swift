@@ -72,7 +72,7 @@ struct ConfigurationTableTests {
         "downloadMode": ("accel", "accel", "accel"),
         "playerKeys": (["/k/f1.pem", "/k/f2.jwks"], ["/k/e.pem"], ["/k/c.pem"]), "playerIssuer": ("iss-f", "iss-e", "iss-c"),
         "playerAudience": ("aud-f", "aud-e", "aud-c"), "playerAccountClaim": ("acct_f", "acct_e", "acct_c"),
-        "partialRefunds": ("keep", "revoke", "keep"),
+        "partialRefunds": ("keep", "revoke", "keep"), "legacyReceipts": ("refuse", "accept", "refuse"),
         "trustedProxies": (["192.0.2.1", "192.0.2.2"], ["192.0.2.3", "2001:db8::4"], ["192.0.2.5"]), "tokenKey": ("c2VjcmV0", "c2VjcmV0", ""),
     ]
 

@@ -50,6 +50,18 @@ public enum RefundPolicy: String, Sendable, Hashable, CaseIterable {
     case revokeFullOnly
 }
 
+/// Whether legacy app receipts are redeemed. A legacy receipt carries neither the purchase's
+/// `appAccountToken` nor its `inAppOwnershipType`, though StoreKit 2 signs both for the same
+/// transaction: accepted, a purchase presented as a receipt binds to whichever player redeems
+/// it first (the JWS of it would be refused `accountMismatch`), and a family member's shared
+/// copy of a product that is not `familyShareable` unlocks it.
+public enum LegacyReceiptPolicy: String, Sendable, Hashable, CaseIterable {
+    /// Legacy receipts are redeemed (the default: older clients send them).
+    case accept
+    /// Only StoreKit 2 signed transactions are: a receipt is 422 `legacyReceiptRefused`.
+    case refuse
+}
+
 /// What a client submits to redeem a purchase.
 public struct RedemptionRequest: Sendable {
     public enum Proof: Sendable {
@@ -86,12 +98,13 @@ public struct Vault: Sendable {
     /// Lifetime of download tokens.
     public let tokenTTL: TimeInterval
     public let refundPolicy: RefundPolicy
+    public let legacyReceipts: LegacyReceiptPolicy
     /// What this instance answered in doubt (a write whose outcome was lost), for the retry.
     let inDoubt = InDoubtRedemptions()
 
     public init(
         verifier: AppStoreVerifier, catalogue: any CatalogueRepository, ledger: any LedgerRepository, tokens: TokenSigner,
-        tokenTTL: TimeInterval = 600, refundPolicy: RefundPolicy = .revokeAny
+        tokenTTL: TimeInterval = 600, refundPolicy: RefundPolicy = .revokeAny, legacyReceipts: LegacyReceiptPolicy = .accept
     ) {
         self.verifier = verifier
         self.catalogue = catalogue
@@ -99,6 +112,7 @@ public struct Vault: Sendable {
         self.tokens = tokens
         self.tokenTTL = tokenTTL
         self.refundPolicy = refundPolicy
+        self.legacyReceipts = legacyReceipts
     }
 
     /// The transaction a proof is about, once verified.
@@ -539,7 +553,15 @@ public struct Vault: Sendable {
     private func verify(_ request: RedemptionRequest, now: Date, seen: inout Seen) async throws(VaultFailure) -> Purchase {
         let purchase: Purchase
         switch request.proof {
-        case .receipt(let bytes): purchase = try await verifyReceipt(bytes, request: request, now: now, seen: &seen)
+        case .receipt(let bytes):
+            // Refused before any signature is checked.
+            guard legacyReceipts == .accept else {
+                throw VaultFailure(
+                    .legacyReceiptRefused,
+                    "this server redeems StoreKit 2 signed transactions only (`signedTransaction`): a legacy receipt carries no signed appAccountToken or ownership type"
+                )
+            }
+            purchase = try await verifyReceipt(bytes, request: request, now: now, seen: &seen)
         case .signedTransaction(let jws): purchase = try await verifySignedTransaction(jws, now: now, seen: &seen)
         }
         // Signed is not the same as safe to store: a trusted test root can sign anything.
