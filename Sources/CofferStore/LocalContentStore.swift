@@ -88,11 +88,37 @@ public struct LocalContentStore: ContentStore {
         }
     }
 
-    /// Removes the file unless its modification time is after `cutoff` (a finished upload of
-    /// the same bytes touches it).
+    /// Removes the file unless its modification time is after `cutoff`: a finished upload of the
+    /// same bytes renames a fresh file over it, whenever it finishes. A time checked and then an
+    /// unlink would remove one that finished in between (its catalogue row then names an object
+    /// gone), so the object is first moved aside — atomically, whatever is at its path then —
+    /// and its time checked again there: a fresh one goes back.
     public func delete(sha256: String, ifNotModifiedAfter cutoff: Date) throws -> Bool {
+        try delete(sha256: sha256, ifNotModifiedAfter: cutoff, beforeSettingAside: {})
+    }
+
+    /// ``delete(sha256:ifNotModifiedAfter:)`` with `beforeSettingAside` run between the first
+    /// check and the move (a test's upload, finishing there).
+    func delete(sha256: String, ifNotModifiedAfter cutoff: Date, beforeSettingAside: () throws -> Void) throws -> Bool {
         guard Self.isContentAddress(sha256), let (_, modified) = try attributes(sha256), let modified, modified <= cutoff else { return false }
-        try delete(sha256: sha256)
+        try beforeSettingAside()
+        let path = objectPath(sha256)
+        let aside = temporaryDirectory + "/gc-" + UUID().uuidString
+        guard rename(path, aside) == 0 else {
+            if errno == ENOENT { return false }
+            throw ContentStoreError.io("cannot move \(path) aside: \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        guard stat(aside, &info) == 0 else { throw ContentStoreError.io("cannot stat \(aside): \(String(cString: strerror(errno)))") }
+        let movedModified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
+        if movedModified > cutoff {
+            // An upload finished in between: its object goes back (over any later upload of the same bytes).
+            guard Foundation.rename(aside, path) == 0 else {
+                throw ContentStoreError.io("cannot put \(path) back from \(aside): \(String(cString: strerror(errno)))")
+            }
+            return false
+        }
+        guard unlink(aside) == 0 || errno == ENOENT else { throw ContentStoreError.io("cannot remove \(aside): \(String(cString: strerror(errno)))") }
         return true
     }
 

@@ -123,13 +123,9 @@ public final class LocalContentUpload: ContentUpload {
             try Self.syncDirectory(store.objectsDirectory)
         }
         let objectPath = store.objectPath(digest)
-        if access(objectPath, F_OK) == 0 {
-            // Same bytes already stored: keep the existing object, touched, so that
-            // `coffer content gc` sees it as new (its catalogue entry is about to be written).
-            unlink(temporaryPath)
-            utimes(objectPath, nil)
-            return
-        }
+        // Also over the same bytes already stored: an atomic replace whose time is now, so
+        // `coffer content gc` sees it as new (its catalogue entry is about to be written) —
+        // a touch of the old file could land between gc's check of its time and its removal.
         guard rename(temporaryPath, objectPath) == 0 else {
             throw ContentStoreError.io("cannot rename into \(objectPath): \(Self.errnoText())")
         }

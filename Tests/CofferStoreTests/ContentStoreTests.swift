@@ -121,6 +121,39 @@ struct ContentStoreTests {
         }
     }
 
+    /// `coffer content gc` and an upload of the same bytes finishing between its check of the
+    /// object's time and its removal: the upload's object stays (its catalogue row is about to
+    /// name it). Before, a touch landed there and the unlink removed what the upload had just
+    /// reported stored.
+    @Test("gc never removes an object an upload of the same bytes finished during its check")
+    func gcKeepsAnObjectAnUploadFinishedDuringItsCheck() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try LocalContentStore(root: dir.path)
+            let digest = Self.helloWorldSHA256
+            func age() throws {
+                let old = Date().addingTimeInterval(-7200).timeIntervalSince1970
+                try FileManager.default.setAttributes(
+                    [.modificationDate: Date(timeIntervalSince1970: old)], ofItemAtPath: try #require(store.path(sha256: digest)))
+            }
+            _ = try await store.write(Self.chunks([Self.helloWorld]), maxBytes: 100, expectedSHA256: nil)
+            try age()
+            let cutoff = Date().addingTimeInterval(-3600)
+            let deleted = try store.delete(sha256: digest, ifNotModifiedAfter: cutoff) {
+                let upload = try store.makeWriter(maxBytes: 100)
+                try upload.append(Self.helloWorld)
+                _ = try upload.finish(expectedSHA256: digest)
+            }
+            #expect(!deleted)
+            #expect(try store.size(sha256: digest) == Int64(Self.helloWorld.count), "the upload's object is there")
+            #expect(filesBelow(dir.appendingPathComponent("tmp")).isEmpty, "nothing left aside")
+            // Nobody uploading: an old unreferenced object goes.
+            try age()
+            #expect(try store.delete(sha256: digest, ifNotModifiedAfter: cutoff))
+            #expect(try store.size(sha256: digest) == nil)
+            #expect(filesBelow(dir.appendingPathComponent("tmp")).isEmpty)
+        }
+    }
+
     @Test("cleanTemporaryFiles removes leftovers and counts them")
     func cleanTemporaryFiles() async throws {
         try await withTemporaryDirectory { dir in
