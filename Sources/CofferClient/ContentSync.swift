@@ -44,11 +44,14 @@ public struct ReleaseManifest: Codable, Sendable {
         for asset in manifest.assets {
             guard Identifier.isValid(asset.assetId) else { throw refuse("asset id \(asset.assetId) is not 1–128 characters of A–Z a–z 0–9 . _ -") }
             guard ids.insert(asset.assetId).inserted else { throw refuse("asset \(asset.assetId) is listed twice") }
-            if let name = asset.name, !plainText(name, max: 200) || name.contains("/") || name.contains("\\") {
-                throw refuse("asset \(asset.assetId): name must be 1–200 bytes without control characters or slashes")
+            // The server's own rules: a release it would refuse halfway is refused here, whole.
+            if let name = asset.name, let problem = UploadText.assetNameProblem(name) {
+                throw refuse("asset \(asset.assetId): \(problem)")
             }
-            if let type = asset.contentType, !plainText(type, max: 128) {
-                throw refuse("asset \(asset.assetId): contentType must be 1–128 plain characters")
+            if let type = asset.contentType, !UploadText.isMediaType(type) {
+                throw refuse(
+                    "asset \(asset.assetId): contentType must be a media type (type/subtype[; name=value]) of at most \(UploadText.maxMediaTypeLength) ASCII characters"
+                )
             }
             let parts = asset.file.split(separator: "/")
             guard !asset.file.hasPrefix("/"), !parts.isEmpty, !parts.contains(where: { $0 == ".." || $0 == "." }) else {

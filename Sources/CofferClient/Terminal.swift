@@ -20,12 +20,16 @@ public enum Terminal {
     /// still the same JSON: control and format characters become `\\uXXXX` escapes —
     /// JSONEncoder and servers leave C1 controls and bidirectional overrides as they are,
     /// and a terminal acts on them. Newlines, tabs and carriage returns are left: outside a
-    /// string they are the layout, and inside one a valid JSON text holds them escaped.
+    /// string they are the layout, and inside one a valid JSON text holds them escaped — but a
+    /// carriage return, which returns the cursor to overwrite the line, becomes a space (JSON
+    /// whitespace outside strings; raw, it is invalid inside one anyway). Line and paragraph
+    /// separators are escaped too.
     public static func safeJSON(_ json: String) -> String {
         var out = String.UnicodeScalarView()
         for scalar in json.unicodeScalars {
             switch scalar.properties.generalCategory {
-            case .control where scalar != "\n" && scalar != "\t" && scalar != "\r", .format:
+            case _ where scalar == "\r": out.append(" ")
+            case .control where scalar != "\n" && scalar != "\t", .format, .lineSeparator, .paragraphSeparator:
                 for unit in String(scalar).utf16 {
                     let hex = String(unit, radix: 16)
                     out.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).unicodeScalars)

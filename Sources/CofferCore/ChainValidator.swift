@@ -56,7 +56,7 @@ final class ChainValidator: Sendable {
     init(anchors: [TrustAnchor]) {
         self.anchors = anchors
         self.chainAnchors = anchors.filter { !$0.signsDirectly }
-        self.chainAnchorShapes = chainAnchors.map { try? CertificateShape($0.derBytes[...]) }
+        self.chainAnchorShapes = chainAnchors.map { try? CertificateShape($0.derBytes[...], configured: true) }
         self.roots = CertificateStore(chainAnchors.map(\.certificate))
     }
 
@@ -217,7 +217,9 @@ struct CertificateShape {
     /// Encoded SubjectPublicKeyInfo.
     var subjectPublicKeyInfo: ArraySlice<UInt8>
 
-    init(_ der: ArraySlice<UInt8>) throws(VerificationError) {
+    /// `configured`: a trust anchor the operator gave (`--root`), whose key size is theirs to
+    /// choose — the size limit is for certificates anyone can post.
+    init(_ der: ArraySlice<UInt8>, configured: Bool = false) throws(VerificationError) {
         var top = DERCursor(der)
         let certificate = try top.next(tag: 0x30, "certificate")
         guard top.isAtEnd, certificate.valueEnd == certificate.end else {
@@ -248,7 +250,7 @@ struct CertificateShape {
         guard key.isAtEnd else { throw VerificationError(.malformed, "subjectPublicKeyInfo has extra fields") }
         try Self.checkNoUnusedBits(key.value(keyBits), "subjectPublicKey")
         var algorithmFields = key.children(of: keyAlgorithm)
-        if key.value(try algorithmFields.next(tag: 0x06, "subjectPublicKeyInfo algorithm")).elementsEqual(Self.rsaEncryption) {
+        if !configured, key.value(try algorithmFields.next(tag: 0x06, "subjectPublicKeyInfo algorithm")).elementsEqual(Self.rsaEncryption) {
             try Self.checkRSAKeySize(key.value(keyBits).dropFirst())
         }
     }

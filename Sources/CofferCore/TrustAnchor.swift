@@ -40,7 +40,7 @@ public struct TrustAnchor: Sendable, Hashable {
     }
 
     private init(kind: Kind, der: [UInt8], environments: Set<Environment>, appleExtensions: Bool, direct: Bool) throws {
-        guard let cert = try? Certificate(derEncoded: der), (try? CertificateShape(der[...])) != nil else {
+        guard let cert = try? Certificate(derEncoded: der), (try? CertificateShape(der[...], configured: true)) != nil else {
             throw ConfigurationError(description: "trust anchor is not a DER X.509 certificate")
         }
         guard !environments.isEmpty else {

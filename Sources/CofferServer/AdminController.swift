@@ -114,10 +114,10 @@ struct AdminController {
         let given = try Self.assetName(query: request.uri.query)
         let name = if let given { given } else { try await catalogue.asset(assetId)?.name ?? assetId }
         let sent = request.headers[.contentType].flatMap { $0.lowercased().hasPrefix("application/x-www-form-urlencoded") ? nil : $0 }
-        if let sent, !MediaType.isValid(sent) {
+        if let sent, !UploadText.isMediaType(sent) {
             throw Problem(
-                .malformedRequest, "Content-Type must be a media type (type/subtype[; name=value]) of at most \(MediaType.maxLength) ASCII characters"
-            )
+                .malformedRequest,
+                "Content-Type must be a media type (type/subtype[; name=value]) of at most \(UploadText.maxMediaTypeLength) ASCII characters")
         }
         let contentType = sent ?? MediaType.forUpload(fileName: name)
         guard uploads.enter() else {
@@ -175,14 +175,10 @@ struct AdminController {
             "admin action", metadata: ["action": "\(safe.action)", "target": "\(safe.target)", "detail": "\(safe.detail)", "by": "\(safe.keyName)"])
     }
 
-    /// Longest asset name, in UTF-8 bytes.
-    static let maxAssetNameBytes = 200
-
     /// The `name` query parameter of an upload, decoded strictly: nil when absent; 400
-    /// `invalidAssetName` when it is given twice, empty, longer than ``maxAssetNameBytes``,
-    /// badly percent-encoded, not valid UTF-8, or holds a control character (C0 including NUL,
-    /// DEL, C1) or a slash or backslash. Names reach clients (`assets[].name`), file names and
-    /// admin logs: none of those should meet a NUL or a line break.
+    /// `invalidAssetName` when it is given twice, badly percent-encoded, not valid UTF-8, or
+    /// breaks ``UploadText/assetNameProblem(_:)`` (empty, too long, a control, invisible or
+    /// bidirectional character, a slash).
     static func assetName(query: String?) throws -> String? {
         guard let query else { return nil }
         var found: [UInt8]?
@@ -196,20 +192,12 @@ struct AdminController {
             found = bytes
         }
         guard let bytes = found else { return nil }
-        guard (1...maxAssetNameBytes).contains(bytes.count) else { throw invalidAssetName("name must be 1–\(maxAssetNameBytes) bytes of UTF-8") }
-        guard let name = String(validating: bytes, as: UTF8.self) else { throw invalidAssetName("name is not valid UTF-8") }
-        for scalar in name.unicodeScalars {
-            switch scalar.value {
-            case 0x00...0x1F, 0x7F...0x9F:
-                throw invalidAssetName("name contains a control character (U+\(String(scalar.value, radix: 16, uppercase: true)))")
-            case 0x2F, 0x5C: throw invalidAssetName("name contains a slash or backslash")
-            // A right-to-left override shows "level‮nib.exe" as "levelexe.bin" where a game saves it.
-            case _ where LedgerText.isUnsafe(scalar):
-                throw invalidAssetName(
-                    "name contains an invisible or bidirectional formatting character (U+\(String(scalar.value, radix: 16, uppercase: true)))")
-            default: continue
-            }
+        guard bytes.count <= UploadText.maxAssetNameBytes, let name = String(validating: bytes, as: UTF8.self) else {
+            throw invalidAssetName(
+                bytes.count > UploadText.maxAssetNameBytes
+                    ? "name must be 1–\(UploadText.maxAssetNameBytes) bytes of UTF-8" : "name is not valid UTF-8")
         }
+        if let problem = UploadText.assetNameProblem(name) { throw invalidAssetName(problem) }
         return name
     }
 

@@ -95,10 +95,16 @@ struct AuditController {
     static let deliveryFilters: Set<String> = ["redemptionId"]
     static let allFilters = redemptionFilters.union(attemptFilters).union(deliveryFilters)
 
-    /// 400 for a filter `kind` does not apply.
-    static func refuseFilters(_ request: Request, besides applied: Set<String>, of kind: String) throws {
-        let query = request.uri.queryParameters
-        if let name = allFilters.subtracting(applied).sorted().first(where: { query.get($0) != nil }) {
+    /// 400 for a filter `kind` does not apply, and for any query parameter the route does not
+    /// know (`playerID=`, a typo, was ignored the same way): besides the filters it applies,
+    /// a route takes `limit` and `cursor`, and the export `format` and `kind`.
+    static func refuseFilters(_ request: Request, besides applied: Set<String>, of kind: String, export: Bool = false) throws {
+        let known = applied.union(["limit", "cursor"]).union(export ? ["format", "kind"] : [])
+        for (name, _) in request.uri.queryParameters where !known.contains(String(name)) {
+            let name = String(name)
+            guard allFilters.contains(name) else {
+                throw Problem(.malformedRequest, "unknown query parameter \(LedgerText.escaped(name, maxBytes: 64))")
+            }
             let takes = applied.isEmpty ? "no filters" : "only " + applied.sorted().joined(separator: ", ")
             throw Problem(.malformedRequest, "\(name) does not filter \(kind): it takes \(takes)")
         }
@@ -135,7 +141,7 @@ struct AuditController {
             request,
             besides: [
                 "redemptions": Self.redemptionFilters, "attempts": Self.attemptFilters, "deliveries": Self.deliveryFilters,
-            ][kind] ?? [], of: kind == "ledger" ? "the ledger export (it is whole)" : kind)
+            ][kind] ?? [], of: kind == "ledger" ? "the ledger export (it is whole)" : kind, export: true)
         if kind == "ledger" {
             guard format == "ndjson" else { throw Problem(.malformedRequest, "the ledger export is ndjson") }
             return try await ledgerExport.export()

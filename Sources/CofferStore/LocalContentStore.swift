@@ -103,7 +103,9 @@ public struct LocalContentStore: ContentStore {
         guard Self.isContentAddress(sha256), let (_, modified) = try attributes(sha256), let modified, modified <= cutoff else { return false }
         try beforeSettingAside()
         let path = objectPath(sha256)
-        let aside = temporaryDirectory + "/gc-" + UUID().uuidString
+        // Named by its digest: a gc that dies before its last step leaves what the next start
+        // puts back (``cleanTemporaryFiles(olderThan:)``), never an object no one can find.
+        let aside = temporaryDirectory + "/" + Self.asidePrefix + sha256 + "-" + UUID().uuidString
         guard rename(path, aside) == 0 else {
             if errno == ENOENT { return false }
             throw ContentStoreError.io("cannot move \(path) aside: \(String(cString: strerror(errno)))")
@@ -113,7 +115,8 @@ public struct LocalContentStore: ContentStore {
         let movedModified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
         if movedModified > cutoff {
             // An upload finished in between: its object goes back (over any later upload of the same bytes).
-            guard Foundation.rename(aside, path) == 0 else {
+            // ENOENT: a start's cleanup put it back already.
+            guard Foundation.rename(aside, path) == 0 || errno == ENOENT else {
                 throw ContentStoreError.io("cannot put \(path) back from \(aside): \(String(cString: strerror(errno)))")
             }
             return false
@@ -206,6 +209,14 @@ public struct LocalContentStore: ContentStore {
         var removed = 0
         let cutoff = Date().addingTimeInterval(-olderThan)
         for name in names {
+            // An object gc set aside and did not finish with: back in place unless one is there.
+            if name.hasPrefix(Self.asidePrefix) {
+                let digest = String(name.dropFirst(Self.asidePrefix.count).prefix(64))
+                if Self.isContentAddress(digest), (try? size(sha256: digest)) == .some(nil) {
+                    _ = Foundation.rename(temporaryDirectory + "/" + name, objectPath(digest))
+                    continue
+                }
+            }
             if olderThan > 0,
                 let modified = try? FileManager.default.attributesOfItem(atPath: temporaryDirectory + "/" + name)[.modificationDate] as? Date,
                 modified > cutoff
@@ -221,6 +232,9 @@ public struct LocalContentStore: ContentStore {
         }
         return removed
     }
+
+    /// What an object gc set aside in `root/tmp` is named: this, its digest, `-`, a UUID.
+    static let asidePrefix = "gc-"
 
     /// `objects/ab` for digest `ab…`; `digest` must be valid.
     func shardDirectory(_ digest: String) -> String {

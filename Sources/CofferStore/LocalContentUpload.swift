@@ -126,6 +126,8 @@ public final class LocalContentUpload: ContentUpload {
         // Also over the same bytes already stored: an atomic replace whose time is now, so
         // `coffer content gc` sees it as new (its catalogue entry is about to be written) —
         // a touch of the old file could land between gc's check of its time and its removal.
+        // Its time is now (not its last write's): what gc compares.
+        utimes(temporaryPath, nil)
         guard rename(temporaryPath, objectPath) == 0 else {
             throw ContentStoreError.io("cannot rename into \(objectPath): \(Self.errnoText())")
         }

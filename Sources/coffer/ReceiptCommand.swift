@@ -1,4 +1,5 @@
 import ArgumentParser
+import CofferClient
 import CofferCore
 import CofferServer
 import Foundation
@@ -52,14 +53,19 @@ struct ReceiptCommand: AsyncParsableCommand {
             let verifier = AppStoreVerifier(configuration: VerifierConfiguration(anchors: anchors, bundleIds: bundleId.map { [$0] }))
             let result = await verifier.verify(input, now: Date(), validateAt: validateAt, deviceIdentifier: device)
             if json {
-                print(InspectionReport.json(result))
+                print(Terminal.safeJSON(InspectionReport.json(result)))
             } else {
                 printHuman(result)
             }
             if !result.isValid { throw ExitCode(1) }
         }
 
+        /// What a receipt says is the sender's text: a forged one's ids may hold escape
+        /// sequences that rewrite "verdict: invalid" on the terminal. Every line made safe.
         func printHuman(_ result: VerificationResult) {
+            func print(_ text: String) {
+                Swift.print(text.split(separator: "\n", omittingEmptySubsequences: false).map { Terminal.safe(String($0)) }.joined(separator: "\n"))
+            }
             let e = result.evidence
             if let error = result.error {
                 print("verdict: invalid (\(error.code.rawValue)) \(error.detail)")

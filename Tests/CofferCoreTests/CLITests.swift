@@ -1,4 +1,5 @@
 import CofferCore
+import CofferSandbox
 import CofferTestSupport
 import Foundation
 import Testing
@@ -72,6 +73,22 @@ import Testing
         ])
         #expect(run.status == 1)
         #expect(run.stdout.contains("\"unsupportedFormat\""))
+    }
+
+    /// A forged receipt's text is the sender's: its ids reach the terminal made safe, so they
+    /// cannot rewrite "verdict: invalid" (an unknown signer here) as another verdict.
+    @Test func aReceiptsTextCannotRewriteTheVerdict() async throws {
+        let dir = try makeTemporaryDirectory(prefix: "coffer-cli")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let hostile = "\u{1B}[1A\u{1B}[2K\rverdict: valid\u{9B}"
+        let spec = ReceiptSpec(bundleId: "com.x" + hostile, purchases: [PurchaseSpec(productId: "p" + hostile, transactionId: "1" + hostile)])
+        let file = dir.appendingPathComponent("forged.der")
+        try Data(try sharedCA.mintReceipt(spec, now: testNow)).write(to: file)
+        for arguments in [["receipt", "inspect", file.path], ["receipt", "inspect", file.path, "--json"]] {
+            let run = try await CofferExecutable.run(arguments)
+            #expect(run.status == 1)
+            #expect(!run.stdout.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\u{9B}" || $0 == "\r" }, "\(arguments): \(run.stdout)")
+        }
     }
 
     @Test func sandboxRoundTrip() async throws {

@@ -309,6 +309,43 @@ import Testing
         }
     }
 
+    /// An admin's revocation is never lifted by a payment, whatever Apple refunds come before
+    /// or after it: a REFUND after the admin's ban (the last revocation then an Apple one), or
+    /// an admin's ban while only Apple's refund held (it was answered 409 and dropped), and a
+    /// period bought after both reinstated the pass.
+    @Test func anAdminsRevocationStaysWhateverRefundsComeBeforeOrAfterIt() async throws {
+        for adminFirst in [true, false] {
+            let world = try await World()
+            let end = testNow.addingTimeInterval(Self.hour)
+            let pass = try await world.vault.redeem(
+                try Self.request(Self.subscription("920", original: "920", expires: end), player: Self.alice), now: testNow)
+            let at = testNow.addingTimeInterval(60)
+            var refunded = Self.subscription("920", original: "920", expires: end)
+            refunded.revocationDate = at
+            if adminFirst {
+                _ = try await world.vault.revoke(transactionId: "920", reason: "ban", by: "ops", now: at)
+                #expect(try await Self.notify(world.vault, "REFUND", refunded, uuid: "refund-920", now: at) == .alreadyRevoked)
+            } else {
+                #expect(try await Self.notify(world.vault, "REFUND", refunded, uuid: "refund-920", now: at) == .revoked)
+                let banned = try await world.vault.revoke(transactionId: "920", reason: "ban", by: "ops", now: at.addingTimeInterval(1))
+                #expect(banned.source == .admin, "recorded, not 409")
+            }
+            #expect(await world.events() == ["revokedAgain"], "adminFirst \(adminFirst)")
+            // A new period, bought after both: recorded only, and the pass stays revoked.
+            let later = at.addingTimeInterval(120)
+            var paid = Self.subscription("921", original: "920", expires: end.addingTimeInterval(30 * 86400))
+            paid.purchaseDate = later
+            #expect(try await Self.notify(world.vault, "DID_RENEW", paid, now: later) == .recorded, "adminFirst \(adminFirst)")
+            VaultTests.expect(
+                await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: later) }, 403, .grantInvalid)
+            // Nor does a reversal of the refund.
+            #expect(try await Self.notify(world.vault, "REFUND_REVERSED", refunded, now: later) == .recorded)
+            VaultTests.expect(
+                await VaultTests.failure { try await world.vault.exchange(grant: try #require(pass.grant), now: later) }, 403, .grantInvalid)
+            try await world.expectIntact()
+        }
+    }
+
     /// The fold itself (events written before the vault recorded unpaid periods as
     /// `recordedOnly`): a period paid after the revocation lifts Apple's refund only.
     @Test func theFoldLiftsOnlyAnAppleRefundForAPeriodPaidAfterIt() {
@@ -326,6 +363,15 @@ import Testing
                 redemptionId: "r-930", transactionId: "930", revokedAt: testNow, reason: reason, source: source, reference: "x", recordedAt: testNow)
             #expect(Entitlement.fold(pass, revocation: revocation, events: [renewal], now: now).state == state, "\(reason) by \(source)")
         }
+        // An admin's revocation, then Apple's refund again: the last is a refund, the admin's still holds.
+        let admin = Revocation(
+            redemptionId: "r-930", transactionId: "930", revokedAt: testNow, reason: "ban", source: .admin, reference: "ops", recordedAt: testNow)
+        let refund = PurchaseEvent(
+            sequence: 1, at: testNow.addingTimeInterval(60), kind: .revokedAgain, environment: "Sandbox", replayKey: "930", redemptionId: "r-930",
+            transactionId: "930", detail: "REFUND", source: .notification, reference: "n-1")
+        var paid = renewal
+        paid.sequence = 2
+        #expect(Entitlement.fold(pass, revocation: admin, events: [refund, paid], now: now).state == .revoked)
     }
 
     /// The first redemption of a subscription period the ledger already knows renewed (a

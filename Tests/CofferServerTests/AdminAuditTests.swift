@@ -215,6 +215,9 @@ import Testing
                 "/v1/audit/deliveries?from=2026-01-01T00:00:00Z", "/v1/audit/events?playerId=alice", "/v1/audit/revocations?transactionId=10",
                 "/v1/audit/export?kind=attempts&playerId=alice", "/v1/audit/export?kind=deliveries&from=2026-01-01T00:00:00Z",
                 "/v1/audit/export?kind=ledger&transactionId=10", "/v1/audit/export?kind=redemptions&redemptionId=r-1",
+                // A name no route knows (a typo) is refused the same way.
+                "/v1/audit/attempts?playerID=alice", "/v1/audit/redemptions?player_id=alice", "/v1/audit/export?kind=attempts&codes=x",
+                "/v1/audit/events?format=csv",
             ] {
                 let refused = try await client.execute(uri: uri, method: .get, headers: auditor)
                 #expect(refused.status == .badRequest && Harness.code(refused) == "malformedRequest", "\(uri)")
@@ -222,7 +225,8 @@ import Testing
             for uri in [
                 "/v1/audit/attempts?transactionId=10&productId=p&code=c&from=2026-01-01T00:00:00Z&to=2999-01-01T00:00:00Z",
                 "/v1/audit/deliveries?redemptionId=r-1", "/v1/audit/export?kind=attempts&code=alreadyRedeemed",
-                "/v1/audit/export?kind=deliveries&redemptionId=r-1",
+                "/v1/audit/export?kind=deliveries&redemptionId=r-1", "/v1/audit/export?kind=redemptions&limit=5&cursor=0&format=csv",
+                "/v1/audit/revocations?limit=5&cursor=0",
             ] {
                 #expect(try await client.execute(uri: uri, method: .get, headers: auditor).status == .ok, "\(uri)")
             }

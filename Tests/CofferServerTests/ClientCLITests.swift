@@ -360,6 +360,15 @@ import Testing
             #expect(try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key).stderr.contains("is not 1–128 characters"))
             try manifest([], [["productId": "com.other.gold?", "type": "consumable", "title": "X", "assetIds": []]])
             #expect(try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key).status == 2)
+            // What the server would refuse halfway through publishing is refused whole, before anything is sent.
+            for (field, value, says) in [
+                ("name", "level\u{202E}nib.exe", "bidirectional"), ("contentType", "text/plain\u{85}", "media type"),
+                ("contentType", "text/plain; a=", "media type"),
+            ] {
+                try manifest([["assetId": "ok", "file": "real.json", field: value]])
+                let refused = try await demo.run(["admin", "sync", release.path, "--dry-run"], key: key)
+                #expect(refused.status == 2 && refused.stderr.contains(says), "\(field): \(refused.stderr)")
+            }
 
             // Another app's product: never taken over, never pruned.
             #expect(
@@ -410,7 +419,9 @@ import Testing
         // The JSON is still JSON, its text what the export held, escaped as the ledger stores text.
         let report = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
         #expect((report["intact"] as? Bool) == false)
-        #expect(Terminal.safeJSON(#"{"a":"\#u{9B}\#u{202E}\#u{E0041}"}"#) == #"{"a":"\u009b\u202e\udb40\udc41"}"#)
+        #expect(Terminal.safeJSON(#"{"a":"\#u{9B}\#u{202E}\#u{E0041}\#u{2028}"}"#) == #"{"a":"\u009b\u202e\udb40\udc41\u2028"}"#)
+        // A carriage return outside the strings (a hostile server's layout) would overwrite the line.
+        #expect(Terminal.safeJSON("{\"a\":1}\r{\"ok\":true}\n") == "{\"a\":1} {\"ok\":true}\n")
     }
 
     /// The client library retries an upload the server answered 503 `uploadsBusy`, after its

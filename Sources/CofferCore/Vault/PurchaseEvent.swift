@@ -141,9 +141,10 @@ public struct Entitlement: Sendable, Hashable {
             case .refundReversed: tally.add(.refundReversed)
             case .revokedAgain:
                 tally.add(.revokedAgain)
+                // Sticky: once an admin's revocation or a REVOKE is among them, no payment lifts it.
                 lastRevocation = (
                     at: event.at, revokedAt: event.at, transactionId: event.transactionId,
-                    refund: isAppleRefund(event.detail, admin: event.source == .admin)
+                    refund: (lastRevocation?.refund ?? true) && isAppleRefund(event.detail, admin: event.source == .admin)
                 )
                 paidAfterRevocation = nil
             case .renewal, .subscriptionStatus:

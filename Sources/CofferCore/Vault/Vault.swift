@@ -373,14 +373,15 @@ public struct Vault: Sendable {
     func periodKind(
         _ kind: PurchaseEvent.Kind, of existing: Redemption, purchasedAt: Date?, events: [PurchaseEvent], now: Date
     ) async throws(VaultFailure) -> PurchaseEvent.Kind {
+        // Whenever a revocation holds (revoked now, or lifted by a paid period that has since
+        // lapsed), not only when the state says revoked.
         guard let revocation = try await storage({ try await ledger.revocation(of: existing) }),
-            Entitlement.fold(existing, revocation: revocation, events: events, now: now).state == .revoked
+            Entitlement.revocationHolds(afterEventKinds: events.sorted { $0.sequence < $1.sequence }.map(\.kind))
         else { return kind }
-        let last =
-            events.filter { $0.knownKind == .revokedAgain }.max { $0.sequence < $1.sequence }
-            .map { (revokedAt: $0.at, refund: Entitlement.isAppleRefund($0.detail, admin: $0.source == .admin)) }
-            ?? (revokedAt: revocation.revokedAt, refund: Entitlement.isAppleRefund(revocation.reason, admin: revocation.source == .admin))
-        guard last.refund, let purchasedAt, purchasedAt > last.revokedAt else { return .recordedOnly }
+        let revokedAt =
+            events.filter { $0.knownKind == .revokedAgain }.max { $0.sequence < $1.sequence }?.at ?? revocation.revokedAt
+        // Every revocation an Apple refund (an admin's or a REVOKE among them: no payment lifts it).
+        guard Self.reversible(revocation, events), let purchasedAt, purchasedAt > revokedAt else { return .recordedOnly }
         return kind
     }
 
@@ -509,8 +510,15 @@ public struct Vault: Sendable {
         case .notRedeemed: throw VaultFailure(.notRedeemed, "transaction \(transactionId) was never redeemed here")
         case .alreadyRevoked:
             // Revoked once, then reinstated (REFUND_REVERSED): revoked again, as a chained event.
-            guard try await entitlement(of: redemption, now: now).state != .revoked,
-                let first = try await storage({ try await ledger.revocation(of: redemption) })
+            // Also while only Apple's refunds revoke it: a reversal or a period paid after them
+            // would lift those, never an admin's revocation — so it is recorded.
+            guard let first = try await storage({ try await ledger.revocation(of: redemption) }) else {
+                throw VaultFailure(.alreadyRevoked, "transaction \(transactionId) is already revoked")
+            }
+            let events = try await storage({
+                try await ledger.purchaseEvents(environment: redemption.environment, replayKey: redemption.effectiveReplayKey)
+            })
+            guard Entitlement.fold(redemption, revocation: first, events: events, now: now).state != .revoked || Self.reversible(first, events)
             else { throw VaultFailure(.alreadyRevoked, "transaction \(transactionId) is already revoked") }
             let again = PurchaseEvent(
                 at: now, kind: .revokedAgain, environment: redemption.environment, replayKey: redemption.effectiveReplayKey,

@@ -35,3 +35,5 @@ openssl req -x509 -new -key "$work/B.pem" -subj /CN=big -days $days -set_serial 
   -addext "basicConstraints=critical,CA:FALSE" -addext "keyUsage=digitalSignature" -out "$work/big.pem"
 openssl cms -sign -nodetach -binary -noattr -md sha256 -in payload.der -signer "$work/big.pem" -inkey "$work/B.pem" \
   -outform DER -out rsa8192-signer.der
+# rsa8192-cert.der: that certificate alone — as a root an operator configures, its size is theirs.
+openssl x509 -in "$work/big.pem" -outform DER -out rsa8192-cert.der
