@@ -86,8 +86,25 @@ public final class S3Client: Sendable {
         configuration.timeout.write = .init(timeouts.idle)
         configuration.redirectConfiguration = .disallow
         configuration.decompression = .disabled
-        configuration.connectionPool = .init(idleTimeout: .seconds(30), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+        configuration.connectionPool = .init(idleTimeout: .seconds(30), concurrentHTTP1ConnectionsPerHostSoftLimit: Self.connectionLimit)
         http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }
+
+    /// Connections to the store at once. A request that finds them all leased waits (it does
+    /// not open another), so the streamed reads (``S3ContentStore/maxConcurrentReads``) must
+    /// leave room: with 64, the 65th long download queued every size check, upload and listing
+    /// behind the streams until each failed its deadline.
+    public static let connectionLimit = 320
+
+    /// S3 answers in UTF-8 and never sends a DTD: entity games are refused before libxml2 sees
+    /// them — also in UTF-16 (a BOM, NUL bytes), where a byte search for `<!DOCTYPE` finds nothing.
+    static func checkXML(_ bytes: some Collection<UInt8>) throws {
+        guard !bytes.contains(0), String(validating: bytes, as: UTF8.self) != nil else {
+            throw S3Error.malformedResponse("an answer that is not UTF-8")
+        }
+        guard bytes.firstRange(of: Array("<!DOCTYPE".utf8)) == nil, bytes.firstRange(of: Array("<!ENTITY".utf8)) == nil else {
+            throw S3Error.malformedResponse("an answer with a DTD")
+        }
     }
 
     /// Closes the connections. Call once, when no call is in flight.
@@ -338,12 +355,7 @@ public final class S3Client: Sendable {
         } catch {
             throw S3Error.unavailable("reading the answer: \(error)")
         }
-        // S3 never sends a DTD: refuse entity games before libxml2 sees them.
-        guard body.readableBytesView.firstRange(of: Array("<!DOCTYPE".utf8)) == nil,
-            body.readableBytesView.firstRange(of: Array("<!ENTITY".utf8)) == nil
-        else {
-            throw S3Error.malformedResponse("an answer with a DTD")
-        }
+        try Self.checkXML(body.readableBytesView)
         guard let node = S3XMLNode.parse(Data(body.readableBytesView)) else {
             throw S3Error.malformedResponse("\(response.status.code) with a body that is not XML")
         }

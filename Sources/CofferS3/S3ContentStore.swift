@@ -67,8 +67,9 @@ public final class S3ContentStore: ContentStore {
     }
 
     /// Streamed reads from the store at once, at most: each holds one connection of the
-    /// client's pool for its whole length, and the pool must keep room for uploads, sizes and
-    /// listings. Beyond it: 503 `contentStoreUnavailable` at once (redirect mode has no such cost).
+    /// client's pool (``S3Client/connectionLimit``) for its whole length, and the pool keeps
+    /// room beyond them for uploads, sizes and listings. Beyond it: 503
+    /// `contentStoreUnavailable` at once (redirect mode has no such cost).
     public static let maxConcurrentReads = 256
     private let readers = Atomic<Int>(0)
 

@@ -71,7 +71,11 @@ struct DownloadController {
             if !head { record(claims, sent: 0, finished: false, whole: false) }
             return Response(status: .ok, headers: headers, body: .init())
         }
-        let (status, range) = try Self.range(request.headers[.range], size: size, headers: &headers)
+        // `If-Range` (RFC 9110 §13.1.5): a range only of these very bytes. A download resumed
+        // with a new token after the asset changed names other bytes: the whole object, never
+        // the new version's tail spliced onto the old head.
+        let rangeHeader = Self.rangeApplies(ifRange: request.headers[.ifRange], sha256: claims.sha256) ? request.headers[.range] : nil
+        let (status, range) = try Self.range(rangeHeader, size: size, headers: &headers)
         let length = range.map { $0.upperBound - $0.lowerBound + 1 } ?? 0
         headers[.contentLength] = String(length)
         guard let range, !head, length > 0 else {
@@ -146,6 +150,13 @@ struct DownloadController {
 
     /// The status and byte range to send (nil for an empty object); a single satisfiable
     /// `Range` gives 206 and `Content-Range`, an unsatisfiable one 416.
+    /// Whether a `Range` applies: no `If-Range`, or one naming exactly this ETag (a date, or a
+    /// weak or other tag, is not these bytes: strong comparison, RFC 9110 §8.8.3.2).
+    static func rangeApplies(ifRange: String?, sha256: String) -> Bool {
+        guard let ifRange else { return true }
+        return ifRange.trimmingCharacters(in: .whitespaces) == "\"\(sha256)\""
+    }
+
     static func range(_ header: String?, size: Int64, headers: inout HTTPFields) throws -> (HTTPResponse.Status, ClosedRange<Int64>?) {
         let whole = size > 0 ? 0...(size - 1) : nil
         guard let header else { return (.ok, whole) }

@@ -104,3 +104,23 @@ struct SigV4Tests {
         #expect(SigV4Signer.canonicalQuery([("b", "2"), ("a", "2"), ("a", "1")]) == "a=1&a=2&b=2")
     }
 }
+
+/// A hostile endpoint's XML: a DTD is refused before libxml2 sees it, in UTF-16 too (a byte
+/// search for `<!DOCTYPE` finds nothing there).
+@Test func answersWithADTDOrNotInUTF8AreRefused() throws {
+    let dtd = "<?xml version=\"1.0\"?><!DOCTYPE x [<!ENTITY a \"aaaa\">]><x>&a;</x>"
+    let utf16: [UInt8] = [0xFF, 0xFE] + dtd.utf16.flatMap { [UInt8(truncatingIfNeeded: $0), UInt8(truncatingIfNeeded: $0 >> 8)] }
+    let bodies: [[UInt8]] = [Array(dtd.utf8), utf16, Array("<x>\u{0}</x>".utf8), [0x3C, 0x78, 0xFF, 0x3E]]
+    for body in bodies {
+        #expect(throws: S3Error.self) { try S3Client.checkXML(body) }
+    }
+    try S3Client.checkXML(Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>é</Name></ListBucketResult>".utf8))
+}
+
+/// Each streamed read holds one of the S3 client's connections for its whole length; a request
+/// that finds them all leased waits. The pool keeps room beyond the streamed reads for size
+/// checks, uploads and listings (with 64 connections and 256 reads, the 65th slow download
+/// queued all of those until they failed their deadlines).
+@Test func thePoolKeepsRoomBeyondTheStreamedReads() {
+    #expect(S3Client.connectionLimit >= S3ContentStore.maxConcurrentReads + 64)
+}

@@ -139,6 +139,31 @@ extension Harness {
 
 // MARK: - 1. Stalled downloads, per-address download cap
 
+/// `If-Range`: a download resumed with a new token after the asset changed names other bytes —
+/// the whole object then, never the new version's tail spliced onto the old head.
+@Test func aRangeAppliesOnlyToTheBytesItsIfRangeNames() async throws {
+    let h = try await Harness.make()
+    defer { h.cleanUp() }
+    let token = try await h.largeAsset("resumable", size: 4096)
+    let sha = try #require(try await h.services.catalogue.asset("resumable")?.sha256)
+    try await h.app.test(.router) { client in
+        func get(_ ifRange: String?) async throws -> TestResponse {
+            var headers: HTTPFields = [.range: "bytes=100-199"]
+            headers[.ifRange] = ifRange
+            return try await client.execute(uri: "/v1/downloads/\(token)", method: .get, headers: headers)
+        }
+        for (ifRange, status, length) in [
+            (nil, HTTPResponse.Status.partialContent, 100), ("\"\(sha)\"", .partialContent, 100),
+            ("\"\(String(repeating: "0", count: 64))\"", .ok, 4096),
+            ("W/\"\(sha)\"", .ok, 4096), ("Sat, 28 Nov 2026 00:00:00 GMT", .ok, 4096),
+        ] as [(String?, HTTPResponse.Status, Int)] {
+            let r = try await get(ifRange)
+            #expect(r.status == status && r.body.readableBytes == length, "If-Range \(ifRange ?? "none")")
+        }
+    }
+    #expect(DownloadController.rangeApplies(ifRange: nil, sha256: sha) && !DownloadController.rangeApplies(ifRange: "", sha256: sha))
+}
+
 /// The HTTP hardening of the "Hardening" issue: stalled downloads, key throttling, paths,
 /// body budget, notification limits, rate-limiter eviction, proxy addresses, CSV, asset names.
 @Suite(.serialized) struct HardeningHTTPTests {
