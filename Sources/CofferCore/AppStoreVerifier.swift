@@ -218,7 +218,7 @@ public final class AppStoreVerifier: Sendable {
     private func validateReceiptChain(_ envelope: SignedDataEnvelope, at time: Date) async throws(VerificationError) -> ValidatedChain {
         var certificates: [ReceivedCertificate] = []
         for der in envelope.certificates {
-            let received = try ReceivedCertificate(der, "a certificate in the receipt")
+            let received = try chains.received(der, "a certificate in the receipt")
             guard !certificates.contains(where: { $0.der == der }) else {
                 throw VerificationError(.chainUntrusted, "the receipt carries \(received.name) twice")
             }

@@ -22,9 +22,10 @@ struct ReceivedCertificate {
     var shape: CertificateShape
     var certificate: Certificate
 
-    init(_ der: ArraySlice<UInt8>, _ what: @autoclosure () -> String) throws(VerificationError) {
+    /// `configured`: byte for byte a trust anchor the operator gave (see ``CertificateShape``).
+    init(_ der: ArraySlice<UInt8>, _ what: @autoclosure () -> String, configured: Bool = false) throws(VerificationError) {
         self.der = der
-        do { shape = try CertificateShape(der) } catch { throw VerificationError(.malformed, "\(what()): \(error.detail)") }
+        do { shape = try CertificateShape(der, configured: configured) } catch { throw VerificationError(.malformed, "\(what()): \(error.detail)") }
         guard let certificate = try? Certificate(derEncoded: Array(der)) else {
             throw VerificationError(.malformed, "\(what()) does not parse")
         }
@@ -105,6 +106,12 @@ final class ChainValidator: Sendable {
         }
         try checkValidity([leaf.certificate], at: time)
         return chain([leaf.certificate], anchor: anchor)
+    }
+
+    /// A certificate a receipt or JWS carries, parsed; a copy of a configured anchor (a JWS's
+    /// `x5c[2]`, a receipt's root) is the operator's, whatever its key size.
+    func received(_ der: ArraySlice<UInt8>, _ what: @autoclosure () -> String) throws(VerificationError) -> ReceivedCertificate {
+        try ReceivedCertificate(der, what(), configured: anchors.contains { $0.derBytes[...] == der })
     }
 
     /// The certificates a receipt carries besides its signer `leaf`, as the one path up from

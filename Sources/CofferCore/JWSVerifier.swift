@@ -181,7 +181,7 @@ extension AppStoreVerifier {
         var certificates: [ReceivedCertificate] = []
         for (index, encoded) in x5c.enumerated() {
             guard let der = Base64.decode(encoded) else { throw VerificationError(.malformed, "x5c[\(index)] is not base64") }
-            let received = try ReceivedCertificate(der[...], "x5c[\(index)]")
+            let received = try chains.received(der[...], "x5c[\(index)]")
             guard !certificates.contains(where: { $0.der == received.der }) else {
                 throw VerificationError(.chainUntrusted, "x5c repeats a certificate (\(received.name))")
             }

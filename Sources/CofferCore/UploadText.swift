@@ -83,12 +83,12 @@ public enum UploadText {
     /// clients (`assets[].name`), file names and admin logs.
     public static func assetNameProblem(_ name: String) -> String? {
         guard (1...maxAssetNameBytes).contains(name.utf8.count) else { return "name must be 1–\(maxAssetNameBytes) bytes of UTF-8" }
+        func code(_ scalar: Unicode.Scalar) -> String { "U+" + String(scalar.value, radix: 16, uppercase: true) }
         for scalar in name.unicodeScalars {
-            let code = "U+" + String(scalar.value, radix: 16, uppercase: true)
             switch scalar.value {
-            case 0x00...0x1F, 0x7F...0x9F: return "name contains a control character (\(code))"
+            case 0x00...0x1F, 0x7F...0x9F: return "name contains a control character (\(code(scalar)))"
             case 0x2F, 0x5C: return "name contains a slash or backslash"
-            case _ where LedgerText.isUnsafe(scalar): return "name contains an invisible or bidirectional formatting character (\(code))"
+            case _ where LedgerText.isUnsafe(scalar): return "name contains an invisible or bidirectional formatting character (\(code(scalar)))"
             default: continue
             }
         }

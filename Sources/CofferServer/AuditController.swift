@@ -97,9 +97,10 @@ struct AuditController {
 
     /// 400 for a filter `kind` does not apply, and for any query parameter the route does not
     /// know (`playerID=`, a typo, was ignored the same way): besides the filters it applies,
-    /// a route takes `limit` and `cursor`, and the export `format` and `kind`.
-    static func refuseFilters(_ request: Request, besides applied: Set<String>, of kind: String, export: Bool = false) throws {
-        let known = applied.union(["limit", "cursor"]).union(export ? ["format", "kind"] : [])
+    /// a route takes `limit` and `cursor` (not the ledger export: it is whole), and the export
+    /// `format` and `kind`.
+    static func refuseFilters(_ request: Request, besides applied: Set<String>, of kind: String, export: Bool = false, paged: Bool = true) throws {
+        let known = applied.union(paged ? ["limit", "cursor"] : []).union(export ? ["format", "kind"] : [])
         for (name, _) in request.uri.queryParameters where !known.contains(String(name)) {
             let name = String(name)
             guard allFilters.contains(name) else {
@@ -141,7 +142,7 @@ struct AuditController {
             request,
             besides: [
                 "redemptions": Self.redemptionFilters, "attempts": Self.attemptFilters, "deliveries": Self.deliveryFilters,
-            ][kind] ?? [], of: kind == "ledger" ? "the ledger export (it is whole)" : kind, export: true)
+            ][kind] ?? [], of: kind == "ledger" ? "the ledger export (it is whole)" : kind, export: true, paged: kind != "ledger")
         if kind == "ledger" {
             guard format == "ndjson" else { throw Problem(.malformedRequest, "the ledger export is ndjson") }
             return try await ledgerExport.export()

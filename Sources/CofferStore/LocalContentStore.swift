@@ -111,7 +111,11 @@ public struct LocalContentStore: ContentStore {
             throw ContentStoreError.io("cannot move \(path) aside: \(String(cString: strerror(errno)))")
         }
         var info = stat()
-        guard stat(aside, &info) == 0 else { throw ContentStoreError.io("cannot stat \(aside): \(String(cString: strerror(errno)))") }
+        guard stat(aside, &info) == 0 else {
+            // ENOENT: a start's cleanup put it back already.
+            if errno == ENOENT { return false }
+            throw ContentStoreError.io("cannot stat \(aside): \(String(cString: strerror(errno)))")
+        }
         let movedModified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
         if movedModified > cutoff {
             // An upload finished in between: its object goes back (over any later upload of the same bytes).
@@ -209,12 +213,20 @@ public struct LocalContentStore: ContentStore {
         var removed = 0
         let cutoff = Date().addingTimeInterval(-olderThan)
         for name in names {
-            // An object gc set aside and did not finish with: back in place unless one is there.
+            // An object gc set aside and did not finish with: back in place, never over one
+            // there (a link fails on an existing name, where a rename would replace a fresh
+            // upload); where one is there, the copy set aside goes below.
             if name.hasPrefix(Self.asidePrefix) {
                 let digest = String(name.dropFirst(Self.asidePrefix.count).prefix(64))
-                if Self.isContentAddress(digest), (try? size(sha256: digest)) == .some(nil) {
-                    _ = Foundation.rename(temporaryDirectory + "/" + name, objectPath(digest))
-                    continue
+                let aside = temporaryDirectory + "/" + name
+                if Self.isContentAddress(digest) {
+                    guard link(aside, objectPath(digest)) != 0 else {
+                        unlink(aside)
+                        continue
+                    }
+                    guard errno == EEXIST || errno == ENOENT else {
+                        throw ContentStoreError.io("cannot put \(objectPath(digest)) back from \(aside): \(String(cString: strerror(errno)))")
+                    }
                 }
             }
             if olderThan > 0,

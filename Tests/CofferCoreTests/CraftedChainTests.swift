@@ -29,5 +29,10 @@ import Testing
         // A root the operator configures (`--root`) may have any size: the limit is for what anyone can post.
         let root = try TrustAnchor.custom(Fixtures.bytes("crafted/rsa8192-cert.der"), environments: [.sandbox], requireAppleExtensions: false)
         #expect(root.environments == [.sandbox])
+        // …and so is its copy in what is posted (a JWS's x5c[2], a receipt's root): the chain
+        // is judged, not the key's size.
+        let trusting = AppStoreVerifier(configuration: VerifierConfiguration(anchors: [root], bundleIds: nil))
+        let judged = await trusting.verify(receipt, now: testNow)
+        #expect(judged.error?.detail.contains("bit RSA key") == false, "\(judged)")
     }
 }

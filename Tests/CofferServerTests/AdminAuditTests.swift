@@ -217,7 +217,7 @@ import Testing
                 "/v1/audit/export?kind=ledger&transactionId=10", "/v1/audit/export?kind=redemptions&redemptionId=r-1",
                 // A name no route knows (a typo) is refused the same way.
                 "/v1/audit/attempts?playerID=alice", "/v1/audit/redemptions?player_id=alice", "/v1/audit/export?kind=attempts&codes=x",
-                "/v1/audit/events?format=csv",
+                "/v1/audit/events?format=csv", "/v1/audit/export?kind=ledger&limit=5",
             ] {
                 let refused = try await client.execute(uri: uri, method: .get, headers: auditor)
                 #expect(refused.status == .badRequest && Harness.code(refused) == "malformedRequest", "\(uri)")

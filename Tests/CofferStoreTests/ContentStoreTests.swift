@@ -169,10 +169,10 @@ struct ContentStoreTests {
             #expect(try store.size(sha256: digest) == nil)
             #expect(try store.cleanTemporaryFiles() == 0, "put back, not removed")
             #expect(try store.size(sha256: digest) == Int64(Self.helloWorld.count))
-            // Set aside while the object is there again (re-uploaded): the copy goes.
-            try FileManager.default.copyItem(atPath: object, toPath: aside)
+            // Set aside while the object is there again (re-uploaded): the copy goes, the object stays.
+            try Data("stale".utf8).write(to: URL(fileURLWithPath: aside))
             #expect(try store.cleanTemporaryFiles() == 1)
-            #expect(try store.size(sha256: digest) == Int64(Self.helloWorld.count))
+            #expect(try store.size(sha256: digest) == Int64(Self.helloWorld.count), "never replaced by what was set aside")
             #expect(filesBelow(dir.appendingPathComponent("tmp")).isEmpty)
         }
     }
