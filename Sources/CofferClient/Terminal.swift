@@ -3,14 +3,14 @@ import Foundation
 /// Text from a server or a manifest, made safe to print on a terminal: control characters
 /// (C0, DEL, C1 — escape sequences that clear the screen or retitle the window) and invisible
 /// format characters (bidirectional overrides, zero-width spaces: "1000‮0002" shown as another
-/// id) become `?`.
+/// id) and line and paragraph separators (a new line in some terminals and viewers) become `?`.
 public enum Terminal {
     public static func safe(_ text: String) -> String {
         String(
             String.UnicodeScalarView(
                 text.unicodeScalars.map { scalar in
                     switch scalar.properties.generalCategory {
-                    case .control, .format: "?"
+                    case .control, .format, .lineSeparator, .paragraphSeparator: "?"
                     default: scalar
                     }
                 }))

@@ -55,14 +55,24 @@ struct DownloadController {
             if !head { record(claims, sent: 0, finished: false, whole: false) }
             return response
         }
+        // `If-Range` (RFC 9110 §13.1.5): a range only of these very bytes. A download resumed
+        // with a new token after the asset changed names other bytes: the whole object, never
+        // the new version's tail spliced onto the old head.
+        let rangeHeader = Self.rangeApplies(ifRange: request.headers[.ifRange], sha256: claims.sha256) ? request.headers[.range] : nil
         if mode == .accel, handOff, let prefix = accelRedirectPrefix {
-            // nginx sends the bytes (and any Range): a file from its internal location, or
-            // the object through a presigned URL it proxies (deploy/coffer_accel_s3_location).
+            // nginx sends the bytes: a file from its internal location (Range and If-Range
+            // against the ETag added there), or the object through a presigned URL it proxies
+            // (deploy/coffer_accel_s3_location) with the range decided here — the store would
+            // compare If-Range with its own ETag (an MD5) and restart every resumed download.
             if let file {
                 headers[.xAccelRedirect] = prefix + file.relativePath
             } else if let url = try presigned(claims, contentType: contentType, fileName: fileName),
                 let scheme = url.range(of: "://"), let path = url[scheme.upperBound...].firstIndex(of: "/")
             {
+                var scratch = HTTPFields()
+                if case (_, let range?) = try Self.range(rangeHeader, size: size, headers: &scratch), scratch[.contentRange] != nil {
+                    headers[.xCofferRange] = "bytes=\(range.lowerBound)-\(range.upperBound)"
+                }
                 headers[.xAccelRedirect] = prefix + "s3" + url[path...]
             } else {
                 throw Problem(.contentStoreError, "this content store cannot hand downloads to nginx")
@@ -71,10 +81,6 @@ struct DownloadController {
             if !head { record(claims, sent: 0, finished: false, whole: false) }
             return Response(status: .ok, headers: headers, body: .init())
         }
-        // `If-Range` (RFC 9110 §13.1.5): a range only of these very bytes. A download resumed
-        // with a new token after the asset changed names other bytes: the whole object, never
-        // the new version's tail spliced onto the old head.
-        let rangeHeader = Self.rangeApplies(ifRange: request.headers[.ifRange], sha256: claims.sha256) ? request.headers[.range] : nil
         let (status, range) = try Self.range(rangeHeader, size: size, headers: &headers)
         let length = range.map { $0.upperBound - $0.lowerBound + 1 } ?? 0
         headers[.contentLength] = String(length)
@@ -100,7 +106,19 @@ struct DownloadController {
         guard let chunks = try await content.open(sha256: claims.sha256, range: range) else {
             throw Problem(.assetMissing, "the asset's bytes are not in the content store")
         }
-        return Response(status: status, headers: headers, body: FileStream.body(chunks: chunks, length: length, watch: watch))
+        // A whole object is checked against its address as it passes (a range cannot be): an
+        // object changed in the bucket never reaches a client whole.
+        let logger = context.logger
+        let metrics = metrics
+        let check = range.lowerBound == 0 && length == size ? claims.sha256 : nil
+        return Response(
+            status: status, headers: headers,
+            body: FileStream.body(chunks: chunks, length: length, watch: watch, sha256: check) {
+                metrics.contentMismatches.increment()
+                logger.error(
+                    "content store object does not match its SHA-256 (changed in the store?): download cut short",
+                    metadata: ["sha256": "\(claims.sha256)", "asset": "\(claims.assetId)"])
+            })
     }
 
     /// Redirect mode: 302 to a presigned GET of the object, valid 60 s at most and never
@@ -195,4 +213,7 @@ struct DownloadController {
 
 extension HTTPField.Name {
     static let xAccelRedirect = HTTPField.Name("X-Accel-Redirect")!
+    /// The byte range nginx asks the store for, as Coffer decided it (never the client's
+    /// `If-Range`); not sent on to the client (nginx keeps only a few headers across the redirect).
+    static let xCofferRange = HTTPField.Name("X-Coffer-Range")!
 }

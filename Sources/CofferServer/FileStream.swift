@@ -1,3 +1,5 @@
+import CofferCore
+import Crypto
 import Hummingbird
 import NIOCore
 import NIOFileSystem
@@ -60,14 +62,30 @@ enum FileStream {
         }
     }
 
+    /// The object's bytes are not the ones its address names: changed in the store behind
+    /// Coffer's back. The response is cut short before its last chunk, so the client never
+    /// holds a complete body of other bytes.
+    struct DigestMismatch: Error {}
+
     /// Streams `chunks` (a content store's read of `length` bytes) with the same back-pressure
-    /// and stall watchdog as a file.
-    static func body(chunks: AsyncThrowingStream<[UInt8], any Error>, length: Int64, watch: Watch) -> ResponseBody {
+    /// and stall watchdog as a file. With `sha256` (a whole object), the bytes are hashed as
+    /// they pass and the last chunk is sent only if they are the object's: else `onMismatch`
+    /// runs and the body ends short.
+    static func body(
+        chunks: AsyncThrowingStream<[UInt8], any Error>, length: Int64, watch: Watch, sha256: String? = nil,
+        onMismatch: @escaping @Sendable () -> Void = {}
+    ) -> ResponseBody {
         body(length: length, watch: watch) { send in
             var sent: Int64 = 0
+            var hasher = sha256.map { _ in SHA256() }
             for try await chunk in chunks {
                 sent += Int64(chunk.count)
                 guard sent <= length else { throw ShortRead() }
+                hasher?.update(data: chunk)
+                if sent == length, let digest = hasher?.finalize(), digest.hexString != sha256 {
+                    onMismatch()
+                    throw DigestMismatch()
+                }
                 try await send(ByteBuffer(bytes: chunk))
             }
             guard sent == length else { throw ShortRead() }

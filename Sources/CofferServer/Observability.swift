@@ -13,6 +13,7 @@ public final class CofferMetrics: Sendable {
     let verificationSeconds: DurationHistogram
     let downloadsInFlight: Gauge
     let downloadStalls: Counter
+    let contentMismatches: Counter
     let bodyBytesReserved: Gauge
     let busy: Counter
     let auditInFlight: Gauge
@@ -24,6 +25,9 @@ public final class CofferMetrics: Sendable {
         downloadsInFlight = registry.makeGauge(descriptor: Self.name("downloads_in_flight", "Download bodies being streamed"))
         downloadStalls = registry.makeCounter(
             descriptor: Self.name("download_stalls_total", "Downloads closed because the client stopped reading for the stall timeout"))
+        contentMismatches = registry.makeCounter(
+            descriptor: Self.name(
+                "content_mismatches_total", "Downloads cut short because the store's object did not match its SHA-256 (changed in the store)"))
         bodyBytesReserved = registry.makeGauge(
             descriptor: Self.name("request_body_bytes_reserved", "Request-body bytes reserved from the in-flight body budget"))
         busy = registry.makeCounter(descriptor: Self.name("busy_total", "Requests refused with 503 busy (body budget spent)"))

@@ -395,6 +395,7 @@ import Testing
         let hostile = ClientError.problem(status: 400, code: "x\u{1B}[2J", detail: "\u{1B}]0;owned\u{07} 1000\u{202E}0002")
         #expect(hostile.description == "400 x?[2J: ?]0;owned? 1000?0002")
         #expect(Terminal.safe("Pack \u{1B}[31mred\u{200B}\u{9B}") == "Pack ?[31mred??")
+        #expect(Terminal.safe("ok\u{2028}LEDGER INTACT\u{2029}") == "ok?LEDGER INTACT?")
         #expect(Terminal.safe("Level Pack 1: The Caverns — ünïcode ✓") == "Level Pack 1: The Caverns — ünïcode ✓")
     }
 

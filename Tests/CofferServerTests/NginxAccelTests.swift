@@ -82,6 +82,14 @@ import Testing
         let ranged = try await client.execute(.init(url, method: .get, authority: "localhost", headers: [.range: "bytes=0-9"]))
         #expect(ranged.status == .partialContent)
         #expect(Array(ranged.body?.readableBytesView ?? ByteBuffer().readableBytesView) == Array(bytes.prefix(10)))
+        // If-Range against Coffer's ETag (the SHA-256): these bytes resume, others start over.
+        let resumed = try await client.execute(
+            .init(url, method: .get, authority: "localhost", headers: [.range: "bytes=5-", .ifRange: "\"\(sha)\""]))
+        #expect(resumed.status == .partialContent)
+        #expect(Array(resumed.body?.readableBytesView ?? ByteBuffer().readableBytesView) == Array(bytes[5...]))
+        let changed = try await client.execute(
+            .init(url, method: .get, authority: "localhost", headers: [.range: "bytes=5-", .ifRange: "\"\(String(repeating: "0", count: 64))\""]))
+        #expect(changed.status == .ok && Array(changed.body?.readableBytesView ?? ByteBuffer().readableBytesView) == bytes)
 
         // Coffer still decides: a bad token is its 403, and the internal location is unreachable.
         let forged = try await client.execute(.init("/v1/downloads/v1.k1.AAAA.AAAA", method: .get, authority: "localhost"))
@@ -208,11 +216,38 @@ extension NginxAccelTests {
         let ranged = try await client.execute(.init(url, method: .get, authority: "localhost", headers: [.range: "bytes=3-12"]))
         #expect(ranged.status == .partialContent)
         #expect(Array(ranged.body?.readableBytesView ?? ByteBuffer().readableBytesView) == Array(bytes[3...12]))
-        // The store's errors are Coffer's problems: no XML naming the bucket and key reaches the client.
+        #expect(!ranged.headers.contains { $0.name.canonicalName == "x-coffer-range" }, "Coffer's range for nginx stays inside")
+        // A resumed download: If-Range is Coffer's to decide (the store would compare it with
+        // its MD5 and restart from zero, or ignore it and splice other bytes onto the head).
+        let sha = asset["sha256"] as? String ?? ""
+        let resumed = try await client.execute(
+            .init(url, method: .get, authority: "localhost", headers: [.range: "bytes=5-", .ifRange: "\"\(sha)\""]))
+        #expect(resumed.status == .partialContent && resumed.headers[.contentRange] == "bytes 5-\(bytes.count - 1)/\(bytes.count)")
+        #expect(Array(resumed.body?.readableBytesView ?? ByteBuffer().readableBytesView) == Array(bytes[5...]))
+        let changed = try await client.execute(
+            .init(url, method: .get, authority: "localhost", headers: [.range: "bytes=5-", .ifRange: "\"\(String(repeating: "0", count: 64))\""]))
+        #expect(changed.status == .ok, "another version's tail is never spliced on")
+        #expect(Array(changed.body?.readableBytesView ?? ByteBuffer().readableBytesView) == bytes)
+        // A range outside the object is Coffer's 416, with the size a client resumes from.
         let outside = try await client.execute(.init(url, method: .get, authority: "localhost", headers: [.range: "bytes=999999999-"]))
         let said = String(buffer: outside.body ?? ByteBuffer())
         #expect(outside.status == .rangeNotSatisfiable, "\(said)")
-        #expect(said.contains("\"rangeNotSatisfiable\"") && !said.contains(bucket) && !said.contains("<"), "\(said)")
+        #expect(outside.headers[.contentRange] == "bytes */\(bytes.count)")
+        #expect(said.contains("\"rangeNotSatisfiable\"") && !said.contains(bucket) && !said.contains("<Error"), "\(said)")
+        // The store's failures are Coffer's problems: here a store nginx cannot reach.
+        let deadPort = try Self.freePort()
+        let (deadNginx, deadClient) = try await Self.startNginx(
+            root: root.appendingPathComponent("dead"),
+            snippet: snippet.replacingOccurrences(of: moto.endpoint + "/", with: "http://127.0.0.1:\(deadPort)/"), cofferPort: server.port)
+        defer {
+            deadNginx.terminate()
+            Task { try? await deadClient.shutdown() }
+        }
+        let failed = try await deadClient.execute(.init(url, method: .get, authority: "localhost"))
+        let problem = String(buffer: failed.body ?? ByteBuffer())
+        #expect(failed.status == .badGateway && problem.contains("\"contentStoreError\""), "\(problem)")
+        #expect(failed.headers[.contentType] == "application/problem+json")
+        #expect(failed.headers[.xContentTypeOptions] == "nosniff" && failed.headers[.contentSecurityPolicy]?.contains("sandbox") == true)
         let direct = try await client.execute(
             .init("/_coffer/s3/\(bucket)/game/objects/\(asset["sha256"] as? String ?? "")", method: .get, authority: "localhost"))
         #expect(direct.status == .notFound)
