@@ -74,6 +74,9 @@ struct DownloadController {
                     headers[.xCofferRange] = "bytes=\(range.lowerBound)-\(range.upperBound)"
                 }
                 headers[.xAccelRedirect] = prefix + "s3" + url[path...]
+                // The store names the file (the presigned URL's response-content-disposition):
+                // nginx would keep Coffer's across the redirect on its error answers too.
+                headers[.contentDisposition] = nil
             } else {
                 throw Problem(.contentStoreError, "this content store cannot hand downloads to nginx")
             }

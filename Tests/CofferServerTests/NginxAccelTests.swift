@@ -247,6 +247,7 @@ extension NginxAccelTests {
         let problem = String(buffer: failed.body ?? ByteBuffer())
         #expect(failed.status == .badGateway && problem.contains("\"contentStoreError\""), "\(problem)")
         #expect(failed.headers[.contentType] == "application/problem+json")
+        #expect(failed.headers[.contentDisposition] == nil, "a problem is never saved as the asset's file")
         #expect(failed.headers[.xContentTypeOptions] == "nosniff" && failed.headers[.contentSecurityPolicy]?.contains("sandbox") == true)
         let direct = try await client.execute(
             .init("/_coffer/s3/\(bucket)/game/objects/\(asset["sha256"] as? String ?? "")", method: .get, authority: "localhost"))
