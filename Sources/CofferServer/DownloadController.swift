@@ -70,7 +70,7 @@ struct DownloadController {
                 let scheme = url.range(of: "://"), let path = url[scheme.upperBound...].firstIndex(of: "/")
             {
                 var scratch = HTTPFields()
-                if case (_, let range?) = try Self.range(rangeHeader, size: size, headers: &scratch), scratch[.contentRange] != nil {
+                if case (.partialContent, let range?) = try Self.range(rangeHeader, size: size, headers: &scratch) {
                     headers[.xCofferRange] = "bytes=\(range.lowerBound)-\(range.upperBound)"
                 }
                 headers[.xAccelRedirect] = prefix + "s3" + url[path...]
@@ -109,8 +109,9 @@ struct DownloadController {
         guard let chunks = try await content.open(sha256: claims.sha256, range: range) else {
             throw Problem(.assetMissing, "the asset's bytes are not in the content store")
         }
-        // A whole object is checked against its address as it passes (a range cannot be): an
-        // object changed in the bucket never reaches a client whole.
+        // A whole object is checked against its address as it passes (a range cannot be): a
+        // whole download of an object changed in the bucket is cut short before its last chunk.
+        // A client that resumes it with a range still gets the rest unchecked.
         let logger = context.logger
         let metrics = metrics
         let check = range.lowerBound == 0 && length == size ? claims.sha256 : nil

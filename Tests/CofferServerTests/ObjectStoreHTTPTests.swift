@@ -70,6 +70,15 @@ import Testing
         return try #require(assets.first { $0["assetId"] as? String == "level-1" }?["url"] as? String)
     }
 
+    /// Uploads `bytes` as a new version of `level-1` (named `level-1.bin`) with the admin key.
+    static func uploadLevel(_ client: some TestClientProtocol, _ h: Harness, _ bytes: [UInt8]) async throws {
+        var headers = h.bearer(h.adminKey)
+        headers[.contentType] = "application/octet-stream"
+        let uploaded = try await client.execute(
+            uri: "/v1/admin/assets/level-1?name=level-1.bin", method: .put, headers: headers, body: ByteBuffer(bytes: bytes))
+        #expect(uploaded.status == .created)
+    }
+
     static let contentDigest = HTTPField.Name("Content-Digest") ?? .contentType
 
     static func digestHeader(_ bytes: [UInt8]) -> String { "sha-256=:\(Data(SHA256.hash(data: bytes)).base64EncodedString()):" }
@@ -117,11 +126,7 @@ import Testing
         let forged = bytes.enumerated().map { $0.offset == 1_000_000 ? $0.element ^ 0x5A : $0.element }
         try await Self.withHarness { h in
             try await h.app.test(.live) { client in
-                var headers = h.bearer(h.adminKey)
-                headers[.contentType] = "application/octet-stream"
-                let uploaded = try await client.execute(
-                    uri: "/v1/admin/assets/level-1?name=level-1.bin", method: .put, headers: headers, body: ByteBuffer(bytes: bytes))
-                #expect(uploaded.status == .created)
+                try await Self.uploadLevel(client, h, bytes)
                 let url = try await Self.levelURL(client, transaction: "5151")
                 let store = try #require(h.services.content as? S3ContentStore)
                 try await store.client.put(
@@ -148,11 +153,7 @@ import Testing
         try await Self.withHarness(cacheSize: 64 * 1024 * 1024) { h in
             let cache = try #require(h.services.content as? CachedContentStore)
             try await h.app.test(.router) { client in
-                var headers = h.bearer(h.adminKey)
-                headers[.contentType] = "application/octet-stream"
-                let uploaded = try await client.execute(
-                    uri: "/v1/admin/assets/level-1?name=level-1.bin", method: .put, headers: headers, body: ByteBuffer(bytes: bytes))
-                #expect(uploaded.status == .created)
+                try await Self.uploadLevel(client, h, bytes)
                 #expect(cache.statistics.objects == 0, "uploads go to the bucket only")
                 let url = try await Self.levelURL(client, transaction: "5101")
                 let first = try await client.execute(uri: url, method: .get)
