@@ -18,6 +18,8 @@ struct DownloadController {
     /// X-Accel-Redirect mode (``CofferConfiguration/accelRedirectPrefix``).
     let accelRedirectPrefix: String?
     let stallTimeoutSeconds: Int64
+    /// Objects a whole download found changed in the store: refused until they match again.
+    let quarantine: ContentQuarantine
     /// Delivery evidence (nil: not recorded).
     var deliveries: DeliveryRecorder? = nil
 
@@ -28,6 +30,10 @@ struct DownloadController {
 
     func download(_ request: Request, context: CofferRequestContext, head: Bool) async throws -> Response {
         let claims = try verify(context.parameters.get("token") ?? "")
+        // Found changed in the store: no byte of it, not even a range to resume the cut download.
+        if quarantine.refuses(claims.sha256, content: content, logger: context.logger) {
+            throw Problem(.contentStoreError, "the asset's bytes in the content store are not the ones uploaded; the server's operator has been told")
+        }
         // A store that cannot answer is a 503/502 (ProblemMiddleware), not a missing asset.
         guard let size = try await content.size(sha256: claims.sha256) else {
             throw Problem(.assetMissing, "the asset's bytes are not in the content store")
@@ -110,17 +116,19 @@ struct DownloadController {
             throw Problem(.assetMissing, "the asset's bytes are not in the content store")
         }
         // A whole object is checked against its address as it passes (a range cannot be): a
-        // whole download of an object changed in the bucket is cut short before its last chunk.
-        // A client that resumes it with a range still gets the rest unchecked.
+        // whole download of an object changed in the bucket is cut short before its last chunk,
+        // and the object is quarantined, so the cut download cannot be resumed with a range.
         let logger = context.logger
         let metrics = metrics
+        let quarantine = quarantine
         let check = range.lowerBound == 0 && length == size ? claims.sha256 : nil
         return Response(
             status: status, headers: headers,
             body: FileStream.body(chunks: chunks, length: length, watch: watch, sha256: check) {
+                quarantine.add(claims.sha256)
                 metrics.contentMismatches.increment()
                 logger.error(
-                    "content store object does not match its SHA-256 (changed in the store?): download cut short",
+                    "content store object does not match its SHA-256 (changed in the store?): download cut short, object refused until it matches",
                     metadata: ["sha256": "\(claims.sha256)", "asset": "\(claims.assetId)"])
             })
     }

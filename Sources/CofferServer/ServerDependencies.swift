@@ -63,9 +63,14 @@ public struct ServerRuntime: Sendable {
     let audits: Gate
     /// …and audit exports streaming (twice as many).
     let auditStreams: Gate
+    /// Objects found changed in the content store, served to nobody until they match again.
+    public let quarantine: ContentQuarantine
 
-    public init(_ configuration: CofferConfiguration, metrics: CofferMetrics = CofferMetrics()) {
+    public init(
+        _ configuration: CofferConfiguration, metrics: CofferMetrics = CofferMetrics(), quarantine: ContentQuarantine = ContentQuarantine()
+    ) {
         self.metrics = metrics
+        self.quarantine = quarantine
         self.uploads = Gate(capacity: configuration.maxConcurrentUploads)
         self.audits = Gate(capacity: configuration.auditConcurrency)
         self.auditStreams = Gate(capacity: 2 * configuration.auditConcurrency)

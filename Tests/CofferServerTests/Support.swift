@@ -86,11 +86,11 @@ struct Harness {
         return application(logger: logger)
     }
 
-    func application(logger: Logger) -> some ApplicationProtocol {
+    func application(logger: Logger, runtime: ServerRuntime? = nil) -> some ApplicationProtocol {
         var dependencies = services.dependencies
         dependencies.deliveries = deliveries
         dependencies.players = players
-        return buildApplication(services.configuration, dependencies: dependencies, runtime: runtime, logger: logger)
+        return buildApplication(services.configuration, dependencies: dependencies, runtime: runtime ?? self.runtime, logger: logger)
     }
 
     /// A vault over the harness's storage, configured like the server's.
