@@ -25,7 +25,7 @@ public func buildApplication(
         router: buildRouter(configuration, dependencies: dependencies, runtime: runtime ?? ServerRuntime(configuration)),
         server: .http1(
             configuration: .init(
-                additionalChannelHandlers: [WriteStallHandler(timeout: writeStall, logger: logger)],
+                additionalChannelHandlers: [WriteStallHandler(timeout: writeStall, logger: logger), EarlyResponseCloseHandler()],
                 idleTimeout: .seconds(configuration.idleTimeoutSeconds),
                 httpDecoderConfiguration: .init(
                     maxHeaderFieldSize: configuration.maxHeaderFieldSize, maxHeaderListSize: configuration.maxHeaderListSize,
@@ -50,7 +50,9 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     router.add(middleware: ProblemMiddleware())
     // Before any route: only canonical paths are served (no `//`, `.`, `..`, trailing `/`, `%`).
     router.add(middleware: CanonicalPathMiddleware())
-    router.add(middleware: BodyBudgetMiddleware(budget: ByteBudget(capacity: c.bodyBudgetBytes, metrics: metrics)))
+    // One client holds a quarter of the budget at most (never less than one largest JSON body).
+    let bodyBudget = ByteBudget(capacity: c.bodyBudgetBytes, perClient: max(c.bodyBudgetBytes / 4, c.jsonBodyLimit), metrics: metrics)
+    router.add(middleware: BodyBudgetMiddleware(budget: bodyBudget))
 
     HealthController(catalogue: d.catalogue, ledgerAudit: d.ledgerAudit, metrics: metrics, highWater: d.ledgerHighWater).add(to: router)
     ConsoleController().add(to: router)
@@ -71,7 +73,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
         tokens: d.tokens, content: d.content, catalogue: d.catalogue, metrics: metrics,
         slots: DownloadSlots(perAddress: c.maxDownloadsPerAddress, metrics: metrics), mode: c.downloadMode,
         accelRedirectPrefix: c.accelRedirectPrefix,
-        stallTimeoutSeconds: c.downloadStallTimeoutSeconds, deliveries: d.deliveries
+        stallTimeoutSeconds: c.downloadStallTimeoutSeconds, quarantine: runtime.quarantine, deliveries: d.deliveries
     ).add(to: router)
 
     let authFailures = RateLimiter(perMinute: c.authFailuresPerMinute, burst: c.authFailuresPerMinute)

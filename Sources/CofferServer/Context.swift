@@ -2,6 +2,7 @@ import CofferCore
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -53,6 +54,14 @@ public struct CofferRequestContext: RequestContext {
 struct ClientAddressMiddleware: RouterMiddleware {
     typealias Context = CofferRequestContext
     let trustedProxies: Set<String>
+    /// Set once the misconfiguration below was logged.
+    let warned = WarnedOnce()
+
+    final class WarnedOnce: Sendable {
+        private let flag = Atomic<Bool>(false)
+        /// True the first time only.
+        func first() -> Bool { !flag.exchange(true, ordering: .relaxed) }
+    }
 
     init(trustedProxies: Set<String>) {
         self.trustedProxies = Set(trustedProxies.map(IPAddress.normalized))
@@ -60,9 +69,23 @@ struct ClientAddressMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
-        context.clientAddress = Self.client(peer: context.peerAddress, forwardedFor: request.headers[values: .xForwardedFor], trusted: trustedProxies)
+        let forwardedFor = request.headers[values: .xForwardedFor]
+        context.clientAddress = Self.client(peer: context.peerAddress, forwardedFor: forwardedFor, trusted: trustedProxies)
+        // A proxy on this host that Coffer does not trust: every client behind it is one
+        // address, and one of them exhausts the rate limits for all. (Only a loopback peer
+        // warns: anyone elsewhere can send the header.)
+        if !forwardedFor.isEmpty, context.clientAddress == context.peerAddress, Self.isLoopback(context.peerAddress),
+            !trustedProxies.contains(context.peerAddress), warned.first()
+        {
+            context.logger.warning(
+                "a proxy on this host sends X-Forwarded-For but is not a trusted proxy: every client behind it shares its address and its rate limits; set COFFER_TRUSTED_PROXIES (or --trusted-proxy)",
+                metadata: ["peer": "\(context.peerAddress)"])
+        }
         return try await next(request, context)
     }
+
+    /// `127.0.0.0/8` or `::1`, in normal form.
+    static func isLoopback(_ address: String) -> Bool { address.hasPrefix("127.") || address == "::1" }
 
     /// `trusted` may be given in any spelling; the answer is in normal form.
     static func client(peer: String, forwardedFor: [String], trusted: Set<String>) -> String {

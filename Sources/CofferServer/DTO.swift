@@ -27,15 +27,18 @@ enum JSON {
     static func decode<T: Decodable>(
         _ type: T.Type, from request: Request, context: CofferRequestContext, limit: Int, timeout: Duration
     ) async throws -> T {
-        let reservation = BodyReservation(context.bodyBudget)
+        let reservation = BodyReservation(context.bodyBudget, client: context.limitKey)
         defer { reservation.release() }
         let buffer: ByteBuffer
         do { buffer = try await collect(request, limit: limit, timeout: timeout, reservation: reservation) } catch let problem as Problem
-            where problem.code == .busy
+            where problem.code == .busy || problem.code == .rateLimited
         {
             context.logger.notice(
-                "request body budget spent: 503 busy",
-                metadata: ["client": "\(context.clientAddress)", "budget": "\(context.bodyBudget?.capacity ?? 0)"])
+                problem.code == .busy ? "request body budget spent: 503 busy" : "a client's request bodies hold its share of the budget: 429",
+                metadata: [
+                    "client": "\(context.clientAddress)", "budget": "\(context.bodyBudget?.capacity ?? 0)",
+                    "share": "\(context.bodyBudget?.perClient ?? 0)",
+                ])
             throw problem
         }
         do { return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView)) } catch {
@@ -44,7 +47,6 @@ enum JSON {
     }
 
     private struct TooLarge: Error {}
-    private struct OverBudget: Error {}
 
     /// Collects at most `limit` bytes of body within `timeout`, reserving each chunk from
     /// `reservation` as it arrives. The caller releases the reservation.
@@ -64,7 +66,7 @@ enum JSON {
             var buffer = ByteBufferAllocator().buffer(capacity: min(declared ?? 0, 64 * 1024))
             for try await chunk in request.body {
                 guard chunk.readableBytes <= limit - buffer.readableBytes else { throw TooLarge() }
-                if !reservation.reserve(chunk.readableBytes) { throw OverBudget() }
+                if let refusal = reservation.reserve(chunk.readableBytes) { throw refusal }
                 var chunk = chunk
                 buffer.writeBuffer(&chunk)
             }
@@ -84,7 +86,8 @@ enum JSON {
             if expired, case .failure(let error) = result, error is CancellationError { nil } else { result }
         switch outcome {
         case .success(let buffer)?: return buffer
-        case .failure(let error)? where error is OverBudget: throw Problem.busy()
+        case .failure(ByteBudget.Refusal.spent)?: throw Problem.busy()
+        case .failure(ByteBudget.Refusal.clientShare)?: throw Problem.bodiesInProgress()
         case .failure(let error)? where error is TooLarge: throw Problem(.payloadTooLarge, "request body exceeds \(limit) bytes")
         case .failure?: throw Problem(.malformedRequest, "the request body could not be read")
         case nil:

@@ -3,39 +3,71 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import NIOHTTPTypes
 import Synchronization
 
 /// A server-wide budget of bytes (request bodies being collected): reservations succeed
-/// while the total stays within `capacity`, else the caller answers 503 `busy`.
+/// while the total stays within `capacity`, else the caller answers 503 `busy`. One client
+/// (its ``CofferRequestContext/limitKey``) holds at most `perClient` of it, else 429: a
+/// client sending many slow bodies at once would otherwise spend the budget for everyone.
 final class ByteBudget: Sendable {
     let capacity: Int
-    private let used = Mutex(0)
+    let perClient: Int
+    private let state = Mutex(State())
     private let metrics: CofferMetrics?
 
-    init(capacity: Int, metrics: CofferMetrics? = nil) {
+    private struct State {
+        var used = 0
+        /// What each client holds now; a client holding nothing is removed.
+        var byClient: [String: Int] = [:]
+    }
+
+    enum Refusal: Error {
+        /// The budget is spent: 503.
+        case spent
+        /// This client holds its share: 429.
+        case clientShare
+    }
+
+    /// `perClient`: by default a quarter of `capacity`.
+    init(capacity: Int, perClient: Int? = nil, metrics: CofferMetrics? = nil) {
         self.capacity = max(0, capacity)
+        self.perClient = min(self.capacity, max(0, perClient ?? self.capacity / 4))
         self.metrics = metrics
     }
 
-    /// Takes `bytes` from the budget; false (and nothing taken) when they do not fit.
-    func reserve(_ bytes: Int) -> Bool {
-        guard bytes > 0 else { return true }
-        let ok = used.withLock { used -> Bool in
-            guard bytes <= capacity - used else { return false }
-            used += bytes
-            return true
+    /// Takes `bytes` from the budget for `client`; nil when taken, else why not (nothing taken).
+    func reserve(_ bytes: Int, client: String) -> Refusal? {
+        guard bytes > 0 else { return nil }
+        let refusal = state.withLock { state -> Refusal? in
+            guard bytes <= capacity - state.used else { return .spent }
+            let held = state.byClient[client, default: 0]
+            guard bytes <= perClient - held else { return .clientShare }
+            state.used += bytes
+            state.byClient[client] = held + bytes
+            return nil
         }
-        if ok { metrics?.bodyBytesReserved.increment(by: Double(bytes)) } else { metrics?.busy.increment() }
-        return ok
+        switch refusal {
+        case nil: metrics?.bodyBytesReserved.increment(by: Double(bytes))
+        case .spent?: metrics?.busy.increment()
+        case .clientShare?: break
+        }
+        return refusal
     }
 
-    func release(_ bytes: Int) {
+    func release(_ bytes: Int, client: String) {
         guard bytes > 0 else { return }
-        used.withLock { $0 = max(0, $0 - bytes) }
+        state.withLock { state in
+            state.used = max(0, state.used - bytes)
+            let held = state.byClient[client, default: 0] - bytes
+            state.byClient[client] = held > 0 ? held : nil
+        }
         metrics?.bodyBytesReserved.decrement(by: Double(bytes))
     }
 
-    var inUse: Int { used.withLock { $0 } }
+    var inUse: Int { state.withLock { $0.used } }
+    /// Clients holding a part of the budget now.
+    var clients: Int { state.withLock { $0.byClient.count } }
 }
 
 /// What one request body holds of a ``ByteBudget``: reserved as the body is declared or
@@ -43,15 +75,20 @@ final class ByteBudget: Sendable {
 /// timeout and cancellation paths release too).
 final class BodyReservation: Sendable {
     private let budget: ByteBudget?
+    private let client: String
     private let held = Mutex(0)
 
-    init(_ budget: ByteBudget?) { self.budget = budget }
+    init(_ budget: ByteBudget?, client: String) {
+        self.budget = budget
+        self.client = client
+    }
 
-    func reserve(_ bytes: Int) -> Bool {
-        guard let budget else { return true }
-        guard budget.reserve(bytes) else { return false }
+    /// Nil when reserved, else why not.
+    func reserve(_ bytes: Int) -> ByteBudget.Refusal? {
+        guard let budget else { return nil }
+        if let refusal = budget.reserve(bytes, client: client) { return refusal }
         held.withLock { $0 += bytes }
-        return true
+        return nil
     }
 
     func release() {
@@ -59,7 +96,7 @@ final class BodyReservation: Sendable {
             defer { held = 0 }
             return held
         }
-        budget?.release(bytes)
+        budget?.release(bytes, client: client)
     }
 
     deinit { release() }
@@ -70,6 +107,13 @@ extension Problem {
     static func busy(_ seconds: Int = 2) -> Problem {
         Problem(
             .busy, "the server is receiving too many request bodies at once; retry in \(seconds) s",
+            headers: [.retryAfter: String(seconds)])
+    }
+
+    /// 429 `rateLimited`: this client's bodies in progress hold its share of the budget.
+    static func bodiesInProgress(_ seconds: Int = 2) -> Problem {
+        Problem(
+            .rateLimited, "too many request bodies in progress from this address; retry in \(seconds) s",
             headers: [.retryAfter: String(seconds)])
     }
 }
@@ -421,3 +465,85 @@ final class AuditPlace: Sendable {
 
     deinit { leave() }
 }
+
+/// Ends a connection whose response went out before its request's body was read: a 401 to
+/// an upload without a key, a 413, a 408 (which says `Connection: close`). Hummingbird
+/// would otherwise read and discard the rest of that body, however long and however slowly
+/// it comes, before the next request: a client could hold the connection with a body it
+/// never finishes, and the 408's `Connection: close` would be a promise not kept.
+///
+/// The response gets `Connection: close`; once it is written, the server's side is shut
+/// (the client sees the answer end) and what the client still sends is read and dropped for
+/// ``linger`` at most — a lingering close, so the answer is not lost to the reset an abrupt
+/// close with unread bytes causes — then the connection is closed. Requests are counted, so
+/// each response is matched with its own request.
+final class EarlyResponseCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    static let linger = TimeAmount.seconds(2)
+
+    private var requestsEnded = 0
+    private var responses = 0
+    private var closeAfterResponse = false
+    private var lingering: Scheduled<Void>?
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .end = unwrapInboundIn(data) {
+            requestsEnded += 1
+            // The body the client was still sending has ended: no need to wait longer.
+            if let lingering {
+                lingering.cancel()
+                self.lingering = nil
+                context.close(promise: nil)
+                return
+            }
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(var head) where head.status.kind != .informational:
+            responses += 1
+            if requestsEnded < responses || head.headerFields[.connection]?.lowercased() == "close" {
+                closeAfterResponse = true
+                head.headerFields[.connection] = "close"
+                context.write(wrapOutboundOut(.head(head)), promise: promise)
+            } else {
+                context.write(data, promise: promise)
+            }
+        case .end where closeAfterResponse:
+            closeAfterResponse = false
+            let written = promise ?? context.eventLoop.makePromise()
+            context.writeAndFlush(data, promise: written)
+            written.futureResult.assumeIsolated().whenComplete { [self] _ in
+                guard context.channel.isActive else { return }
+                let shut = context.eventLoop.makePromise(of: Void.self)
+                context.close(mode: .output, promise: shut)
+                shut.futureResult.assumeIsolated().whenFailure { _ in context.close(promise: nil) }
+                lingering = context.eventLoop.assumeIsolated().scheduleTask(in: Self.linger) {
+                    context.close(promise: nil)
+                }
+            }
+        default:
+            context.write(data, promise: promise)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        lingering?.cancel()
+        lingering = nil
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        lingering?.cancel()
+        lingering = nil
+    }
+}
+
+@available(*, unavailable)
+extension EarlyResponseCloseHandler: Sendable {}

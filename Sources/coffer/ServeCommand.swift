@@ -135,6 +135,9 @@ struct ServeCommand: AsyncParsableCommand {
 
         var logger = Logger(label: "coffer")
         logger.logLevel = configuration.logLevel
+        for line in try await CofferConfiguration.overridden(commandLine: commandLine, environment: ProcessInfo.processInfo.environment) {
+            logger.warning("\(line)")
+        }
         guard demo else { return try await Self.serve(try await buildApplication(reader: reader, logger: logger), logger: logger) }
 
         let ca = try Demo.sandbox(at: DataDirectory(configuration.dataDirectory).sandbox)

@@ -63,6 +63,23 @@ struct ConfigurationReaderTests {
         #expect(fromFlags.tokenTTL == 120, "only in the file: the file's")
     }
 
+    /// What the config file sets and a flag or a variable overrides is named (the server logs
+    /// it at start): the file's `host` by `--host`, its `port` by `COFFER_PORT`; its
+    /// `tokenTTL`, set nowhere else, is not named, nor is a variable the file does not set.
+    @Test func settingsTheFileLosesAreNamed() async throws {
+        try await withTemporaryDirectory(prefix: "coffer-config") { directory in
+            let path = directory.appendingPathComponent("coffer.json").path
+            try Data(#"{"host":"file.example","port":9000,"tokenTTL":120,"bundleIds":null}"#.utf8).write(to: URL(fileURLWithPath: path))
+            let environment = [
+                "COFFER_CONFIG": path, "COFFER_PORT": "9100", "COFFER_HOST": "env.example", "COFFER_LOG_LEVEL": "debug", "COFFER_BUNDLE_IDS": "a",
+            ]
+            let lines = try await CofferConfiguration.overridden(commandLine: Self.flags([.host: .string("flag.example")]), environment: environment)
+            #expect(lines == ["host (config file) is overridden by --host", "port (config file) is overridden by COFFER_PORT"])
+            #expect(try await CofferConfiguration.overridden(commandLine: Self.flags([:]), environment: ["COFFER_CONFIG": path]).isEmpty)
+            #expect(try await CofferConfiguration.overridden(commandLine: Self.flags([:]), environment: [:]).isEmpty, "no file")
+        }
+    }
+
     /// Every default is `CofferConfiguration()`'s when nothing is set.
     @Test func nothingSetKeepsTheDefaults() async throws {
         let read = try await Self.configuration()

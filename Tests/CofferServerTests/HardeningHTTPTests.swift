@@ -528,24 +528,78 @@ extension Harness {
     }
 
     @Test func byteBudgetAccounting() {
-        let budget = ByteBudget(capacity: 100)
-        let one = BodyReservation(budget)
-        #expect(one.reserve(60))
-        #expect(!one.reserve(50), "over the capacity")
+        let budget = ByteBudget(capacity: 100, perClient: 100)
+        let one = BodyReservation(budget, client: "a")
+        #expect(one.reserve(60) == nil)
+        #expect(one.reserve(50) == .spent, "over the capacity")
         #expect(budget.inUse == 60)
-        let two = BodyReservation(budget)
-        #expect(two.reserve(40))
-        #expect(!two.reserve(1))
+        let two = BodyReservation(budget, client: "b")
+        #expect(two.reserve(40) == nil)
+        #expect(two.reserve(1) == .spent)
         one.release()
         one.release()
         #expect(budget.inUse == 40, "released once")
         do {
-            let three = BodyReservation(budget)
-            #expect(three.reserve(60))
+            let three = BodyReservation(budget, client: "c")
+            #expect(three.reserve(60) == nil)
         }
         #expect(budget.inUse == 40, "a reservation dropped without release() is released by its deinit")
         two.release()
-        #expect(budget.inUse == 0)
+        #expect(budget.inUse == 0 && budget.clients == 0)
+    }
+
+    /// One client (its address; an IPv6 client's /64) holds its share of the budget at most,
+    /// across all its bodies; the others still have the rest, and what it releases it may take again.
+    @Test func oneClientHoldsItsShareOfTheBodyBudgetAtMost() {
+        let budget = ByteBudget(capacity: 100)
+        #expect(budget.perClient == 25, "a quarter by default")
+        let first = BodyReservation(budget, client: "6.6.6.6")
+        let second = BodyReservation(budget, client: "6.6.6.6")
+        #expect(first.reserve(20) == nil)
+        #expect(second.reserve(6) == .clientShare, "26 of a 25 share")
+        #expect(second.reserve(5) == nil)
+        #expect(budget.inUse == 25)
+        let other = BodyReservation(budget, client: "203.0.113.9")
+        #expect(other.reserve(25) == nil, "another client is not held back")
+        first.release()
+        #expect(second.reserve(20) == nil, "released: the share is there again")
+        second.release()
+        other.release()
+        #expect(budget.inUse == 0 && budget.clients == 0, "nothing held, no client kept")
+    }
+
+    /// Over HTTP: a client whose slow bodies hold its share gets 429 with Retry-After for
+    /// another; another client is served.
+    @Test func aClientWithSlowBodiesGets429AndOthersAreServed() async throws {
+        let h = try await Harness.make(configure: {
+            $0.bodyBudgetBytes = 4 * 1024 * 1024
+            $0.jsonBodyLimit = 1024 * 1024
+            $0.bodyTimeoutSeconds = 300
+            $0.trustedProxies = ["127.0.0.1"]
+        })
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            // 1 MiB share: a first body of 600,000 bytes arrives and stays incomplete.
+            let slow = try RawConnection(port: port)
+            await slow.send(
+                "POST /v1/redemptions HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.7\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"receipt\":\""
+                    + String(repeating: "A", count: 600_000))
+            let held = try await eventually(seconds: 30) {
+                metricValue(String(buffer: try await client.execute(uri: "/metrics", method: .get).body), "coffer_request_body_bytes_reserved") ?? 0
+                    >= 600_000
+            }
+            #expect(held)
+            let body = ByteBuffer(string: "{\"receipt\":\"" + String(repeating: "A", count: 500_000) + "\"}")
+            var same = Harness.jsonHeaders
+            same[.xForwardedFor] = "198.51.100.7"
+            let refused = try await client.execute(uri: "/v1/redemptions", method: .post, headers: same, body: body)
+            #expect(refused.status == .tooManyRequests && Harness.code(refused) == "rateLimited" && refused.headers[.retryAfter] != nil)
+            var other = Harness.jsonHeaders
+            other[.xForwardedFor] = "203.0.113.9"
+            let served = try await client.execute(uri: "/v1/redemptions", method: .post, headers: other, body: body)
+            #expect(served.status != .tooManyRequests && served.status != .serviceUnavailable, "\(served.status)")
+        }
     }
 
     // MARK: - 5. Notifications are rate limited
@@ -615,6 +669,29 @@ extension Harness {
             #expect(statuses[0] != .tooManyRequests && statuses[1] != .tooManyRequests, "\(statuses)")
             #expect(statuses[2] == .tooManyRequests, "the same /64")
             #expect(statuses[3] != .tooManyRequests, "another /64")
+        }
+    }
+
+    /// Behind a proxy on the same host that is not trusted, every client is the proxy: the
+    /// operator is told once (not per request), and not when the proxy is trusted.
+    @Test func anUntrustedLocalProxyIsReportedOnce() async throws {
+        for trusted in [false, true] {
+            let h = try await Harness.make(configure: { $0.trustedProxies = trusted ? ["127.0.0.1"] : [] })
+            defer { h.cleanUp() }
+            let store = CapturingLogHandler.Store()
+            var logger = Logger(label: "capture") { _ in CapturingLogHandler(store: store) }
+            logger.logLevel = .warning
+            try await h.application(logger: logger).test(.live) { client in
+                for address in ["203.0.113.1", "203.0.113.2", "203.0.113.3"] {
+                    let forwarded = try await client.execute(uri: "/healthz", method: .get, headers: [.xForwardedFor: address])
+                    #expect(forwarded.status == .ok)
+                }
+                let direct = try await client.execute(uri: "/healthz", method: .get)
+                #expect(direct.status == .ok)
+            }
+            let warnings = store.all.filter { $0.contains("is not a trusted proxy") }
+            #expect(warnings.count == (trusted ? 0 : 1), "\(store.all)")
+            #expect(warnings.allSatisfy { $0.contains("peer=127.0.0.1") && $0.contains("COFFER_TRUSTED_PROXIES") })
         }
     }
 

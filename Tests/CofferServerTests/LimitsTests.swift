@@ -74,6 +74,21 @@ final class RawConnection: @unchecked Sendable {
         }
     }
 
+    /// Whether the peer ends the connection (end of stream or reset) within `seconds`,
+    /// discarding whatever else it sends first; false when it stays open.
+    func endedByPeer(seconds: Int) async -> Bool {
+        await offThePool {
+            var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+            setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { recv(self.fd, $0.baseAddress, $0.count, 0) }
+                if n == 0 { return true }
+                if n < 0 { return errno == ECONNRESET }
+            }
+        }
+    }
+
     /// Reads until the peer closes or `seconds` pass.
     func receiveBlocking(seconds: Int) -> String {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
@@ -135,7 +150,10 @@ final class RawConnection: @unchecked Sendable {
     }
 
     @Test func aSlowBodyGets408WithinTheBodyTimeout() async throws {
-        let h = try await Harness.make(configure: { $0.bodyTimeoutSeconds = 1 })
+        let h = try await Harness.make(configure: {
+            $0.bodyTimeoutSeconds = 1
+            $0.idleTimeoutSeconds = 300
+        })
         defer { h.cleanUp() }
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
@@ -146,7 +164,36 @@ final class RawConnection: @unchecked Sendable {
             let answer = await slow.receive(seconds: 10)
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer.prefix(120))")
             #expect(answer.contains("requestTimeout"))
+            #expect(answer.lowercased().contains("\r\nconnection: close\r\n"))
             #expect(ContinuousClock.now - started < .seconds(8))
+            // As the answer says: the connection ends (it is not kept waiting for the body).
+            #expect(await slow.endedByPeer(seconds: 20))
+            #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok)
+        }
+    }
+
+    /// An answer sent before its request's body was read — a 401 to an upload without a key —
+    /// ends the connection, the rest of the body unread: a client cannot hold the connection by
+    /// sending a body it never finishes. A body sent whole first keeps the connection.
+    @Test func anAnswerBeforeTheBodyEndsTheConnection() async throws {
+        let h = try await Harness.make(configure: { $0.idleTimeoutSeconds = 300 })
+        defer { h.cleanUp() }
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            let upload = try RawConnection(port: port)
+            await upload.send(
+                "PUT /v1/admin/assets/big HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n" + String(repeating: "x", count: 1000))
+            let answer = await upload.receive(seconds: 10)
+            #expect(answer.hasPrefix("HTTP/1.1 401"), "\(answer.prefix(120))")
+            #expect(answer.lowercased().contains("\r\nconnection: close\r\n"), "\(answer.prefix(400))")
+            #expect(await upload.endedByPeer(seconds: 20))
+            // A whole request refused the same way leaves its connection open for the next.
+            let whole = try RawConnection(port: port)
+            await whole.send("PUT /v1/admin/assets/small HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+            let first = await whole.receive(seconds: 10)
+            #expect(first.hasPrefix("HTTP/1.1 401") && !first.lowercased().contains("connection: close"), "\(first.prefix(400))")
+            await whole.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(await whole.receive(seconds: 10).hasPrefix("HTTP/1.1 200"))
             #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok)
         }
     }

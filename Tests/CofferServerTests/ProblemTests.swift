@@ -54,7 +54,7 @@ struct ProblemTests {
     }
 
     @Test func collectAnswers413OnlyForABodyThatIsTooLarge() async {
-        let reservation = BodyReservation(nil)
+        let reservation = BodyReservation(nil, client: "1.2.3.4")
         defer { reservation.release() }
         func collect(_ request: Request) async -> ProblemCode? {
             await Self.code { try await JSON.collect(request, limit: 8, timeout: .seconds(5), reservation: reservation) }
