@@ -110,6 +110,7 @@ extension NginxAccelTests {
         #expect(header("Content-Disposition")?.hasPrefix("attachment") == true, sourceLocation: sourceLocation)
         #expect(header("ETag") == "\"\(sha256)\"", "Coffer's ETag, the SHA-256", sourceLocation: sourceLocation)
         #expect(header("Cache-Control")?.contains("private") == true, sourceLocation: sourceLocation)
+        #expect(header("Strict-Transport-Security") == "max-age=31536000", "the server's HSTS, repeated", sourceLocation: sourceLocation)
     }
 
     /// Redeems a fresh demo receipt (minted with `data`'s sandbox CA) through `client`; returns
@@ -249,6 +250,7 @@ extension NginxAccelTests {
         #expect(failed.headers[.contentType] == "application/problem+json")
         #expect(failed.headers[.contentDisposition] == nil, "a problem is never saved as the asset's file")
         #expect(failed.headers[.xContentTypeOptions] == "nosniff" && failed.headers[.contentSecurityPolicy]?.contains("sandbox") == true)
+        #expect(failed.headers[HTTPField.Name("Strict-Transport-Security")!] == "max-age=31536000")
         let direct = try await client.execute(
             .init("/_coffer/s3/\(bucket)/game/objects/\(asset["sha256"] as? String ?? "")", method: .get, authority: "localhost"))
         #expect(direct.status == .notFound)
@@ -330,6 +332,7 @@ extension NginxAccelTests {
                 "/v1/redemptions", method: .post, authority: "localhost", headers: [.contentType: "application/json"],
                 body: ByteBuffer(string: "{\"receipt\":\"\(receipt.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}")))
         #expect(redeemed.status == .created)
+        #expect(redeemed.headers[HTTPField.Name("Strict-Transport-Security")!] == "max-age=31536000", "the server block's HSTS")
         let object = try #require(
             try JSONSerialization.jsonObject(with: Data(redeemed.body?.readableBytesView ?? ByteBuffer().readableBytesView)) as? [String: Any])
         let url = try #require(((object["assets"] as? [[String: Any]])?.first)?["url"] as? String)
