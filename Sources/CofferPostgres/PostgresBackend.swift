@@ -172,18 +172,20 @@ public final class PostgresBackend: Sendable {
     /// again whenever the writer's pool opened a new one after a loss: a pooler that drops
     /// startup parameters leaves the role's or the server's (which may change, or differ on a
     /// new primary). Refused (the batch fails, 503; the session is closed) per
-    /// ``sessionProblem(timeoutSeconds:isolation:asked:)``.
+    /// ``sessionProblem(timeoutSeconds:isolation:asked:synchronousCommit:)``.
     private func checkSession(_ c: PostgresConnection) async throws {
         guard let asked = askedTimeout, checkedSession.withLock({ $0 }) != c.id else { return }
         let rows = try await c.checkedQuery(
             """
             SELECT extract(epoch FROM current_setting('statement_timeout')::interval)::float8,
-              current_setting('default_transaction_isolation')
+              current_setting('default_transaction_isolation'), current_setting('synchronous_commit')
             """, logger: logger)
-        var settings: (Double, String)?
-        for try await row in rows.decode((Double, String).self) { settings = row }
-        guard let (seconds, isolation) = settings else { throw PostgresStoreError.database("the session's settings could not be read") }
-        switch Self.sessionProblem(timeoutSeconds: seconds, isolation: isolation, asked: asked) {
+        var settings: (Double, String, String)?
+        for try await row in rows.decode((Double, String, String).self) { settings = row }
+        guard let (seconds, isolation, synchronousCommit) = settings else {
+            throw PostgresStoreError.database("the session's settings could not be read")
+        }
+        switch Self.sessionProblem(timeoutSeconds: seconds, isolation: isolation, asked: asked, synchronousCommit: synchronousCommit) {
         case .refused(let problem)?:
             // Closed, not kept for the next batch: the writer's pool keeps its one session
             // open, so a refused one would be refused at every batch until a restart. The
@@ -208,8 +210,16 @@ public final class PostgresBackend: Sendable {
     /// a batch's wait for synchronous standbys, reported done, in a CALL shorter than the
     /// writer looks for), or another isolation (the writer's reads outside a transaction
     /// block must see the commits made before its lock). A warning: another timeout, none
-    /// included (a stuck statement then holds its caller and the chain's lock).
-    static func sessionProblem(timeoutSeconds: Double, isolation: String, asked: Duration) -> SessionProblem? {
+    /// included (a stuck statement then holds its caller and the chain's lock). Refused too:
+    /// `synchronous_commit` off (an `ALTER ROLE`, `ALTER DATABASE` or `ALTER SYSTEM` made for
+    /// speed): the flush a redemption waits for before its 201 is then skipped, and a crash of
+    /// the database server loses redemptions already answered — which can be redeemed again.
+    static func sessionProblem(timeoutSeconds: Double, isolation: String, asked: Duration, synchronousCommit: String = "on") -> SessionProblem? {
+        if synchronousCommit == "off" {
+            return .refused(
+                "the database session runs with synchronous_commit off: a redemption answered 201 could be lost in a crash of the database server and redeemed again. Set it for Coffer's role, e.g. ALTER ROLE coffer_app SET synchronous_commit = on"
+            )
+        }
         let inForce = Duration.milliseconds(Int64((max(0, min(timeoutSeconds, 1e9)) * 1000).rounded()))
         let askedText = "\(asked.components.seconds)s"
         if inForce > .zero && inForce < PostgresChain.shortestTimer * 2 {

@@ -173,7 +173,7 @@ enum PostgresChain {
     /// A CALL that ran this long may have had its COMMIT's wait for synchronous standbys ended
     /// by its statement timeout, reported as done: the writer then ``flush(_:logger:)``es
     /// before it answers. The instances' sessions run with 15 s, and the writer refuses a
-    /// session that runs with under twice this (``PostgresBackend/sessionProblem(timeoutSeconds:isolation:asked:)``).
+    /// session that runs with under twice this (``PostgresBackend/sessionProblem(timeoutSeconds:isolation:asked:synchronousCommit:)``).
     /// Measured by the writer from before it sends the CALL: the server's timer starts when the
     /// statement reaches it, so a CALL that timer ended took at least as long there.
     static let shortestTimer: Duration = .seconds(1)

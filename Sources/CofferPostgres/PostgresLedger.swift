@@ -157,22 +157,29 @@ public struct PostgresLedger: LedgerRepository {
         query.equal("bundle_id", f.bundleId)
         query.equal("player_id", f.playerId)
         let built = query.query
-        return try await backend.read { c in try await c.rows(built, logger: backend.logger, Redemption.init(row:)) }
+        // Flushed before it is answered, like the chained events: a writer's batch is visible
+        // before its flush (migration 0005), and an auditor's cursor must never pass a row
+        // that a crash then loses and the next batch numbers again.
+        return try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) { try await c.rows(built, logger: backend.logger, Redemption.init(row:)) }
+        }
     }
 
     public func hourlyCounts(from: Date, to: Date) async throws -> [HourlyCount] {
         let lo = from.timeIntervalSince1970
         let hi = to.timeIntervalSince1970
         return try await backend.read { c in
-            let redemptions = try await c.rows(
-                "SELECT floor(redeemed_at / 3600)::bigint AS h, count(*) AS n FROM redemptions WHERE redeemed_at >= \(lo) AND redeemed_at < \(hi) GROUP BY h",
-                logger: backend.logger
-            ) { (try $0.value("h", Int64.self), Int(try $0.value("n", Int64.self))) }
-            let refused = try await c.rows(
-                "SELECT floor(at / 3600)::bigint AS h, count(*) AS n FROM attempts WHERE at >= \(lo) AND at < \(hi) GROUP BY h",
-                logger: backend.logger
-            ) { (try $0.value("h", Int64.self), Int(try $0.value("n", Int64.self))) }
-            return HourlyCount.merge(redemptions: redemptions, refused: refused)
+            try await PostgresChain.flushed(c, logger: backend.logger) {
+                let redemptions = try await c.rows(
+                    "SELECT floor(redeemed_at / 3600)::bigint AS h, count(*) AS n FROM redemptions WHERE redeemed_at >= \(lo) AND redeemed_at < \(hi) GROUP BY h",
+                    logger: backend.logger
+                ) { (try $0.value("h", Int64.self), Int(try $0.value("n", Int64.self))) }
+                let refused = try await c.rows(
+                    "SELECT floor(at / 3600)::bigint AS h, count(*) AS n FROM attempts WHERE at >= \(lo) AND at < \(hi) GROUP BY h",
+                    logger: backend.logger
+                ) { (try $0.value("h", Int64.self), Int(try $0.value("n", Int64.self))) }
+                return HourlyCount.merge(redemptions: redemptions, refused: refused)
+            }
         }
     }
 
@@ -182,7 +189,10 @@ public struct PostgresLedger: LedgerRepository {
         query.equal("product_id", f.productId)
         query.equal("code", f.code)
         let built = query.query
-        return try await backend.read { c in try await c.rows(built, logger: backend.logger, RejectedAttempt.init(row:)) }
+        // Flushed before it is answered (as ``redemptions(_:)``).
+        return try await backend.read { c in
+            try await PostgresChain.flushed(c, logger: backend.logger) { try await c.rows(built, logger: backend.logger, RejectedAttempt.init(row:)) }
+        }
     }
 }
 

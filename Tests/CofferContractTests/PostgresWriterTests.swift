@@ -749,6 +749,52 @@ struct PostgresWriterTests {
         }
     }
 
+    @Test(
+        "an audit page of redemptions or attempts, and the hourly counts, are answered only once the server flushed what they read: an auditor's cursor never passes a row a crash could lose",
+        .timeLimit(.minutes(3)))
+    func auditPagesWaitForTheFlush() async throws {
+        try await Self.withPrivateCluster { backend, cluster, name in
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("961")).inserted?.sequence == 1)
+            try await Self.standby(cluster, "ghost")
+            // Each answer with the time it came: none before a standby confirms.
+            let pages = Task { (try await ledger.redemptions(AuditFilter()).count, ContinuousClock.now) }
+            let attempts = Task { (try await ledger.attempts(AuditFilter()).count, ContinuousClock.now) }
+            let hours = Task {
+                (try await ledger.hourlyCounts(from: Date(timeIntervalSince1970: 0), to: Date().addingTimeInterval(3600)).count, ContinuousClock.now)
+            }
+            var failed: (any Error)?
+            do {
+                // The readers wait in their flush's COMMIT: two at once (the pool of 3 keeps one
+                // session for the writer), the third for one of their connections.
+                let deadline = ContinuousClock.now + .seconds(30)
+                while try await cluster.psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '\(name)' AND wait_event = 'SyncRep' AND query = 'COMMIT /* coffer flush */'",
+                    database: name) != "2"
+                {
+                    if ContinuousClock.now >= deadline {
+                        let activity = try await cluster.psql(
+                            "SELECT string_agg(coalesce(wait_event, '-') || ':' || state || ':' || left(query, 60), ' | ') FROM pg_stat_activity WHERE datname = '\(name)'",
+                            database: name)
+                        try #require(Bool(false), "the readers never waited for the flush: \(activity)")
+                    }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+            } catch {
+                failed = error
+            }
+            let confirmed = ContinuousClock.now
+            try await Self.standby(cluster, nil)
+            let (rows, pageAt) = try await pages.value
+            let (refused, attemptsAt) = try await attempts.value
+            let (counted, hoursAt) = try await hours.value
+            #expect(failed == nil, "\(String(describing: failed))")
+            #expect(rows == 1 && refused == 0 && counted == 1)
+            #expect(pageAt > confirmed && attemptsAt > confirmed && hoursAt > confirmed, "answered before the flush")
+            await ledger.finishWrites()
+        }
+    }
+
     /// A backend on `name` as a role `plain` without EXECUTE on pg_logical_emit_message (revoked
     /// from PUBLIC), with the servers' timeouts but this `statementTimeout` (nil: none).
     static func withoutTheFlushRecord(_ cluster: PostgresCluster, _ name: String, statementTimeout: Duration?) async throws -> PostgresBackend {
@@ -901,6 +947,39 @@ struct PostgresWriterTests {
             return
         }
         #expect(text.contains("default_transaction_isolation 'repeatable read'"), "\(text)")
+        for durable in ["on", "local", "remote_write", "remote_apply"] {
+            #expect(PostgresBackend.sessionProblem(timeoutSeconds: 15, isolation: "read committed", asked: asked, synchronousCommit: durable) == nil)
+        }
+        guard
+            case .refused(let off)? = PostgresBackend.sessionProblem(
+                timeoutSeconds: 15, isolation: "read committed", asked: asked, synchronousCommit: "off")
+        else {
+            Issue.record("synchronous_commit off not refused")
+            return
+        }
+        #expect(off.contains("ALTER ROLE coffer_app SET synchronous_commit = on"), "\(off)")
+    }
+
+    @Test(
+        "a database whose sessions run with synchronous_commit off (set for speed) is refused at start, with the statement that mends it; mended, it opens",
+        .timeLimit(.minutes(3)))
+    func synchronousCommitOffIsRefused() async throws {
+        try await Self.withBackend { _, cluster, name in
+            try await cluster.psql("ALTER DATABASE \"\(name)\" SET synchronous_commit = off", database: name)
+            do {
+                let backend = try await PostgresBackend.open(try PostgresURL(cluster.url(database: name)), poolSize: 2, logger: Logger(label: "off"))
+                await backend.close()
+                Issue.record("opened on sessions with synchronous_commit off")
+            } catch {
+                #expect("\(error)".contains("synchronous_commit off") && "\(error)".contains("SET synchronous_commit = on"), "\(error)")
+            }
+            try await cluster.psql("ALTER DATABASE \"\(name)\" RESET synchronous_commit", database: name)
+            let backend = try await PostgresBackend.open(try PostgresURL(cluster.url(database: name)), poolSize: 2, logger: Logger(label: "on"))
+            let ledger = PostgresLedger(backend, checkpoints: nil)
+            #expect(try await ledger.insert(makeRedemption("998")).inserted?.sequence == 1)
+            await ledger.finishWrites()
+            await backend.close()
+        }
     }
 
     @Test("the seal deleted: the entries after the last checkpoint are unsealed, as the instances refuse them")

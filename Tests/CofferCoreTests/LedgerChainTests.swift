@@ -45,6 +45,26 @@ import Testing
         return audit.finish()
     }
 
+    @Test("an entry numbered Int64.max (a row written into the database behind the server's back) is a broken sequence, never a trap")
+    func aSequenceAtTheTopOfInt64IsReportedNotTrapped() throws {
+        let signer = LedgerSigner(privateKey: .init())
+        var (entries, checkpoints) = try Self.chain(4, every: 2, signer: signer)
+        var previous = LedgerChain.genesis
+        for e in entries { previous = LedgerChain.hash(previous: previous, entry: e.entry) }
+        for _ in 0..<2 {
+            let forged = LedgerEntry.attempt(Self.attempt(.max), sequence: .max)
+            previous = LedgerChain.hash(previous: previous, entry: forged)
+            entries.append(ChainedEntry(entry: forged, entryHash: previous.hexString))
+        }
+        checkpoints.append(try signer.checkpoint(sequence: .max, entryHash: String(repeating: "0", count: 64), time: 1_700_000_000))
+        var audit = LedgerAudit(checkpoints: checkpoints, publicKey: signer.publicKey)
+        for e in entries { audit.add(e) }
+        audit.checkSeal(nil, last: .max)
+        let report = audit.finish()
+        #expect(report.problem?.kind == .sequenceBroken && report.problem?.sequence == 5, "\(String(describing: report.problem))")
+        #expect(report.problem?.detail.contains("entries 5–9223372036854775806 are missing") == true)
+    }
+
     @Test(
         "a time no clock gives, from a row written behind the server's back, is hashed as its own text, never trapping; the backends refuse reading one back"
     )

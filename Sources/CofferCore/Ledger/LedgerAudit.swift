@@ -140,6 +140,10 @@ public struct LedgerAudit: Sendable {
         if report.problem == nil { report.problem = LedgerProblem(kind, sequence: sequence, detail) }
     }
 
+    /// The sequence after `sequence`, never past `Int64.max`: every sequence here comes from
+    /// storage, and a row forged at `Int64.max` is a finding to report, not a trap.
+    static func after(_ sequence: Int64) -> Int64 { sequence == .max ? .max : sequence + 1 }
+
     public mutating func add(_ chained: ChainedEntry) {
         let entry = chained.entry
         report.entries += 1
@@ -152,7 +156,7 @@ public struct LedgerAudit: Sendable {
                 entry.sequence > expected
                     ? "entries \(expected)–\(entry.sequence - 1) are missing" : "entry \(entry.sequence) appears where \(expected) belongs")
         }
-        expected = max(expected, entry.sequence) + 1
+        expected = Self.after(max(expected, entry.sequence))
         let hash = LedgerChain.hash(previous: previous, entry: entry)
         let hex = hash.hexString
         if hex != chained.entryHash {
@@ -164,8 +168,8 @@ public struct LedgerAudit: Sendable {
                 report.lastCheckpoint = entry.sequence
             } else {
                 fail(
-                    .checkpointMismatch, lastVerifiedCheckpoint + 1,
-                    "the chain does not reach the hash signed at \(entry.sequence): an entry in \(lastVerifiedCheckpoint + 1)–\(entry.sequence) was changed"
+                    .checkpointMismatch, Self.after(lastVerifiedCheckpoint),
+                    "the chain does not reach the hash signed at \(entry.sequence): an entry in \(Self.after(lastVerifiedCheckpoint))–\(entry.sequence) was changed"
                 )
             }
             lastVerifiedCheckpoint = entry.sequence
@@ -201,13 +205,14 @@ public struct LedgerAudit: Sendable {
         if let seal {
             if last > seal.sequence {
                 fail(
-                    .unsealed, seal.sequence + 1,
-                    "entries \(seal.sequence + 1)–\(last) come after the head the servers last sealed (\(seal.sequence)): appended behind their back")
+                    .unsealed, Self.after(seal.sequence),
+                    "entries \(Self.after(seal.sequence))–\(last) come after the head the servers last sealed (\(seal.sequence)): appended behind their back"
+                )
             }
         } else if hasKey, last > report.lastCheckpoint ?? 0, maxCheckpoint <= last, maxPinned <= last {
             // (A signed or pinned checkpoint beyond the end: entries were removed, which
             // ``finish()`` reports as `truncated` — the diagnosis, not a missing seal.)
-            let from = (report.lastCheckpoint ?? 0) + 1
+            let from = Self.after(report.lastCheckpoint ?? 0)
             fail(
                 .unsealed, from,
                 "entries \(from)–\(last) come after the last checkpoint and no seal covers them: the seal was removed, or the ledger was never sealed (a server refuses it until `coffer ledger adopt`)"
@@ -218,12 +223,12 @@ public struct LedgerAudit: Sendable {
     public mutating func finish() -> LedgerAuditReport {
         if maxPinned > report.lastSequence {
             fail(
-                .truncated, report.lastSequence + 1,
+                .truncated, Self.after(report.lastSequence),
                 "the ledger ends at \(report.lastSequence) but a pinned checkpoint covers \(maxPinned): entries were removed")
         }
         if maxCheckpoint > report.lastSequence {
             fail(
-                .truncated, report.lastSequence + 1,
+                .truncated, Self.after(report.lastSequence),
                 "the ledger ends at \(report.lastSequence) but a checkpoint was signed at \(maxCheckpoint): entries were removed")
         }
         return report
