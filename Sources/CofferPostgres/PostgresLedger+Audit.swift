@@ -201,6 +201,15 @@ extension PostgresLedger: LedgerAuditRepository, CatalogueLogSource {
     /// parameters, which a DBA may tune): a unique index of that name on other columns is no rule.
     static let appendOnlyTriggerTypes = (row: 27, truncate: 34)
     static let appendOnlySource = "BEGIN\n    RAISE EXCEPTION 'the ledger is append-only (% on %)', TG_OP, TG_TABLE_NAME;\nEND"
+    /// The body of `coffer_api_keys_guard` as migration 0007 creates it.
+    static let apiKeysGuardSource: String = {
+        let sql = PostgresMigrations.all.first { $0.name == "0007_signed_api_keys" }?.sql ?? ""
+        guard let start = sql.range(of: "CREATE FUNCTION coffer_api_keys_guard()"),
+            let open = sql.range(of: "$$", range: start.upperBound..<sql.endIndex),
+            let close = sql.range(of: "$$", range: open.upperBound..<sql.endIndex)
+        else { return "" }
+        return String(sql[open.upperBound..<close.lowerBound]).trimmingCharacters(in: .whitespacesAndNewlines)
+    }()
     static let replayIndexes = [
         "redemptions_replay": "CREATE UNIQUE INDEX redemptions_replay ON redemptions USING btree (environment, COALESCE(replay_key, transaction_id))",
         "revocations_key":
@@ -214,30 +223,48 @@ extension PostgresLedger: LedgerAuditRepository, CatalogueLogSource {
             """
             SELECT t.tgname::text AS name, r.relname::text AS "table", t.tgtype::int AS type, t.tgenabled::text AS enabled,
               coalesce(r.oid = to_regclass(quote_ident(r.relname)), false) AND t.tgqual IS NULL AND t.tgnargs = 0
-                AND coalesce(array_length(t.tgattr::int2[], 1), 0) = 0 AS plain
+                AND coalesce(array_length(t.tgattr::int2[], 1), 0) = 0 AS plain,
+              t.tgfoid::regproc::text AS function
             FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
-            WHERE NOT t.tgisinternal AND t.tgfoid = 'coffer_append_only'::regproc
+            WHERE NOT t.tgisinternal AND t.tgfoid IN ('coffer_append_only'::regproc, to_regproc('coffer_api_keys_guard'))
             """, logger: logger
         ) { row in
             (
                 name: try row.value("name", String.self), table: try row.value("table", String.self), type: Int(try row.value("type", Int32.self)),
-                enabled: try row.value("enabled", String.self), plain: try row.value("plain", Bool.self)
+                enabled: try row.value("enabled", String.self), plain: try row.value("plain", Bool.self),
+                function: try row.value("function", String.self)
             )
         }
         var problems: [String] = []
+        var expected: [(trigger: String, table: String, type: Int, function: String)] = []
         for table in ["redemptions", "attempts", "revocations", "ledger_events", "ledger_checkpoints", "admin_actions", "purchase_events"] {
-            for (trigger, type) in [
-                ("\(table)_append_only", Self.appendOnlyTriggerTypes.row), ("\(table)_no_truncate", Self.appendOnlyTriggerTypes.truncate),
-            ]
-            where !triggers.contains(where: {
-                $0.name == trigger && $0.table == table && $0.type == type && $0.plain && ["O", "A"].contains($0.enabled)
-            }) {
-                problems.append("trigger \(trigger) is missing, disabled or altered")
-            }
+            expected.append(("\(table)_append_only", table, Self.appendOnlyTriggerTypes.row, "coffer_append_only"))
+            expected.append(("\(table)_no_truncate", table, Self.appendOnlyTriggerTypes.truncate, "coffer_append_only"))
         }
-        let source = try await c.column("SELECT prosrc FROM pg_proc WHERE oid = 'coffer_append_only'::regproc", String.self, logger: logger)
-        if source.map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }) != [Self.appendOnlySource] {
+        // API keys (migration 0007): changed only by being revoked or signed once, never deleted.
+        // Without the guard, whoever holds the owner role clears a revoked key's revocation and
+        // the key works again (the key's signature does not cover it).
+        expected.append(("api_keys_guard", "api_keys", Self.appendOnlyTriggerTypes.row, "coffer_api_keys_guard"))
+        expected.append(("api_keys_no_truncate", "api_keys", Self.appendOnlyTriggerTypes.truncate, "coffer_append_only"))
+        for rule in expected
+        where !triggers.contains(where: {
+            $0.name == rule.trigger && $0.table == rule.table && $0.type == rule.type && $0.function == rule.function && $0.plain
+                && ["O", "A"].contains($0.enabled)
+        }) {
+            problems.append("trigger \(rule.trigger) is missing, disabled or altered")
+        }
+        let sources = try await c.rows(
+            "SELECT proname::text AS name, prosrc FROM pg_proc WHERE oid IN ('coffer_append_only'::regproc, to_regproc('coffer_api_keys_guard'))",
+            logger: logger
+        ) { row in (name: try row.value("name", String.self), source: try row.value("prosrc", String.self)) }
+        func source(_ name: String) -> String? {
+            sources.first(where: { $0.name == name })?.source.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        if source("coffer_append_only") != Self.appendOnlySource {
             problems.append("function coffer_append_only was altered")
+        }
+        if source("coffer_api_keys_guard") != Self.apiKeysGuardSource {
+            problems.append("function coffer_api_keys_guard is missing or was altered")
         }
         let indexes = try await c.rows(
             """

@@ -905,6 +905,26 @@ struct PostgresWriterTests {
                     "function coffer_append_only"
                 ),
                 (
+                    "DROP TRIGGER api_keys_guard ON api_keys",
+                    "CREATE TRIGGER api_keys_guard BEFORE UPDATE OR DELETE ON api_keys FOR EACH ROW EXECUTE FUNCTION coffer_api_keys_guard()",
+                    "trigger api_keys_guard"
+                ),
+                (
+                    "ALTER TABLE api_keys DISABLE TRIGGER api_keys_guard", "ALTER TABLE api_keys ENABLE TRIGGER api_keys_guard",
+                    "trigger api_keys_guard"
+                ),
+                (
+                    "DROP TRIGGER api_keys_guard ON api_keys; CREATE TRIGGER api_keys_guard BEFORE UPDATE OR DELETE ON api_keys FOR EACH ROW EXECUTE FUNCTION coffer_append_only()",
+                    "DROP TRIGGER api_keys_guard ON api_keys; CREATE TRIGGER api_keys_guard BEFORE UPDATE OR DELETE ON api_keys FOR EACH ROW EXECUTE FUNCTION coffer_api_keys_guard()",
+                    "trigger api_keys_guard"
+                ),
+                (
+                    "CREATE OR REPLACE FUNCTION coffer_api_keys_guard() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
+                    "CREATE OR REPLACE FUNCTION coffer_api_keys_guard() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$\n"
+                        + PostgresLedger.apiKeysGuardSource + "\n$$",
+                    "function coffer_api_keys_guard"
+                ),
+                (
                     "DROP INDEX redemptions_replay; CREATE UNIQUE INDEX redemptions_replay ON redemptions (grant_hash)",
                     "DROP INDEX redemptions_replay; CREATE UNIQUE INDEX redemptions_replay ON redemptions (environment, coalesce(replay_key, transaction_id))",
                     "unique index redemptions_replay"
