@@ -10,15 +10,25 @@ import Synchronization
 /// object whole.
 ///
 /// Every request for a quarantined object (GET or HEAD, whole or ranged, any download mode)
-/// is a 502 `contentStoreError`. The object is read whole again in the background at most
-/// once per ``recheckAfter`` while requests for it arrive; when it matches its address
-/// again (an operator put the right bytes back, or re-uploaded the asset), it is served
-/// again. The set lives in this process: another instance quarantines an object when one
-/// of its own whole downloads finds it changed.
+/// is a 502 `contentStoreError`. The object is read whole again in the background while
+/// requests for it arrive — ``recheckAfter`` after it was found changed, then twice as long
+/// after each re-read that finds it still changed (up to 128 times) — and when it matches its
+/// address again (an operator put the right bytes back, or re-uploaded the asset), it is
+/// served again. The set lives in this process, and a restart empties it: another instance
+/// quarantines an object when one of its own whole downloads finds it changed, and a range
+/// that no whole download checked is served as the store has it (README, "Object storage").
 public final class ContentQuarantine: Sendable {
     struct Entry {
         var checking = false
         var lastCheck: ContinuousClock.Instant
+        /// Re-reads that found the object still changed: each doubles the wait before the
+        /// next (``recheckAfter`` up to 128 times it), so requests for a large object that
+        /// stays changed cannot keep the store sending it whole every ``recheckAfter``.
+        var failures = 0
+
+        func due(_ recheckAfter: Duration, now: ContinuousClock.Instant) -> Bool {
+            now - lastCheck >= recheckAfter * (1 << min(failures, 7))
+        }
     }
 
     private let entries = Mutex<[String: Entry]>([:])
@@ -36,7 +46,10 @@ public final class ContentQuarantine: Sendable {
     /// Quarantines `sha256` (its check just failed).
     func add(_ sha256: String) {
         entries.withLock { entries in
-            entries[sha256] = Entry(lastCheck: .now)
+            // A re-read already running goes on (a second one would read the object again).
+            var entry = entries[sha256] ?? Entry(lastCheck: .now)
+            entry.lastCheck = .now
+            entries[sha256] = entry
             any.store(true, ordering: .releasing)
         }
     }
@@ -47,7 +60,7 @@ public final class ContentQuarantine: Sendable {
         guard any.load(ordering: .acquiring) else { return false }
         let start: Bool? = entries.withLock { entries in
             guard var entry = entries[sha256] else { return nil }
-            guard !entry.checking, ContinuousClock.now - entry.lastCheck >= recheckAfter else { return false }
+            guard !entry.checking, entry.due(recheckAfter, now: .now) else { return false }
             entry.checking = true
             entries[sha256] = entry
             return true
@@ -63,6 +76,7 @@ public final class ContentQuarantine: Sendable {
                     } else {
                         entries[sha256]?.checking = false
                         entries[sha256]?.lastCheck = .now
+                        entries[sha256]?.failures += 1
                     }
                 }
                 if matches {
@@ -74,14 +88,15 @@ public final class ContentQuarantine: Sendable {
     }
 
     /// Reads the whole object and compares its digest with its address (false on any failure).
+    /// With `read`, not `open`: an instance's cache would start a copy of its own from `open`,
+    /// reading the object from the store a second time.
     static func matches(_ sha256: String, content: any ContentStore, logger: Logger) async -> Bool {
         do {
             guard let size = try await content.size(sha256: sha256) else { return false }
             var hasher = SHA256()
             var read: Int64 = 0
             if size > 0 {
-                guard let chunks = try await content.open(sha256: sha256, range: 0...(size - 1)) else { return false }
-                for try await chunk in chunks {
+                for try await chunk in content.read(sha256: sha256, range: 0...(size - 1)) {
                     hasher.update(data: chunk)
                     read += Int64(chunk.count)
                 }

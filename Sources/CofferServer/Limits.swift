@@ -473,9 +473,10 @@ final class AuditPlace: Sendable {
 /// never finishes, and the 408's `Connection: close` would be a promise not kept.
 ///
 /// The response gets `Connection: close`; once it is written, the server's side is shut
-/// (the client sees the answer end) and what the client still sends is read and dropped for
-/// ``linger`` at most — a lingering close, so the answer is not lost to the reset an abrupt
-/// close with unread bytes causes — then the connection is closed. Requests are counted, so
+/// (the client sees the answer end) and what the client still sends is read and dropped
+/// until it pauses for ``linger`` (or for ``longestLinger`` at most) — a lingering close, so
+/// the answer is not lost to the reset an abrupt close with unread bytes causes — then the
+/// connection is closed. Requests are counted, so
 /// each response is matched with its own request.
 final class EarlyResponseCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
@@ -483,25 +484,39 @@ final class EarlyResponseCloseHandler: ChannelDuplexHandler, RemovableChannelHan
     typealias OutboundIn = HTTPResponsePart
     typealias OutboundOut = HTTPResponsePart
 
+    /// As nginx's `lingering_timeout` and `lingering_time`: closed after this long without
+    /// anything from the client, and this long after the answer at most. A client that sends
+    /// its whole body before it reads the answer (many do) still gets it.
     static let linger = TimeAmount.seconds(2)
+    static let longestLinger = TimeAmount.seconds(30)
 
     private var requestsEnded = 0
     private var responses = 0
     private var closeAfterResponse = false
     private var lingering: Scheduled<Void>?
+    private var lingerEnds: NIODeadline?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .end = unwrapInboundIn(data) {
-            requestsEnded += 1
-            // The body the client was still sending has ended: no need to wait longer.
-            if let lingering {
-                lingering.cancel()
-                self.lingering = nil
+        let part = unwrapInboundIn(data)
+        if case .end = part { requestsEnded += 1 }
+        if let lingering, let lingerEnds {
+            lingering.cancel()
+            self.lingering = nil
+            if case .end = part {
+                // The body the client was still sending has ended: no need to wait longer.
                 context.close(promise: nil)
                 return
             }
+            // Still sending: wait for the next bytes, within the longest linger.
+            linger(context, until: min(.now() + Self.linger, lingerEnds))
         }
         context.fireChannelRead(data)
+    }
+
+    private func linger(_ context: ChannelHandlerContext, until deadline: NIODeadline) {
+        lingering = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) {
+            context.close(promise: nil)
+        }
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -524,9 +539,9 @@ final class EarlyResponseCloseHandler: ChannelDuplexHandler, RemovableChannelHan
                 let shut = context.eventLoop.makePromise(of: Void.self)
                 context.close(mode: .output, promise: shut)
                 shut.futureResult.assumeIsolated().whenFailure { _ in context.close(promise: nil) }
-                lingering = context.eventLoop.assumeIsolated().scheduleTask(in: Self.linger) {
-                    context.close(promise: nil)
-                }
+                let ends = NIODeadline.now() + Self.longestLinger
+                lingerEnds = ends
+                linger(context, until: min(.now() + Self.linger, ends))
             }
         default:
             context.write(data, promise: promise)

@@ -527,6 +527,18 @@ extension Harness {
         }
     }
 
+    /// A quarantined object is read again `recheckAfter` after it was found changed, then twice
+    /// as long after each re-read that finds it still changed, up to 128 times as long.
+    @Test func aQuarantinedObjectIsReadAgainLessOftenWhileItStaysChanged() {
+        let start = ContinuousClock.now
+        let after = Duration.seconds(30)
+        for (failures, wait) in [(0, 30), (1, 60), (3, 240), (7, 3840), (20, 3840)] {
+            let entry = ContentQuarantine.Entry(lastCheck: start, failures: failures)
+            #expect(!entry.due(after, now: start + .seconds(wait) - .milliseconds(1)), "\(failures)")
+            #expect(entry.due(after, now: start + .seconds(wait)), "\(failures)")
+        }
+    }
+
     @Test func byteBudgetAccounting() {
         let budget = ByteBudget(capacity: 100, perClient: 100)
         let one = BodyReservation(budget, client: "a")

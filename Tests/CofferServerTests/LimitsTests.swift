@@ -45,6 +45,13 @@ final class RawConnection: @unchecked Sendable {
         await offThePool { self.sendBlocking(rest) }
     }
 
+    /// Sends `text` without waiting; whether the socket took all of it (false once the peer
+    /// has reset the connection: EPIPE or ECONNRESET).
+    func trySend(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        return bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) } == bytes.count
+    }
+
     /// ``send(_:)`` on the calling thread (never a task's): for a thread of the test's own.
     func sendBlocking(_ text: String) { sendBlocking(Array(text.utf8)) }
 
@@ -187,6 +194,19 @@ final class RawConnection: @unchecked Sendable {
             #expect(answer.hasPrefix("HTTP/1.1 401"), "\(answer.prefix(120))")
             #expect(answer.lowercased().contains("\r\nconnection: close\r\n"), "\(answer.prefix(400))")
             #expect(await upload.endedByPeer(seconds: 20))
+            // A client that sends its body on before it reads the answer (as many do) is read
+            // from while it sends — not cut off 2 s after the answer, its answer lost to a reset.
+            let steady = try RawConnection(port: port)
+            await steady.send("PUT /v1/admin/assets/big HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+            var sent = 0
+            for _ in 0..<12 {
+                try await Task.sleep(for: .milliseconds(300))
+                if steady.trySend(String(repeating: "x", count: 1000)) { sent += 1 }
+            }
+            #expect(sent == 12, "the connection was closed while the client still sent")
+            let late = await steady.receive(seconds: 10)
+            #expect(late.hasPrefix("HTTP/1.1 401"), "\(late.prefix(120))")
+            #expect(await steady.endedByPeer(seconds: 20), "closed once the client paused")
             // A whole request refused the same way leaves its connection open for the next.
             let whole = try RawConnection(port: port)
             await whole.send("PUT /v1/admin/assets/small HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
