@@ -74,7 +74,7 @@ struct ClientAddressMiddleware: RouterMiddleware {
         // A proxy on this host that Coffer does not trust: every client behind it is one
         // address, and one of them exhausts the rate limits for all. (Only a loopback peer
         // warns: anyone elsewhere can send the header.)
-        if !forwardedFor.isEmpty, context.clientAddress == context.peerAddress, Self.isLoopback(context.peerAddress),
+        if !forwardedFor.isEmpty, context.clientAddress == context.peerAddress, IPAddress.isLoopback(context.peerAddress),
             !trustedProxies.contains(context.peerAddress), warned.first()
         {
             context.logger.warning(
@@ -83,9 +83,6 @@ struct ClientAddressMiddleware: RouterMiddleware {
         }
         return try await next(request, context)
     }
-
-    /// `127.0.0.0/8` or `::1`, in normal form.
-    static func isLoopback(_ address: String) -> Bool { address.hasPrefix("127.") || address == "::1" }
 
     /// `trusted` may be given in any spelling; the answer is in normal form.
     static func client(peer: String, forwardedFor: [String], trusted: Set<String>) -> String {
@@ -143,6 +140,9 @@ public enum IPAddress {
         }
         return (ntop(AF_INET6, &v6) ?? address) + "/64"
     }
+
+    /// Whether `address` (in normal form, ``parse(_:)``) is a loopback address: `127.0.0.0/8` or `::1`.
+    static func isLoopback(_ address: String) -> Bool { address.hasPrefix("127.") || address == "::1" }
 
     /// ``parse(_:)``, or — for what is not a literal (a peer NIO describes otherwise, e.g. with
     /// a zone) — the text lowercased.

@@ -50,7 +50,7 @@ final class ByteBudget: Sendable {
         switch refusal {
         case nil: metrics?.bodyBytesReserved.increment(by: Double(bytes))
         case .spent?: metrics?.busy.increment()
-        case .clientShare?: break
+        case .clientShare?: metrics?.rateLimited(route: "bodies")
         }
         return refusal
     }
@@ -476,8 +476,8 @@ final class AuditPlace: Sendable {
 /// (the client sees the answer end) and what the client still sends is read and dropped
 /// until it pauses for ``linger`` (or for ``longestLinger`` at most) — a lingering close, so
 /// the answer is not lost to the reset an abrupt close with unread bytes causes — then the
-/// connection is closed. Requests are counted, so
-/// each response is matched with its own request.
+/// connection is closed. Requests are counted, so each response is matched with its own
+/// request.
 final class EarlyResponseCloseHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart

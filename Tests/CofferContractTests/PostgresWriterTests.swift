@@ -767,19 +767,9 @@ struct PostgresWriterTests {
             do {
                 // The readers wait in their flush's COMMIT: two at once (the pool of 3 keeps one
                 // session for the writer), the third for one of their connections.
-                let deadline = ContinuousClock.now + .seconds(30)
-                while try await cluster.psql(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '\(name)' AND wait_event = 'SyncRep' AND query = 'COMMIT /* coffer flush */'",
-                    database: name) != "2"
-                {
-                    if ContinuousClock.now >= deadline {
-                        let activity = try await cluster.psql(
-                            "SELECT string_agg(coalesce(wait_event, '-') || ':' || state || ':' || left(query, 60), ' | ') FROM pg_stat_activity WHERE datname = '\(name)'",
-                            database: name)
-                        try #require(Bool(false), "the readers never waited for the flush: \(activity)")
-                    }
-                    try await Task.sleep(for: .milliseconds(20))
-                }
+                let flush = "query = 'COMMIT /* coffer flush */'"
+                let first = try await Self.waitingForStandby(cluster, name, flush)
+                _ = try await Self.waitingForStandby(cluster, name, "\(flush) AND pid <> \(first)")
             } catch {
                 failed = error
             }

@@ -607,6 +607,8 @@ extension Harness {
             same[.xForwardedFor] = "198.51.100.7"
             let refused = try await client.execute(uri: "/v1/redemptions", method: .post, headers: same, body: body)
             #expect(refused.status == .tooManyRequests && Harness.code(refused) == "rateLimited" && refused.headers[.retryAfter] != nil)
+            let counted = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(counted.contains("coffer_rate_limited_total{route=\"bodies\"} 1"), "counted as every other 429")
             var other = Harness.jsonHeaders
             other[.xForwardedFor] = "203.0.113.9"
             let served = try await client.execute(uri: "/v1/redemptions", method: .post, headers: other, body: body)
