@@ -70,6 +70,13 @@ public enum ContentStores {
         return cache
     }
 
+    /// Has an object store (behind the cache or not) pin the versions it checked in `pins`
+    /// (``S3ContentStore``); other stores keep no pins.
+    public static func attach(pins: any ContentPinRepository, to content: any ContentStore) {
+        if let cache = content as? CachedContentStore { attach(pins: pins, to: cache.remote) }
+        if let s3 = content as? S3ContentStore { s3.attach(pins: pins) }
+    }
+
     /// Releases what the store holds (the object store's connections).
     public static func close(_ content: any ContentStore) async {
         if let cache = content as? CachedContentStore { await close(cache.remote) }

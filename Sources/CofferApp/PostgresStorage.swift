@@ -62,9 +62,10 @@ public struct PostgresStorage: CofferStorage {
             let ledger = PostgresLedger(backend, checkpoints: policy)
             try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
             let adminLog = PostgresAdminLog(backend, checkpoints: policy)
+            let stored = PostgresCatalogue(backend, checkpoints: policy)
+            ContentStores.attach(pins: stored, to: files.content)
             let catalogue = CachedCatalogue(
-                PostgresCatalogue(backend, checkpoints: policy), maxAge: catalogueMaxAge,
-                backing: .logged(ledger, signer: files.ledgerSigner, logger: logger))
+                stored, maxAge: catalogueMaxAge, backing: .logged(ledger, signer: files.ledgerSigner, logger: logger))
             try await catalogue.checkStartup()
             return PostgresStorage(
                 configuration: configuration, backend: backend, catalogue: catalogue, ledger: ledger, ledgerSigner: files.ledgerSigner,

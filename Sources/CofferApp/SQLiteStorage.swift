@@ -42,8 +42,9 @@ public struct SQLiteStorage: CofferStorage {
         let policy = CheckpointPolicy(signer: files.ledgerSigner, every: configuration.checkpointEvery)
         let ledger = SQLiteLedger(database, checkpoints: policy)
         let adminLog = SQLiteAdminLog(database, checkpoints: policy)
-        let catalogue = CachedCatalogue(
-            SQLiteCatalogue(database, checkpoints: policy), backing: .logged(ledger, signer: files.ledgerSigner, logger: logger))
+        let stored = SQLiteCatalogue(database, checkpoints: policy)
+        ContentStores.attach(pins: stored, to: files.content)
+        let catalogue = CachedCatalogue(stored, backing: .logged(ledger, signer: files.ledgerSigner, logger: logger))
         do {
             try await ledger.checkStartup(highWater: LedgerHighWaterFile(configuration, signer: files.ledgerSigner))
             try await catalogue.checkStartup()

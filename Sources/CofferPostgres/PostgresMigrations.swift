@@ -14,6 +14,7 @@ enum PostgresMigrations {
         (name: "0006_flush_checked", sql: postgres0006),
         (name: "0007_signed_api_keys", sql: postgres0007),
         (name: "0008_admin_events_index", sql: postgres0008),
+        (name: "0009_content_pins", sql: postgres0009),
     ]
 }
 
@@ -742,5 +743,24 @@ private let postgres0008 = #"""
     -- verify` replays them). Partial: redemptions and attempts, nearly every event, are not in it,
     -- so appending them costs nothing more.
     CREATE INDEX ledger_events_admin ON ledger_events (sequence) WHERE kind = 'adminAction';
+
+    """#
+
+/// The SQL of migrations/postgres/0009_content_pins.sql.
+private let postgres0009 = #"""
+    -- 0009_content_pins: the version of each object-store object whose bytes Coffer checked
+    -- against their address (SQLite's 0008). `tag` is the store's ETag of that version, recorded
+    -- when an upload completed or a whole read hashed to the address; a ranged read (which no
+    -- digest can check) asks the store for that version only (If-Match), so an object changed in
+    -- the bucket since is refused instead of served. `location` names the store (endpoint, bucket
+    -- and prefix): a new bucket starts with no pins. Not part of the ledger: a pin is re-learnt by
+    -- reading the object whole, and losing one only loses that check until then.
+    CREATE TABLE content_pins (
+        location text NOT NULL,
+        sha256 text NOT NULL CHECK (length(sha256) = 64),
+        tag text NOT NULL CHECK (length(tag) BETWEEN 1 AND 256),
+        pinned_at double precision NOT NULL,
+        PRIMARY KEY (location, sha256)
+    );
 
     """#

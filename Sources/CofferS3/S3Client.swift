@@ -129,9 +129,13 @@ public final class S3Client: Sendable {
     /// here — a missing key throws ``S3Error/notFound``, a failing store its error, an answer
     /// for other bytes (status, `Content-Length`, `Content-Range`) ``S3Error/malformedResponse(_:)``
     /// — before any byte is read; the body is then pulled as the consumer reads it (never
-    /// buffered whole), each pause bounded by the idle timeout.
-    public func get(_ key: String, range: ClosedRange<Int64>) async throws -> HTTPClientResponse.Body {
-        let response = try await send(.GET, key: key, headers: [("range", "bytes=\(range.lowerBound)-\(range.upperBound)")])
+    /// buffered whole), each pause bounded by the idle timeout. `ifMatch`: only that version of
+    /// the object (another one is 412 ``S3Error/refused(status:code:message:)``). Returns the
+    /// body and the version's ETag.
+    public func get(_ key: String, range: ClosedRange<Int64>, ifMatch: String? = nil) async throws -> (body: HTTPClientResponse.Body, eTag: String?) {
+        var headers = [("range", "bytes=\(range.lowerBound)-\(range.upperBound)")]
+        if let ifMatch { headers.append(("if-match", "\"\(ifMatch)\"")) }
+        let response = try await send(.GET, key: key, headers: headers)
         let expected = range.upperBound - range.lowerBound + 1
         let length = response.headers.first(name: "content-length").flatMap(Int64.init)
         let contentRange = response.headers.first(name: "content-range") ?? ""
@@ -143,16 +147,31 @@ public final class S3Client: Sendable {
                 "GET bytes \(range.lowerBound)-\(range.upperBound) answered \(response.status.code), length \(length.map(String.init) ?? "none"), range \(contentRange.prefix(80))"
             )
         }
-        return response.body
+        return (response.body, Self.tag(response.headers.first(name: "etag")))
+    }
+
+    /// An ETag as a pin keeps it, without its quotes (a header has them, some stores' XML
+    /// not): 1–256 characters, else nil. ``get(_:range:ifMatch:)`` quotes it again.
+    static func tag(_ text: String?) -> String? {
+        guard var text = text?.trimmingCharacters(in: .whitespaces) else { return nil }
+        if text.hasPrefix("W/") { text.removeFirst(2) }
+        if text.count >= 2, text.hasPrefix("\""), text.hasSuffix("\"") { text = String(text.dropFirst().dropLast()) }
+        guard !text.isEmpty, text.utf8.count <= 256, !text.contains("\"") else { return nil }
+        return text
     }
 
     /// Stores `body` under `key` in one request, its SHA-256 sent both as the signed payload
     /// hash and as `x-amz-checksum-sha256` (the store refuses the body if either differs).
-    public func put(_ key: String, body: ByteBuffer, sha256: SHA256.Digest, contentType: String = "application/octet-stream") async throws {
-        _ = try await send(
+    /// Returns the new object's ETag.
+    @discardableResult
+    public func put(_ key: String, body: ByteBuffer, sha256: SHA256.Digest, contentType: String = "application/octet-stream") async throws
+        -> String?
+    {
+        let response = try await send(
             .PUT, key: key,
             headers: [("content-type", contentType), ("x-amz-checksum-sha256", Data(sha256).base64EncodedString())],
             body: body, payloadSHA256: sha256.hexString)
+        return Self.tag(response.headers.first(name: "etag"))
     }
 
     /// Deletes `key` (no error when it does not exist).
@@ -160,13 +179,15 @@ public final class S3Client: Sendable {
         do { _ = try await send(.DELETE, key: key) } catch S3Error.notFound {}
     }
 
-    /// Copies `source` (a key of this bucket) to `key`, inside the store (up to 5 GiB).
-    public func copy(from source: String, to key: String) async throws {
+    /// Copies `source` (a key of this bucket) to `key`, inside the store (up to 5 GiB); returns the copy's ETag.
+    @discardableResult
+    public func copy(from source: String, to key: String) async throws -> String? {
         let response = try await send(
             .PUT, key: key, headers: [("x-amz-copy-source", SigV4Signer.encode("/\(location.bucket)/\(source)", keepSlash: true))])
         // A copy can fail after its 200: the error is then the body.
         let xml = try await Self.xml(response)
         if xml.name == "Error" { throw Self.error(from: xml, status: 500) }
+        return Self.tag(xml.value("ETag"))
     }
 
     /// One object of a listing.
@@ -236,8 +257,9 @@ public final class S3Client: Sendable {
         return UploadedPart(number: number, eTag: eTag, checksum: checksum)
     }
 
-    /// Completes an upload from its parts (in order): only now does `key` exist.
-    public func completeMultipartUpload(_ key: String, uploadId: String, parts: [UploadedPart]) async throws {
+    /// Completes an upload from its parts (in order): only now does `key` exist. Returns its ETag.
+    @discardableResult
+    public func completeMultipartUpload(_ key: String, uploadId: String, parts: [UploadedPart]) async throws -> String? {
         var body = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
         for part in parts {
             body += "<Part><PartNumber>\(part.number)</PartNumber><ETag>\(Self.escape(part.eTag))</ETag>"
@@ -251,6 +273,7 @@ public final class S3Client: Sendable {
         // Like a copy, completion can fail after its 200.
         let xml = try await Self.xml(response)
         if xml.name == "Error" { throw Self.error(from: xml, status: 500) }
+        return Self.tag(xml.value("ETag"))
     }
 
     /// Abandons an upload and frees its parts (no error when it is already gone).

@@ -16,6 +16,16 @@ import Synchronization
 /// copied into place inside the store. A multipart upload is completed only after the
 /// whole object's SHA-256 was checked, so the address never holds other bytes, and nothing
 /// is visible under it before the upload completed.
+///
+/// Pins (``attach(pins:)``): whoever can write the bucket can still put other bytes at an
+/// address. A whole read is checked by its reader (the server cuts a download short, the
+/// cache and the quarantine's re-read discard it), but a range cannot be. So the store records,
+/// per object, the ETag of the version whose bytes were checked — the one an upload completed,
+/// or the one a whole read found hashing to its address — and asks for that version only
+/// (`If-Match`) whenever it reads less than the whole object. A changed object then answers
+/// 412, and the read fails with ``ContentStoreError/changed(_:)`` instead of sending its
+/// bytes. A whole read goes without `If-Match`, so its reader can find the object changed
+/// back (an operator restored it) and the store pins the version it then hashed.
 public final class S3ContentStore: ContentStore {
     public let client: S3Client
     /// Bytes per multipart part (5 MiB, S3's smallest, to ``maxPartSize``), and the largest single PUT.
@@ -34,6 +44,65 @@ public final class S3ContentStore: ContentStore {
     public init(client: S3Client, partSize: Int = 16 * 1024 * 1024) {
         self.client = client
         self.partSize = min(max(partSize, 5 * 1024 * 1024), Self.maxPartSize)
+        pinLocation = "\(client.endpoint.host) \(client.location)"
+    }
+
+    // MARK: - Pins
+
+    /// The store a pin names: the endpoint's host, the bucket and the prefix.
+    public let pinLocation: String
+    private let pinRepository = Mutex<(any ContentPinRepository)?>(nil)
+    /// The repository's tags as last read or written here; a tag not there is asked again
+    /// after ``absentTagSeconds``. Another instance replaces a tag only after re-checking the
+    /// object, so a stale one costs a 412 and a fresh read, never a wrong answer.
+    private let tags = Mutex<[String: (tag: String?, until: ContinuousClock.Instant)]>([:])
+    static let absentTagSeconds: Int64 = 60
+
+    /// Records checked versions in `pins` from now on (the server's database). Without it, a
+    /// range is read from whatever the store holds.
+    public func attach(pins: any ContentPinRepository) { pinRepository.withLock { $0 = pins } }
+
+    /// The tag pinned for `sha256` (nil: none, or no repository; an unreadable repository is
+    /// logged and taken as none — the read then goes unpinned, as before pins). `fresh`: ask
+    /// the repository, not this instance's copy.
+    func tag(_ sha256: String, fresh: Bool = false) async -> String? {
+        guard let repository = pinRepository.withLock({ $0 }) else { return nil }
+        let now = ContinuousClock.now
+        if !fresh, let known = tags.withLock({ $0[sha256] }), known.tag != nil || known.until > now { return known.tag }
+        do {
+            let tag = try await repository.pinnedTag(location: pinLocation, sha256: sha256)
+            remember(sha256, tag: tag)
+            return tag
+        } catch {
+            client.logger.warning("content pins unreadable: the range goes unpinned", metadata: ["sha256": "\(sha256)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    private func remember(_ sha256: String, tag: String?) {
+        let until = ContinuousClock.now + .seconds(Self.absentTagSeconds)
+        tags.withLock { cache in
+            if cache.count >= Self.sizeCacheEntries { cache.removeAll(keepingCapacity: true) }
+            cache[sha256] = (tag, until)
+        }
+    }
+
+    /// Pins `tag` as the checked version of `sha256` (an upload completed, or a whole read
+    /// hashed to the address). Failing to record it only loses the check until the next.
+    func pin(_ sha256: String, tag: String?) async {
+        guard let tag, let repository = pinRepository.withLock({ $0 }) else { return }
+        if tags.withLock({ $0[sha256]?.tag }) == tag { return }
+        do {
+            try await repository.pin(location: pinLocation, sha256: sha256, tag: tag, at: Date())
+            remember(sha256, tag: tag)
+        } catch {
+            client.logger.warning("content pin not recorded", metadata: ["sha256": "\(sha256)", "error": "\(error)"])
+        }
+    }
+
+    public func pinnedTag(sha256: String) async -> String? {
+        guard Self.isContentAddress(sha256) else { return nil }
+        return await tag(sha256)
     }
 
     /// The key of the object with this digest.
@@ -82,9 +151,13 @@ public final class S3ContentStore: ContentStore {
             readers.subtract(1, ordering: .relaxed)
             throw ContentStoreError.unavailable("\(Self.maxConcurrentReads) downloads from the store are in progress")
         }
-        let body: HTTPClientResponse.Body
+        let length = range.upperBound - range.lowerBound + 1
+        // Whole: its reader checks it, so it may find a changed object restored (no If-Match).
+        let whole = range.lowerBound == 0 ? (try? await size(sha256: sha256)) == length : false
+        let pinned = await tag(sha256)
+        let got: (body: HTTPClientResponse.Body, eTag: String?)
         do {
-            body = try await client.get(key(sha256: sha256), range: range)
+            got = try await get(sha256, range: range, ifMatch: whole ? nil : pinned)
         } catch S3Error.notFound {
             readers.subtract(1, ordering: .relaxed)
             forget(sha256)
@@ -93,12 +166,32 @@ public final class S3ContentStore: ContentStore {
             readers.subtract(1, ordering: .relaxed)
             return try await Self.translating { throw error }
         }
-        let reader = RangeReader(
-            sha256: sha256, body: body, length: range.upperBound - range.lowerBound + 1, timeouts: client.timeouts
-        ) { [self] in
+        // A whole read of a version not pinned yet is hashed as it passes, and pinned when it
+        // matches its address.
+        let check = whole && got.eTag != pinned ? got.eTag : nil
+        let reader = RangeReader(sha256: sha256, body: got.body, length: length, timeouts: client.timeouts, check: check) { [self] in
             readers.subtract(1, ordering: .relaxed)
+        } checked: { [self] tag in
+            await pin(sha256, tag: tag)
         }
         return AsyncThrowingStream(unfolding: { try await reader.next() })
+    }
+
+    /// GET with `ifMatch`; a 412 asks the repository once more (another instance may have
+    /// pinned a version restored since) and tries its tag, else is ``ContentStoreError/changed(_:)``.
+    private func get(_ sha256: String, range: ClosedRange<Int64>, ifMatch: String?) async throws -> (
+        body: HTTPClientResponse.Body, eTag: String?
+    ) {
+        do {
+            return try await client.get(key(sha256: sha256), range: range, ifMatch: ifMatch)
+        } catch S3Error.refused(412, _, _) where ifMatch != nil {
+            if let fresh = await tag(sha256, fresh: true), fresh != ifMatch {
+                do {
+                    return try await client.get(key(sha256: sha256), range: range, ifMatch: fresh)
+                } catch S3Error.refused(412, _, _) {}
+            }
+            throw ContentStoreError.changed("\(sha256.prefix(16))… is not the version whose bytes were checked (changed in the store)")
+        }
     }
 
     /// ``open(sha256:range:)`` on the first read (its errors come from the stream).
@@ -270,13 +363,23 @@ public final class S3ContentStore: ContentStore {
         /// Time spent waiting for the store (not for the consumer), and the bytes it sent.
         var waited = Duration.zero
         var received: Int64 = 0
+        /// A whole object's version to pin once its bytes hash to its address.
+        let check: String?
+        var hasher: SHA256?
+        let checked: @Sendable (String) async -> Void
 
-        init(sha256: String, body: HTTPClientResponse.Body, length: Int64, timeouts: S3Timeouts, release: @escaping @Sendable () -> Void) {
+        init(
+            sha256: String, body: HTTPClientResponse.Body, length: Int64, timeouts: S3Timeouts, check: String?,
+            release: @escaping @Sendable () -> Void, checked: @escaping @Sendable (String) async -> Void
+        ) {
             self.sha256 = sha256
             remaining = length
             iterator = body.makeAsyncIterator()
             self.timeouts = timeouts
             self.release = release
+            self.check = check
+            hasher = check == nil ? nil : SHA256()
+            self.checked = checked
         }
 
         deinit { release() }
@@ -308,7 +411,15 @@ public final class S3ContentStore: ContentStore {
                 throw ContentStoreError.failed("the store sent more of \(sha256.prefix(16))… than asked")
             }
             remaining -= Int64(buffer.readableBytes)
-            return Array(buffer.readableBytesView)
+            let bytes = Array(buffer.readableBytesView)
+            if hasher != nil {
+                hasher?.update(data: bytes)
+                if remaining == 0, let check, let digest = hasher?.finalize(), digest.hexString == sha256 {
+                    // Not awaited: the last chunk does not wait for the database.
+                    Task { [checked] in await checked(check) }
+                }
+            }
+            return bytes
         }
     }
 }

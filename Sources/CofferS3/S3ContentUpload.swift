@@ -67,28 +67,33 @@ public final class S3ContentUpload: ContentUpload {
             throw ContentStoreError.digestMismatch
         }
         let target = store.key(sha256: digest)
+        // The ETag of the version written at the address: its bytes were just checked.
+        var tag: String?
         try await failing {
             if uploadId == nil {
                 // One request: the whole object is in `pending`.
-                try await S3ContentStore.translating {
+                tag = try await S3ContentStore.translating {
                     try await store.client.put(target, body: pending, sha256: Self.digest(pending))
                 }
             } else {
                 if pending.readableBytes > 0 || parts.isEmpty { try await send(pending) }
                 guard let uploadId else { return }
-                try await S3ContentStore.translating { try await store.client.completeMultipartUpload(key, uploadId: uploadId, parts: parts) }
+                tag = try await S3ContentStore.translating {
+                    try await store.client.completeMultipartUpload(key, uploadId: uploadId, parts: parts)
+                }
                 self.uploadId = nil
                 if key != target {
                     staged = true
                     guard size <= S3ContentStore.maxCopyBytes else {
                         throw ContentStoreError.failed("an object over 5 GiB must be uploaded with its Content-Digest")
                     }
-                    try await S3ContentStore.translating { try await store.client.copy(from: key, to: target) }
+                    tag = try await S3ContentStore.translating { try await store.client.copy(from: key, to: target) }
                     try? await store.client.delete(key)
                     staged = false
                 }
             }
         }
+        await store.pin(digest, tag: tag)
         open = false
         pending = ByteBuffer()
         return (digest, size)

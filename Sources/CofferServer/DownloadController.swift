@@ -80,6 +80,9 @@ struct DownloadController {
                     headers[.xCofferRange] = "bytes=\(range.lowerBound)-\(range.upperBound)"
                 }
                 headers[.xAccelRedirect] = prefix + "s3" + url[path...]
+                // nginx asks for the version whose bytes were checked (If-Match): it hashes
+                // nothing, and a changed object then answers 412, which nginx turns into 502.
+                if let tag = await content.pinnedTag(sha256: claims.sha256) { headers[.xCofferIfMatch] = "\"\(tag)\"" }
                 // The store names the file (the presigned URL's response-content-disposition):
                 // nginx would keep Coffer's across the redirect on its error answers too.
                 headers[.contentDisposition] = nil
@@ -112,7 +115,20 @@ struct DownloadController {
             return Response(status: status, headers: headers, body: FileStream.body(path: file.path, range: range, watch: watch))
         }
         // Opened before the head is sent: a store that fails or lost the object answers 502/503/404.
-        guard let chunks = try await content.open(sha256: claims.sha256, range: range) else {
+        let opened: AsyncThrowingStream<[UInt8], any Error>?
+        do {
+            opened = try await content.open(sha256: claims.sha256, range: range)
+        } catch ContentStoreError.changed(let detail) {
+            // A range of an object that is no longer the version pinned: refused to everyone
+            // until a whole re-read finds its right bytes.
+            quarantine.add(claims.sha256)
+            metrics.contentMismatches.increment()
+            context.logger.error(
+                "content store object changed since its bytes were checked: refused until it matches",
+                metadata: ["sha256": "\(claims.sha256)", "asset": "\(claims.assetId)"])
+            throw ContentStoreError.changed(detail)
+        }
+        guard let chunks = opened else {
             throw Problem(.assetMissing, "the asset's bytes are not in the content store")
         }
         // A whole object is checked against its address as it passes (a range cannot be): a
@@ -228,4 +244,6 @@ extension HTTPField.Name {
     /// The byte range nginx asks the store for, as Coffer decided it (never the client's
     /// `If-Range`); not sent on to the client (nginx keeps only a few headers across the redirect).
     static let xCofferRange = HTTPField.Name("X-Coffer-Range")!
+    /// The version of the object nginx asks the store for (`If-Match`); kept inside like ``xCofferRange``.
+    static let xCofferIfMatch = HTTPField.Name("X-Coffer-If-Match")!
 }

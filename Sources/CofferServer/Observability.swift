@@ -27,7 +27,8 @@ public final class CofferMetrics: Sendable {
             descriptor: Self.name("download_stalls_total", "Downloads closed because the client stopped reading for the stall timeout"))
         contentMismatches = registry.makeCounter(
             descriptor: Self.name(
-                "content_mismatches_total", "Downloads cut short because the store's object did not match its SHA-256 (changed in the store)"))
+                "content_mismatches_total",
+                "Downloads cut short or refused because the store's object is not the one its SHA-256 names (changed in the store)"))
         bodyBytesReserved = registry.makeGauge(
             descriptor: Self.name("request_body_bytes_reserved", "Request-body bytes reserved from the in-flight body budget"))
         busy = registry.makeCounter(descriptor: Self.name("busy_total", "Requests refused with 503 busy (body budget spent)"))

@@ -43,7 +43,7 @@ public struct Problem: HTTPResponseError, Sendable {
         case .io(let detail), .unavailable(let detail):
             self.init(.contentStoreUnavailable, "the content store is not available; retry later")
             internalDetail = detail
-        case .failed(let detail):
+        case .failed(let detail), .changed(let detail):
             self.init(.contentStoreError, "the content store failed; the server's operator has been told")
             internalDetail = detail
         }

@@ -14,6 +14,7 @@ public enum EmbeddedMigrations {
         (name: "0005_attempts_product_index", sql: sql0005),
         (name: "0006_signed_api_keys", sql: sql0006),
         (name: "0007_admin_events_index", sql: sql0007),
+        (name: "0008_content_pins", sql: sql0008),
     ]
 }
 
@@ -412,5 +413,24 @@ private let sql0007 = #"""
     -- verify` replays them). Partial: redemptions and attempts, nearly every event, are not in it,
     -- so appending them costs nothing more.
     CREATE INDEX ledger_events_admin ON ledger_events (sequence) WHERE kind = 'adminAction';
+
+    """#
+
+/// The SQL of migrations/0008_content_pins.sql.
+private let sql0008 = #"""
+    -- 0008_content_pins: the version of each object-store object whose bytes Coffer checked
+    -- against their address. `tag` is the store's ETag of that version, recorded when an upload
+    -- completed or a whole read hashed to the address; a ranged read (which no digest can check)
+    -- asks the store for that version only (If-Match), so an object changed in the bucket since
+    -- is refused instead of served. `location` names the store (endpoint, bucket and prefix): a
+    -- new bucket starts with no pins. Not part of the ledger: a pin is re-learnt by reading the
+    -- object whole, and losing one only loses that check until then.
+    CREATE TABLE content_pins (
+        location TEXT NOT NULL,
+        sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+        tag TEXT NOT NULL CHECK (length(tag) BETWEEN 1 AND 256),
+        pinned_at REAL NOT NULL,
+        PRIMARY KEY (location, sha256)
+    ) WITHOUT ROWID;
 
     """#

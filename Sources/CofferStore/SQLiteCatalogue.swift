@@ -85,3 +85,21 @@ public struct SQLiteCatalogue: CatalogueRepository {
         }
     }
 }
+
+extension SQLiteCatalogue: ContentPinRepository {
+    public func pinnedTag(location: String, sha256: String) async throws -> String? {
+        try await db.pool.read { db in
+            try String.fetchOne(db, sql: "SELECT tag FROM content_pins WHERE location = ? AND sha256 = ?", arguments: [location, sha256])
+        }
+    }
+
+    public func pin(location: String, sha256: String, tag: String, at: Date) async throws {
+        try await db.pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO content_pins (location, sha256, tag, pinned_at) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (location, sha256) DO UPDATE SET tag = excluded.tag, pinned_at = excluded.pinned_at
+                    """, arguments: [location, sha256, tag, at.timeIntervalSince1970])
+        }
+    }
+}

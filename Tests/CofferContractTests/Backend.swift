@@ -36,7 +36,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                 ContractStorage(
                     catalogue: InMemoryCatalogue(adminLog: ledger), ledger: ledger, ledgerAudit: ledger, adminLog: ledger,
                     keys: InMemoryKeys(adminLog: ledger),
-                    content: InMemoryContentStore(chunkSize: 7), deliveries: ledger,
+                    content: InMemoryContentStore(chunkSize: 7), deliveries: ledger, pins: InMemoryContentPins(),
                     failAdminLogWrites: { await ledger.failAdminLogWrites($0) }))
         case .sqlite:
             return try await withTemporaryDirectory(prefix: "coffer-contract") { directory in
@@ -49,7 +49,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                         catalogue: SQLiteCatalogue(database, checkpoints: policy), ledger: ledger, ledgerAudit: ledger,
                         adminLog: SQLiteAdminLog(database, checkpoints: policy), keys: SQLiteKeys(database, checkpoints: policy),
                         content: try LocalContentStore(root: directory.appendingPathComponent("content").path),
-                        deliveries: SQLiteDeliveries(database),
+                        deliveries: SQLiteDeliveries(database), pins: SQLiteCatalogue(database),
                         failAdminLogWrites: { fail in
                             try await database.pool.write { db in
                                 try db.execute(
@@ -79,7 +79,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
                             catalogue: PostgresCatalogue(backend, checkpoints: policy), ledger: ledger, ledgerAudit: ledger,
                             adminLog: PostgresAdminLog(backend, checkpoints: policy), keys: PostgresKeys(backend, checkpoints: policy),
                             content: try LocalContentStore(root: directory.appendingPathComponent("content").path),
-                            deliveries: PostgresDeliveries(backend),
+                            deliveries: PostgresDeliveries(backend), pins: PostgresCatalogue(backend),
                             failAdminLogWrites: { fail in
                                 _ = try await PostgresCluster.shared().psql(
                                     fail

@@ -11,6 +11,7 @@ struct ContractStorage: Sendable {
     var keys: any KeyRepository
     var content: any ContentStore
     var deliveries: any DeliveryRepository
+    var pins: any ContentPinRepository
     /// Makes every admin-log write fail (true) or work again (false), as a database refusing
     /// the log's insert would: for the tests that no admin change is stored without its entry.
     var failAdminLogWrites: @Sendable (Bool) async throws -> Void

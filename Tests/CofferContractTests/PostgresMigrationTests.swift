@@ -58,7 +58,7 @@ struct PostgresUpgradeTests {
             #expect(
                 try await backend.migrate() == [
                     "0002_chain_lock", "0003_players", "0004_append_commit", "0005_flush_after_unlock", "0006_flush_checked",
-                    "0007_signed_api_keys", "0008_admin_events_index",
+                    "0007_signed_api_keys", "0008_admin_events_index", "0009_content_pins",
                 ])
             #expect(try await backend.pendingMigrations().isEmpty)
             // 0007: the key made before keys were signed has no signature (the server refuses it until

@@ -1,6 +1,7 @@
 import CofferCore
 import CofferS3
 import CofferTestSupport
+import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -254,6 +255,19 @@ extension NginxAccelTests {
         let direct = try await client.execute(
             .init("/_coffer/s3/\(bucket)/game/objects/\(asset["sha256"] as? String ?? "")", method: .get, authority: "localhost"))
         #expect(direct.status == .notFound)
+        // nginx hashes nothing: it asks for the version Coffer pinned at upload (If-Match), so
+        // other bytes put at the address are a 502, whole or in part, never sent.
+        let store = try S3Client(
+            location: try S3Location("s3://\(bucket)/game"), endpoint: moto.endpoint, region: "us-east-1",
+            credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey))
+        defer { Task { try? await store.shutdown() } }
+        let forged = bytes.map { $0 ^ 0x20 }
+        try await store.put("game/objects/\(sha)", body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
+        for headers: HTTPFields in [[:], [.range: "bytes=3-12"]] {
+            let refused = try await client.execute(.init(url, method: .get, authority: "localhost", headers: headers))
+            let body = String(buffer: refused.body ?? ByteBuffer())
+            #expect(refused.status == .badGateway && body.contains("\"contentStoreError\""), "\(headers): \(body)")
+        }
     }
 
     /// deploy/nginx.conf itself (TLS swapped for a plain loopback listener, paths pointed at

@@ -120,7 +120,8 @@ import Testing
 
     /// An object changed in the bucket behind Coffer's back (same key, same size, other bytes)
     /// is never streamed to a client whole: the last chunk is held back, the response cut
-    /// short, the operator told (log, `coffer_content_mismatches_total`).
+    /// short, the operator told (log, `coffer_content_mismatches_total`). (A whole download
+    /// goes without the pin's If-Match: the digest is its check.)
     @Test func anObjectChangedInTheBucketIsNeverStreamedWhole() async throws {
         let bytes = Self.bytes(1_300_007, seed: 31)
         let forged = bytes.enumerated().map { $0.offset == 1_000_000 ? $0.element ^ 0x5A : $0.element }
@@ -136,9 +137,6 @@ import Testing
                 let store = try #require(h.services.content as? S3ContentStore)
                 let key = store.key(sha256: bytes.sha256Hex)
                 try await store.client.put(key, body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
-                // A range cannot be checked against the address: it is served as the store has it.
-                let ranged = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
-                #expect(ranged.status == .partialContent && Array(ranged.body.readableBytesView) == Array(bytes.prefix(100)))
                 var received: [UInt8]? = nil
                 do {
                     let response = try await client.execute(uri: url, method: .get)
@@ -180,6 +178,77 @@ import Testing
             try await app.test(.router) { client in
                 let metrics = try await client.execute(uri: "/metrics", method: .get)
                 #expect(metricValue(String(buffer: metrics.body), "coffer_content_mismatches_total") == 1)
+            }
+        }
+    }
+
+    /// A range cannot be checked against the address: it is asked of the version pinned at
+    /// upload (If-Match), and one of an object changed since is a 502 — on the first request,
+    /// before any whole download looked, and on an instance that never served the object (the
+    /// pin is in the database). The object is quarantined; the right bytes put back, it is
+    /// served again. nginx is told the pin too (X-Coffer-If-Match, accel mode).
+    @Test func aRangeOfAnObjectChangedInTheBucketIsRefusedOnItsFirstRequest() async throws {
+        let bytes = Self.bytes(400_009, seed: 37)
+        let forged = bytes.enumerated().map { $0.offset == 7 ? $0.element ^ 0x5A : $0.element }
+        try await Self.withHarness { h in
+            let quarantine = ContentQuarantine(recheckAfter: .milliseconds(200))
+            var logger = Logger(label: "coffer-test")
+            logger.logLevel = .critical
+            let app = h.application(
+                logger: logger, runtime: ServerRuntime(h.services.configuration, metrics: h.runtime.metrics, quarantine: quarantine))
+            let store = try #require(h.services.content as? S3ContentStore)
+            let key = store.key(sha256: bytes.sha256Hex)
+            let pinned = Mutex("")
+            try await app.test(.router) { client in
+                try await Self.uploadLevel(client, h, bytes)
+                let url = try await Self.levelURL(client, transaction: "5161")
+                let tag = try #require(await store.pinnedTag(sha256: bytes.sha256Hex))
+                pinned.withLock { $0 = tag }
+                let served = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
+                #expect(served.status == .partialContent && Array(served.body.readableBytesView) == Array(bytes.prefix(100)))
+
+                // Another instance (its own store and quarantine, the same database) never read it.
+                let other = try ContentStores.s3(
+                    "s3://\(store.client.location.bucket)/game", configuration: h.services.configuration,
+                    environment: try await MotoServer.shared().environment, logger: Logger(label: "coffer-test"))
+                defer { Task { try? await other.client.shutdown() } }
+                other.attach(pins: SQLiteCatalogue(h.services.database))
+                #expect(await other.pinnedTag(sha256: bytes.sha256Hex) == tag, "the pin is in the database")
+
+                try await store.client.put(key, body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
+                let refused = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
+                #expect(refused.status == .badGateway && Harness.code(refused) == "contentStoreError")
+                #expect(quarantine.count == 1)
+                do {
+                    _ = try await other.open(sha256: bytes.sha256Hex, range: 0...99)
+                    Issue.record("the other instance read a range of the changed object")
+                } catch ContentStoreError.changed {}
+
+                // The right bytes put back (a single PUT: the ETag pinned, the MD5, again).
+                try await store.client.put(key, body: ByteBuffer(bytes: bytes), sha256: SHA256.hash(data: bytes))
+                let deadline = ContinuousClock.now + .seconds(60)
+                var again = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
+                while again.status != .partialContent, ContinuousClock.now < deadline {
+                    #expect(again.status == .badGateway)
+                    try await Task.sleep(for: .milliseconds(50))
+                    again = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
+                }
+                #expect(again.status == .partialContent && Array(again.body.readableBytesView) == Array(bytes.prefix(100)))
+                #expect(quarantine.count == 0)
+                let metrics = try await client.execute(uri: "/metrics", method: .get)
+                #expect(metricValue(String(buffer: metrics.body), "coffer_content_mismatches_total") == 1)
+            }
+            // Accel mode: nginx gets the pin to send as If-Match.
+            var configuration = h.services.configuration
+            configuration.downloadMode = .accel
+            configuration.accelRedirectPrefix = "/_coffer/"
+            try await h.application(logger: logger, runtime: ServerRuntime(configuration), configuration: configuration).test(.router) { client in
+                let url = try await Self.levelURL(client, transaction: "5162")
+                let handed = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
+                let redirect = try #require(HTTPField.Name("X-Accel-Redirect"))
+                let ifMatch = try #require(HTTPField.Name("X-Coffer-If-Match"))
+                #expect(handed.status == .ok && handed.headers[redirect]?.hasPrefix("/_coffer/s3/") == true)
+                #expect(handed.headers[ifMatch] == "\"\(pinned.withLock { $0 })\"")
             }
         }
     }

@@ -166,7 +166,7 @@ import Testing
             }
             try queue.close()
         }
-        #expect(try CofferDatabase.migrate(path: path) == ["0006_signed_api_keys", "0007_admin_events_index"])
+        #expect(try CofferDatabase.migrate(path: path) == ["0006_signed_api_keys", "0007_admin_events_index", "0008_content_pins"])
         let signer = try LedgerKeyFile.signer(dataDirectory: directory.path)
         func stored() async throws -> APIKey {
             let database = try CofferDatabase(path: path)

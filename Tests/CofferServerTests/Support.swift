@@ -86,11 +86,13 @@ struct Harness {
         return application(logger: logger)
     }
 
-    func application(logger: Logger, runtime: ServerRuntime? = nil) -> some ApplicationProtocol {
+    /// `configuration`: the server's settings in place of the harness's (a download mode).
+    func application(logger: Logger, runtime: ServerRuntime? = nil, configuration: CofferConfiguration? = nil) -> some ApplicationProtocol {
         var dependencies = services.dependencies
         dependencies.deliveries = deliveries
         dependencies.players = players
-        return buildApplication(services.configuration, dependencies: dependencies, runtime: runtime ?? self.runtime, logger: logger)
+        return buildApplication(
+            configuration ?? services.configuration, dependencies: dependencies, runtime: runtime ?? self.runtime, logger: logger)
     }
 
     /// A vault over the harness's storage, configured like the server's.

@@ -37,6 +37,20 @@ public protocol ContentStore: Sendable {
     /// Removes what interrupted uploads left (temporary files, unfinished multipart uploads)
     /// older than `olderThan` seconds; returns how many.
     func removeAbandonedUploads(olderThan: TimeInterval) async throws -> Int
+    /// The store's tag (an S3 ETag) of the version of the object whose bytes were checked
+    /// against its address, for a proxy that fetches it (nginx sends it as `If-Match`); nil
+    /// when the store keeps no such record, or has none for this object yet.
+    func pinnedTag(sha256: String) async -> String?
+}
+
+/// The version of each object of a remote store whose bytes were checked against their
+/// address (``ContentStoreError/changed``): SQLite, PostgreSQL, in memory (tests). Not part
+/// of the ledger: a pin lost is re-learnt when the object is next read whole.
+public protocol ContentPinRepository: Sendable {
+    /// The tag recorded for `sha256` in the store named `location`; nil when none is.
+    func pinnedTag(location: String, sha256: String) async throws -> String?
+    /// Records `tag` for `sha256` in the store named `location` (replacing the one there).
+    func pin(location: String, sha256: String, tag: String, at: Date) async throws
 }
 
 /// One object of a store.
@@ -97,9 +111,14 @@ public enum ContentStoreError: Error, Sendable, Hashable {
     /// The store refused or answered wrongly (credentials, permissions, a missing bucket):
     /// its operator must look (502 `contentStoreError`).
     case failed(String)
+    /// The object is no longer the version whose bytes were checked against its address: it
+    /// was changed in the store since (502 `contentStoreError`; the server quarantines it).
+    case changed(String)
 }
 
 extension ContentStore {
+    public func pinnedTag(sha256: String) async -> String? { nil }
+
     public func open(sha256: String, range: ClosedRange<Int64>) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
         guard try await size(sha256: sha256) != nil else { return nil }
         return read(sha256: sha256, range: range)

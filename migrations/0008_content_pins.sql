@@ -1,0 +1,14 @@
+-- 0008_content_pins: the version of each object-store object whose bytes Coffer checked
+-- against their address. `tag` is the store's ETag of that version, recorded when an upload
+-- completed or a whole read hashed to the address; a ranged read (which no digest can check)
+-- asks the store for that version only (If-Match), so an object changed in the bucket since
+-- is refused instead of served. `location` names the store (endpoint, bucket and prefix): a
+-- new bucket starts with no pins. Not part of the ledger: a pin is re-learnt by reading the
+-- object whole, and losing one only loses that check until then.
+CREATE TABLE content_pins (
+    location TEXT NOT NULL,
+    sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+    tag TEXT NOT NULL CHECK (length(tag) BETWEEN 1 AND 256),
+    pinned_at REAL NOT NULL,
+    PRIMARY KEY (location, sha256)
+) WITHOUT ROWID;
