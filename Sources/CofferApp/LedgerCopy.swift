@@ -5,7 +5,7 @@ import Crypto
 import Foundation
 
 /// `coffer ledger copy`: a data directory's SQLite ledger — chain, checkpoints, seal, attempts,
-/// revocations, admin log, keys and catalogue — into an empty PostgreSQL database, in one
+/// revocations, admin log, keys, catalogue and content pins — into an empty PostgreSQL database, in one
 /// transaction, every row with its sequence number and values; then the copy is verified with
 /// `publicKey`, as the original is. The upgrade path for a deployment that outgrew one box.
 public enum LedgerCopy {
@@ -32,7 +32,9 @@ public enum LedgerCopy {
             try await target.assets(assets)
             let apiKeys = try await keys.all()
             try await target.keys(apiKeys)
-            counts += [("products", products.count), ("asset versions", assets.count), ("api keys", apiKeys.count)]
+            let pins = try await catalogue.allPins()
+            try await target.pins(pins)
+            counts += [("products", products.count), ("asset versions", assets.count), ("api keys", apiKeys.count), ("content pins", pins.count)]
             counts.append(
                 (
                     "redemptions",

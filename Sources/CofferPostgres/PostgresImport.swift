@@ -31,6 +31,16 @@ public struct PostgresImporter {
         }
     }
 
+    public func pins(_ pins: [ContentPin]) async throws {
+        for p in pins {
+            try await c.checkedQuery(
+                """
+                INSERT INTO content_pins (location, sha256, tag, pinned_at)
+                VALUES (\(p.location), \(p.sha256), \(p.tag), \(p.pinnedAt.timeIntervalSince1970))
+                """, logger: logger)
+        }
+    }
+
     public func keys(_ keys: [APIKey]) async throws {
         for k in keys {
             try await c.checkedQuery(

@@ -15,8 +15,9 @@ import Synchronization
 /// after each re-read that finds it still changed (up to 128 times) — and when it matches its
 /// address again (an operator put the right bytes back, or re-uploaded the asset), it is
 /// served again. The set lives in this process, and a restart empties it: another instance
-/// quarantines an object when one of its own whole downloads finds it changed, and a range
-/// that no whole download checked is served as the store has it (README, "Object storage").
+/// quarantines an object when one of its own downloads finds it changed: a whole one by its
+/// digest, a range by the store's 412 to the pinned version (``ContentStoreError/changed(_:)``;
+/// README, "Object storage").
 public final class ContentQuarantine: Sendable {
     struct Entry {
         var checking = false

@@ -93,6 +93,15 @@ extension SQLiteCatalogue: ContentPinRepository {
         }
     }
 
+    /// Every pin, in key order (`coffer ledger copy`).
+    public func allPins() async throws -> [ContentPin] {
+        try await db.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT location, sha256, tag, pinned_at FROM content_pins ORDER BY location, sha256").map {
+                ContentPin(location: $0[0], sha256: $0[1], tag: $0[2], pinnedAt: Date(timeIntervalSince1970: $0[3]))
+            }
+        }
+    }
+
     public func pin(location: String, sha256: String, tag: String, at: Date) async throws {
         try await db.pool.write { db in
             try db.execute(

@@ -58,6 +58,15 @@ import Testing
         let before = try await Self.verified([], data: data)
         #expect(before.hasPrefix("ledger intact"), "\(before)")
 
+        // A bucket's pin (this box serves local files: none of its own), to be copied too.
+        let pinned = try DatabaseQueue(path: data.appendingPathComponent("coffer.sqlite").path)
+        try await pinned.write { db in
+            try db.execute(
+                sql: "INSERT INTO content_pins (location, sha256, tag, pinned_at) VALUES ('127.0.0.1:9000 s3://game', ?, 'etag-1', 1.5)",
+                arguments: [String(repeating: "e", count: 64)])
+        }
+        try pinned.close()
+
         // 2. The copy: the same chain, verified with the same key.
         let cluster = try await PostgresCluster.shared()
         let url = try await cluster.createDatabase()
@@ -68,7 +77,7 @@ import Testing
         // Every table the copy moves, counted on both sides.
         let tables = [
             "redemptions", "attempts", "revocations", "admin_actions", "ledger_events", "ledger_checkpoints", "ledger_head", "api_keys", "products",
-            "assets", "purchase_events", "deliveries",
+            "assets", "purchase_events", "deliveries", "content_pins",
         ]
         let query = "SELECT " + tables.map { "(SELECT count(*) FROM \($0))" }.joined(separator: " || ' ' || ")
         let source = try DatabaseQueue(

@@ -53,6 +53,21 @@ public protocol ContentPinRepository: Sendable {
     func pin(location: String, sha256: String, tag: String, at: Date) async throws
 }
 
+/// One recorded pin (``ContentPinRepository``), as `coffer ledger copy` moves it.
+public struct ContentPin: Sendable, Hashable {
+    public var location: String
+    public var sha256: String
+    public var tag: String
+    public var pinnedAt: Date
+
+    public init(location: String, sha256: String, tag: String, pinnedAt: Date) {
+        self.location = location
+        self.sha256 = sha256
+        self.tag = tag
+        self.pinnedAt = pinnedAt
+    }
+}
+
 /// One object of a store.
 public struct StoredObject: Sendable, Hashable {
     public var sha256: String
