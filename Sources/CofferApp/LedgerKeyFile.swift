@@ -48,14 +48,16 @@ public enum LedgerKeyFile {
         return LedgerSigner(privateKey: key)
     }
 
-    /// Writes a new key file (0600); refuses to overwrite one.
+    /// Writes a new key file (0600 from its first byte, flushed); refuses to overwrite one.
     public static func create(at path: String) throws -> LedgerSigner {
+        guard let signer = try createUnlessExists(at: path) else { throw TokenKeyFile.KeyError(description: "\(path) exists: not overwritten") }
+        return signer
+    }
+
+    /// A new key at `path`; nil when a file is there already (or another process created one first).
+    static func createUnlessExists(at path: String) throws -> LedgerSigner? {
         let key = Curve25519.Signing.PrivateKey()
-        guard !FileManager.default.fileExists(atPath: path) else { throw TokenKeyFile.KeyError(description: "\(path) exists: not overwritten") }
-        guard
-            FileManager.default.createFile(
-                atPath: path, contents: Data((key.rawRepresentation.base64EncodedString() + "\n").utf8), attributes: [.posixPermissions: 0o600])
-        else { throw TokenKeyFile.KeyError(description: "cannot create \(path)") }
+        guard try SecretFile.create(path, contents: Data((key.rawRepresentation.base64EncodedString() + "\n").utf8)) else { return nil }
         return LedgerSigner(privateKey: key)
     }
 
@@ -66,7 +68,8 @@ public enum LedgerKeyFile {
             guard create else { throw TokenKeyFile.KeyError(description: "\(path) does not exist") }
             try FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            return try self.create(at: path)
+            // Another instance starting on the same directory may create it first: then its key is the one.
+            if let created = try createUnlessExists(at: path) { return created }
         }
         return try load(path)
     }

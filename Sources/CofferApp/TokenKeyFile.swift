@@ -32,10 +32,8 @@ public enum TokenKeyFile {
             try fm.createDirectory(atPath: directory.keys, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let secret = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).base64EncodedString() }
             let file = File(active: "k1", keys: [.init(id: "k1", secret: secret)])
-            let data = try JSONEncoder().encode(file)
-            guard fm.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
-                throw KeyError(description: "cannot create \(path)")
-            }
+            // Another instance starting on the same directory may create it first: its key is read below.
+            _ = try SecretFile.create(path, contents: try JSONEncoder().encode(file))
         }
         guard let data = fm.contents(atPath: path), let file = try? JSONDecoder().decode(File.self, from: data) else {
             throw KeyError(description: "\(path) is not a token key file")

@@ -1,0 +1,59 @@
+import CofferApp
+import CofferCore
+import CofferTestSupport
+import Crypto
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+
+/// The data directory's key files: instances that start together on a fresh, shared data
+/// directory end up with one token key and one ledger key (the file's), and a key file is
+/// 0600 from its first byte, with nothing left beside it.
+@Suite struct KeyFileTests {
+    static func bytes(_ key: SymmetricKey) -> [UInt8] { key.withUnsafeBytes { Array($0) } }
+
+    @Test func instancesStartingTogetherOnAFreshDirectoryShareOneTokenKeyAndOneLedgerKey() throws {
+        for round in 0..<20 {
+            let directory = try makeTemporaryDirectory(prefix: "coffer-keys-\(round)")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let starts = 8
+            let tokens = Mutex<[[UInt8]]>([])
+            let ledgers = Mutex<[String]>([])
+            let failures = Mutex<[String]>([])
+            // Threads of their own: the starts race for the files for real.
+            DispatchQueue.concurrentPerform(iterations: starts) { _ in
+                do {
+                    let token = try TokenKeyFile.signer(dataDirectory: directory.path, configured: nil)
+                    let ledger = try LedgerKeyFile.signer(dataDirectory: directory.path)
+                    tokens.withLock { $0.append(Self.bytes(token.active.key)) }
+                    ledgers.withLock { $0.append(ledger.keyId) }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+            #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
+            let onFile = try TokenKeyFile.signer(dataDirectory: directory.path, configured: nil)
+            let ledgerOnFile = try LedgerKeyFile.signer(dataDirectory: directory.path, create: false)
+            #expect(tokens.withLock { $0 }.count == starts && tokens.withLock { $0 }.allSatisfy { $0 == Self.bytes(onFile.active.key) })
+            #expect(ledgers.withLock { $0 }.count == starts && ledgers.withLock { $0 }.allSatisfy { $0 == ledgerOnFile.keyId })
+            let keys = directory.appendingPathComponent("keys").path
+            let left = try FileManager.default.contentsOfDirectory(atPath: keys).sorted()
+            #expect(left == ["download-tokens.json", "ledger-signing.key"], "no temporary file left: \(left)")
+            for name in left {
+                let mode = try FileManager.default.attributesOfItem(atPath: keys + "/" + name)[.posixPermissions] as? Int
+                #expect(mode == 0o600, "\(name)")
+            }
+        }
+    }
+
+    @Test func anExplicitLedgerKeyIsNeverWrittenOverAnother() throws {
+        let directory = try makeTemporaryDirectory(prefix: "coffer-keys")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("ledger.key").path
+        let first = try LedgerKeyFile.create(at: path)
+        #expect(throws: TokenKeyFile.KeyError.self) { try LedgerKeyFile.create(at: path) }
+        #expect(try LedgerKeyFile.load(path).keyId == first.keyId)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["ledger.key"])
+    }
+}
