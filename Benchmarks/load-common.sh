@@ -1,8 +1,14 @@
 # Shared by the load scripts (sourced, not run): the release build, sandbox receipts as
 # request bodies, and one wrk phase of Benchmarks/redeem.lua.
 
-# build_coffer: builds `coffer` in release into .build-release/ and sets BIN.
+# build_coffer: builds `coffer` in release into .build-release/ and sets BIN; with COFFER_BIN
+# set, measures that binary instead (a build of another commit, for a before/after).
 build_coffer() {
+    if [ -n "${COFFER_BIN:-}" ]; then
+        BIN=$COFFER_BIN
+        echo "measuring $BIN (COFFER_BIN)" >&2
+        return
+    fi
     echo "building coffer (release) …" >&2
     swift build -c release --product coffer --scratch-path .build-release >&2
     BIN=$PWD/.build-release/release/coffer

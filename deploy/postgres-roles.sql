@@ -41,6 +41,9 @@ GRANT SELECT, INSERT, UPDATE ON ledger_head TO coffer_app;
 GRANT SELECT, INSERT, UPDATE ON deliveries TO coffer_app;
 -- The catalogue (admin API).
 GRANT SELECT, INSERT, UPDATE, DELETE ON products, assets TO coffer_app;
+-- Content pins (migration 0009): the checked version of each bucket object, appended (the
+-- newest counts; not chained).
+GRANT SELECT, INSERT ON content_pins TO coffer_app;
 -- The API keys (`coffer keys`): added, revoked once, and (made before keys were signed) signed
 -- once by `coffer keys adopt --sign`; never changed otherwise or deleted (the table's guard
 -- trigger refuses that to every role too, migration 0007). A key is used only when the ledger

@@ -121,7 +121,8 @@ extension PostgresCatalogue: ContentPinRepository {
     public func pinnedTag(location: String, sha256: String) async throws -> String? {
         try await backend.read { c in
             try await c.column(
-                "SELECT tag FROM content_pins WHERE location = \(location) AND sha256 = \(sha256)", String.self, logger: backend.logger
+                "SELECT tag FROM content_pins WHERE location = \(location) AND sha256 = \(sha256) ORDER BY pin_id DESC LIMIT 1", String.self,
+                logger: backend.logger
             ).first
         }
     }
@@ -129,10 +130,8 @@ extension PostgresCatalogue: ContentPinRepository {
     public func pin(location: String, sha256: String, tag: String, at: Date) async throws {
         try await backend.transaction { c in
             _ = try await c.checkedQuery(
-                """
-                INSERT INTO content_pins (location, sha256, tag, pinned_at) VALUES (\(location), \(sha256), \(tag), \(at.timeIntervalSince1970))
-                ON CONFLICT (location, sha256) DO UPDATE SET tag = excluded.tag, pinned_at = excluded.pinned_at
-                """, logger: backend.logger)
+                "INSERT INTO content_pins (location, sha256, tag, pinned_at) VALUES (\(location), \(sha256), \(tag), \(at.timeIntervalSince1970))",
+                logger: backend.logger)
         }
     }
 }

@@ -125,21 +125,29 @@ public final class S3Client: Sendable {
         }
     }
 
+    /// An answered GET: the body still to read, the version's ETag, and the whole object's
+    /// size (from `Content-Range`, or the length of a 200).
+    public struct Got: Sendable {
+        public var body: HTTPClientResponse.Body
+        public var eTag: String?
+        public var size: Int64?
+    }
+
     /// The bytes `range` (inclusive) of the object. The response's head is awaited and checked
     /// here — a missing key throws ``S3Error/notFound``, a failing store its error, an answer
     /// for other bytes (status, `Content-Length`, `Content-Range`) ``S3Error/malformedResponse(_:)``
     /// — before any byte is read; the body is then pulled as the consumer reads it (never
     /// buffered whole), each pause bounded by the idle timeout. `ifMatch`: only that version of
-    /// the object (another one is 412 ``S3Error/refused(status:code:message:)``). Returns the
-    /// body and the version's ETag.
-    public func get(_ key: String, range: ClosedRange<Int64>, ifMatch: String? = nil) async throws -> (body: HTTPClientResponse.Body, eTag: String?) {
+    /// the object (another one is 412 ``S3Error/refused(status:code:message:)``).
+    public func get(_ key: String, range: ClosedRange<Int64>, ifMatch: String? = nil) async throws -> Got {
         var headers = [("range", "bytes=\(range.lowerBound)-\(range.upperBound)")]
         if let ifMatch { headers.append(("if-match", "\"\(ifMatch)\"")) }
         let response = try await send(.GET, key: key, headers: headers)
         let expected = range.upperBound - range.lowerBound + 1
         let length = response.headers.first(name: "content-length").flatMap(Int64.init)
         let contentRange = response.headers.first(name: "content-range") ?? ""
-        let ranged = response.status == .partialContent && contentRange.hasPrefix("bytes \(range.lowerBound)-\(range.upperBound)/")
+        let prefix = "bytes \(range.lowerBound)-\(range.upperBound)/"
+        let ranged = response.status == .partialContent && contentRange.hasPrefix(prefix)
         // A whole object answered with 200 is the range 0…size-1 only.
         let whole = response.status == .ok && range.lowerBound == 0
         guard (ranged || whole) && length == expected else {
@@ -147,14 +155,15 @@ public final class S3Client: Sendable {
                 "GET bytes \(range.lowerBound)-\(range.upperBound) answered \(response.status.code), length \(length.map(String.init) ?? "none"), range \(contentRange.prefix(80))"
             )
         }
-        return (response.body, Self.tag(response.headers.first(name: "etag")))
+        let size = whole ? length : Int64(contentRange.dropFirst(prefix.count))
+        return Got(body: response.body, eTag: Self.tag(response.headers.first(name: "etag")), size: size)
     }
 
     /// An ETag as a pin keeps it, without its quotes (a header has them, some stores' XML
-    /// not): 1–256 characters, else nil. ``get(_:range:ifMatch:)`` quotes it again.
+    /// not): 1–256 characters, else nil. ``get(_:range:ifMatch:)`` quotes it again. A weak
+    /// one (`W/`, from a proxy that re-encodes) is nil: it never matches `If-Match`.
     static func tag(_ text: String?) -> String? {
-        guard var text = text?.trimmingCharacters(in: .whitespaces) else { return nil }
-        if text.hasPrefix("W/") { text.removeFirst(2) }
+        guard var text = text?.trimmingCharacters(in: .whitespaces), !text.hasPrefix("W/") else { return nil }
         if text.count >= 2, text.hasPrefix("\""), text.hasSuffix("\"") { text = String(text.dropFirst().dropLast()) }
         guard !text.isEmpty, text.utf8.count <= 256, !text.contains("\"") else { return nil }
         return text
@@ -180,10 +189,12 @@ public final class S3Client: Sendable {
     }
 
     /// Copies `source` (a key of this bucket) to `key`, inside the store (up to 5 GiB); returns the copy's ETag.
+    /// `ifMatch`: only that version of the source (`x-amz-copy-source-if-match`; 412 otherwise).
     @discardableResult
-    public func copy(from source: String, to key: String) async throws -> String? {
-        let response = try await send(
-            .PUT, key: key, headers: [("x-amz-copy-source", SigV4Signer.encode("/\(location.bucket)/\(source)", keepSlash: true))])
+    public func copy(from source: String, to key: String, ifMatch: String? = nil) async throws -> String? {
+        var headers = [("x-amz-copy-source", SigV4Signer.encode("/\(location.bucket)/\(source)", keepSlash: true))]
+        if let ifMatch { headers.append(("x-amz-copy-source-if-match", "\"\(ifMatch)\"")) }
+        let response = try await send(.PUT, key: key, headers: headers)
         // A copy can fail after its 200: the error is then the body.
         let xml = try await Self.xml(response)
         if xml.name == "Error" { throw Self.error(from: xml, status: 500) }

@@ -52,35 +52,35 @@ public final class S3ContentStore: ContentStore {
     /// The store a pin names: the endpoint's host, the bucket and the prefix.
     public let pinLocation: String
     private let pinRepository = Mutex<(any ContentPinRepository)?>(nil)
-    /// The repository's tags as last read or written here; a tag not there is asked again
-    /// after ``absentTagSeconds``. Another instance replaces a tag only after re-checking the
-    /// object, so a stale one costs a 412 and a fresh read, never a wrong answer.
+    /// The repository's answers as last read or written here, each kept ``pinCacheSeconds``:
+    /// another instance pins a new version only after checking its bytes, and a client read
+    /// refused with this instance's stale copy asks again (accel mode's reads, which Coffer
+    /// does not see refused, follow within that time).
     private let tags = Mutex<[String: (tag: String?, until: ContinuousClock.Instant)]>([:])
-    static let absentTagSeconds: Int64 = 60
+    static let pinCacheSeconds: Int64 = 60
 
     /// Records checked versions in `pins` from now on (the server's database). Without it, a
     /// range is read from whatever the store holds.
     public func attach(pins: any ContentPinRepository) { pinRepository.withLock { $0 = pins } }
 
-    /// The tag pinned for `sha256` (nil: none, or no repository; an unreadable repository is
-    /// logged and taken as none — the read then goes unpinned, as before pins). `fresh`: ask
-    /// the repository, not this instance's copy.
-    func tag(_ sha256: String, fresh: Bool = false) async -> String? {
+    /// The tag pinned for `sha256` (nil: none, or no repository). `fresh`: ask the repository,
+    /// not this instance's copy. A repository that cannot answer is
+    /// ``ContentStoreError/unavailable(_:)``: a read it would have pinned is never sent unpinned.
+    func tag(_ sha256: String, fresh: Bool = false) async throws -> String? {
         guard let repository = pinRepository.withLock({ $0 }) else { return nil }
-        let now = ContinuousClock.now
-        if !fresh, let known = tags.withLock({ $0[sha256] }), known.tag != nil || known.until > now { return known.tag }
+        if !fresh, let known = tags.withLock({ $0[sha256] }), known.until > .now { return known.tag }
+        let tag: String?
         do {
-            let tag = try await repository.pinnedTag(location: pinLocation, sha256: sha256)
-            remember(sha256, tag: tag)
-            return tag
+            tag = try await repository.pinnedTag(location: pinLocation, sha256: sha256)
         } catch {
-            client.logger.warning("content pins unreadable: the range goes unpinned", metadata: ["sha256": "\(sha256)", "error": "\(error)"])
-            return nil
+            throw ContentStoreError.unavailable("the content pins cannot be read: \(error)")
         }
+        remember(sha256, tag: tag)
+        return tag
     }
 
     private func remember(_ sha256: String, tag: String?) {
-        let until = ContinuousClock.now + .seconds(Self.absentTagSeconds)
+        let until = ContinuousClock.now + .seconds(Self.pinCacheSeconds)
         tags.withLock { cache in
             if cache.count >= Self.sizeCacheEntries { cache.removeAll(keepingCapacity: true) }
             cache[sha256] = (tag, until)
@@ -88,10 +88,11 @@ public final class S3ContentStore: ContentStore {
     }
 
     /// Pins `tag` as the checked version of `sha256` (an upload completed, or a whole read
-    /// hashed to the address). Failing to record it only loses the check until the next.
-    func pin(_ sha256: String, tag: String?) async {
+    /// hashed to the address); `always`: even when this instance knows it pinned already (an
+    /// upload: the row may be stale). Failing to record it only loses the check until the next.
+    func pin(_ sha256: String, tag: String?, always: Bool = false) async {
         guard let tag, let repository = pinRepository.withLock({ $0 }) else { return }
-        if tags.withLock({ $0[sha256]?.tag }) == tag { return }
+        if !always, let known = tags.withLock({ $0[sha256] }), known.until > .now, known.tag == tag { return }
         do {
             try await repository.pin(location: pinLocation, sha256: sha256, tag: tag, at: Date())
             remember(sha256, tag: tag)
@@ -100,9 +101,9 @@ public final class S3ContentStore: ContentStore {
         }
     }
 
-    public func pinnedTag(sha256: String) async -> String? {
+    public func pinnedTag(sha256: String) async throws -> String? {
         guard Self.isContentAddress(sha256) else { return nil }
-        return await tag(sha256)
+        return try await tag(sha256)
     }
 
     /// The key of the object with this digest.
@@ -145,19 +146,35 @@ public final class S3ContentStore: ContentStore {
     /// Sends the GET and checks its answer's head before returning (a missing object is nil, a
     /// failing store an error: the server answers 404/502/503 before its own head), then pulls
     /// the body as the consumer reads it, failing when the store sends fewer or more bytes.
+    /// For a client: a pinned object is asked for in its pinned version only, whole or not
+    /// (another is ``ContentStoreError/changed(_:)``, before any byte), and an object not
+    /// pinned yet is pinned when it was read whole and hashed to its address.
     public func open(sha256: String, range: ClosedRange<Int64>) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
         guard Self.isContentAddress(sha256) else { return nil }
+        let pinned = try await tag(sha256)
+        return try await open(sha256: sha256, range: range, ifMatch: pinned, pinning: pinned == nil ? .later : .never)
+    }
+
+    /// Whether a read pins the version it got once its bytes hash to the address.
+    enum Pinning {
+        case never
+        /// In the background (a client's download does not wait for the database).
+        case later
+        /// Before the stream ends (a check that reports the object right).
+        case awaited
+    }
+
+    func open(sha256: String, range: ClosedRange<Int64>, ifMatch: String?, pinning: Pinning) async throws -> AsyncThrowingStream<
+        [UInt8], any Error
+    >? {
         guard readers.add(1, ordering: .relaxed).newValue <= Self.maxConcurrentReads else {
             readers.subtract(1, ordering: .relaxed)
             throw ContentStoreError.unavailable("\(Self.maxConcurrentReads) downloads from the store are in progress")
         }
         let length = range.upperBound - range.lowerBound + 1
-        // Whole: its reader checks it, so it may find a changed object restored (no If-Match).
-        let whole = range.lowerBound == 0 ? (try? await size(sha256: sha256)) == length : false
-        let pinned = await tag(sha256)
-        let got: (body: HTTPClientResponse.Body, eTag: String?)
+        let got: S3Client.Got
         do {
-            got = try await get(sha256, range: range, ifMatch: whole ? nil : pinned)
+            got = try await get(sha256, range: range, ifMatch: ifMatch)
         } catch S3Error.notFound {
             readers.subtract(1, ordering: .relaxed)
             forget(sha256)
@@ -166,26 +183,28 @@ public final class S3ContentStore: ContentStore {
             readers.subtract(1, ordering: .relaxed)
             return try await Self.translating { throw error }
         }
-        // A whole read of a version not pinned yet is hashed as it passes, and pinned when it
-        // matches its address.
-        let check = whole && got.eTag != pinned ? got.eTag : nil
+        // Only the whole object (the store says how long it is) can hash to its address.
+        let whole = range.lowerBound == 0 && got.size == length
+        let check = pinning != .never && whole ? got.eTag : nil
         let reader = RangeReader(sha256: sha256, body: got.body, length: length, timeouts: client.timeouts, check: check) { [self] in
             readers.subtract(1, ordering: .relaxed)
         } checked: { [self] tag in
-            await pin(sha256, tag: tag)
+            if pinning == .awaited {
+                await pin(sha256, tag: tag)
+            } else {
+                Task { await pin(sha256, tag: tag) }
+            }
         }
         return AsyncThrowingStream(unfolding: { try await reader.next() })
     }
 
     /// GET with `ifMatch`; a 412 asks the repository once more (another instance may have
     /// pinned a version restored since) and tries its tag, else is ``ContentStoreError/changed(_:)``.
-    private func get(_ sha256: String, range: ClosedRange<Int64>, ifMatch: String?) async throws -> (
-        body: HTTPClientResponse.Body, eTag: String?
-    ) {
+    private func get(_ sha256: String, range: ClosedRange<Int64>, ifMatch: String?) async throws -> S3Client.Got {
         do {
             return try await client.get(key(sha256: sha256), range: range, ifMatch: ifMatch)
         } catch S3Error.refused(412, _, _) where ifMatch != nil {
-            if let fresh = await tag(sha256, fresh: true), fresh != ifMatch {
+            if let fresh = try await tag(sha256, fresh: true), fresh != ifMatch {
                 do {
                     return try await client.get(key(sha256: sha256), range: range, ifMatch: fresh)
                 } catch S3Error.refused(412, _, _) {}
@@ -194,7 +213,10 @@ public final class S3ContentStore: ContentStore {
         }
     }
 
-    /// ``open(sha256:range:)`` on the first read (its errors come from the stream).
+    /// For a reader that checks what it reads (the quarantine's re-read, `coffer content
+    /// migrate` and `verify`): whatever version the store holds, the stream failing as
+    /// ``open(sha256:range:)``'s does; a whole read that hashes to its address is pinned
+    /// before the stream ends — how an object put right again is served again.
     public func read(sha256: String, range: ClosedRange<Int64>) -> AsyncThrowingStream<[UInt8], any Error> {
         let opener = Opener(store: self, sha256: sha256, range: range)
         return AsyncThrowingStream(unfolding: { try await opener.next() })
@@ -214,7 +236,9 @@ public final class S3ContentStore: ContentStore {
 
         func next() async throws -> [UInt8]? {
             if stream == nil {
-                guard let opened = try await store.open(sha256: sha256, range: range) else {
+                guard S3ContentStore.isContentAddress(sha256),
+                    let opened = try await store.open(sha256: sha256, range: range, ifMatch: nil, pinning: .awaited)
+                else {
                     throw ContentStoreError.io("no object \(sha256.prefix(64))")
                 }
                 stream = opened.makeAsyncIterator()
@@ -414,10 +438,7 @@ public final class S3ContentStore: ContentStore {
             let bytes = Array(buffer.readableBytesView)
             if hasher != nil {
                 hasher?.update(data: bytes)
-                if remaining == 0, let check, let digest = hasher?.finalize(), digest.hexString == sha256 {
-                    // Not awaited: the last chunk does not wait for the database.
-                    Task { [checked] in await checked(check) }
-                }
+                if remaining == 0, let check, let digest = hasher?.finalize(), digest.hexString == sha256 { await checked(check) }
             }
             return bytes
         }

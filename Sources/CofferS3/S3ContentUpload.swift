@@ -16,6 +16,11 @@ public final class S3ContentUpload: ContentUpload {
     private let key: String
     private var pending: ByteBuffer
     private var hasher = SHA256()
+    /// The MD5 of a staged upload (no declared digest): a single copy's ETag, which is pinned
+    /// only when it is this — whoever can write the bucket could replace the staged object
+    /// between its completion and its copy (stores that check `x-amz-copy-source-if-match`
+    /// refuse that copy anyway).
+    private var md5: Insecure.MD5?
     private var size: Int64 = 0
     private var uploadId: String?
     private var parts: [S3Client.UploadedPart] = []
@@ -32,6 +37,7 @@ public final class S3ContentUpload: ContentUpload {
             declaredSHA256.map { store.key(sha256: $0) }
             ?? store.client.location.key("uploads/\(Int64(Date().timeIntervalSince1970))-" + UUID().uuidString.lowercased())
         pending = ByteBuffer()
+        md5 = declaredSHA256 == nil ? Insecure.MD5() : nil
     }
 
     public func append(_ bytes: some Collection<UInt8>) async throws {
@@ -42,12 +48,14 @@ public final class S3ContentUpload: ContentUpload {
         }
         if let done: Void = bytes.withContiguousStorageIfAvailable({ buffer in
             hasher.update(bufferPointer: UnsafeRawBufferPointer(buffer))
+            md5?.update(bufferPointer: UnsafeRawBufferPointer(buffer))
             pending.writeBytes(buffer)
         }) {
             done
         } else {
             let copy = Array(bytes)
             hasher.update(data: copy)
+            md5?.update(data: copy)
             pending.writeBytes(copy)
         }
         size += Int64(bytes.count)
@@ -87,13 +95,15 @@ public final class S3ContentUpload: ContentUpload {
                     guard size <= S3ContentStore.maxCopyBytes else {
                         throw ContentStoreError.failed("an object over 5 GiB must be uploaded with its Content-Digest")
                     }
-                    tag = try await S3ContentStore.translating { try await store.client.copy(from: key, to: target) }
+                    let completed = tag
+                    let copied = try await S3ContentStore.translating { try await store.client.copy(from: key, to: target, ifMatch: completed) }
+                    tag = copied == md5?.finalize().hexString ? copied : nil
                     try? await store.client.delete(key)
                     staged = false
                 }
             }
         }
-        await store.pin(digest, tag: tag)
+        await store.pin(digest, tag: tag, always: true)
         open = false
         pending = ByteBuffer()
         return (digest, size)

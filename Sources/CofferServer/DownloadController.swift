@@ -82,7 +82,7 @@ struct DownloadController {
                 headers[.xAccelRedirect] = prefix + "s3" + url[path...]
                 // nginx asks for the version whose bytes were checked (If-Match): it hashes
                 // nothing, and a changed object then answers 412, which nginx turns into 502.
-                if let tag = await content.pinnedTag(sha256: claims.sha256) { headers[.xCofferIfMatch] = "\"\(tag)\"" }
+                if let tag = try await content.pinnedTag(sha256: claims.sha256) { headers[.xCofferIfMatch] = "\"\(tag)\"" }
                 // The store names the file (the presigned URL's response-content-disposition):
                 // nginx would keep Coffer's across the redirect on its error answers too.
                 headers[.contentDisposition] = nil

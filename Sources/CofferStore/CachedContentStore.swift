@@ -180,7 +180,7 @@ public final class CachedContentStore: ContentStore {
         try await remote.makeUpload(maxBytes: maxBytes, expectedSHA256: expectedSHA256)
     }
 
-    public func pinnedTag(sha256: String) async -> String? { await remote.pinnedTag(sha256: sha256) }
+    public func pinnedTag(sha256: String) async throws -> String? { try await remote.pinnedTag(sha256: sha256) }
 
     public func presignedURL(sha256: String, expires: Int, contentType: String, fileName: String, now: Date) -> String? {
         remote.presignedURL(sha256: sha256, expires: expires, contentType: contentType, fileName: fileName, now: now)

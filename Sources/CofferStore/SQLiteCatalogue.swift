@@ -89,14 +89,15 @@ public struct SQLiteCatalogue: CatalogueRepository {
 extension SQLiteCatalogue: ContentPinRepository {
     public func pinnedTag(location: String, sha256: String) async throws -> String? {
         try await db.pool.read { db in
-            try String.fetchOne(db, sql: "SELECT tag FROM content_pins WHERE location = ? AND sha256 = ?", arguments: [location, sha256])
+            try String.fetchOne(
+                db, sql: "SELECT tag FROM content_pins WHERE location = ? AND sha256 = ? ORDER BY pin_id DESC LIMIT 1", arguments: [location, sha256])
         }
     }
 
-    /// Every pin, in key order (`coffer ledger copy`).
+    /// Every pin, oldest first (`coffer ledger copy`).
     public func allPins() async throws -> [ContentPin] {
         try await db.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT location, sha256, tag, pinned_at FROM content_pins ORDER BY location, sha256").map {
+            try Row.fetchAll(db, sql: "SELECT location, sha256, tag, pinned_at FROM content_pins ORDER BY pin_id").map {
                 ContentPin(location: $0[0], sha256: $0[1], tag: $0[2], pinnedAt: Date(timeIntervalSince1970: $0[3]))
             }
         }
@@ -105,10 +106,8 @@ extension SQLiteCatalogue: ContentPinRepository {
     public func pin(location: String, sha256: String, tag: String, at: Date) async throws {
         try await db.pool.write { db in
             try db.execute(
-                sql: """
-                    INSERT INTO content_pins (location, sha256, tag, pinned_at) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (location, sha256) DO UPDATE SET tag = excluded.tag, pinned_at = excluded.pinned_at
-                    """, arguments: [location, sha256, tag, at.timeIntervalSince1970])
+                sql: "INSERT INTO content_pins (location, sha256, tag, pinned_at) VALUES (?, ?, ?, ?)",
+                arguments: [location, sha256, tag, at.timeIntervalSince1970])
         }
     }
 }

@@ -5,6 +5,7 @@ import CofferPostgres
 import CofferS3
 import CofferServer
 import CofferStore
+import Crypto
 import Foundation
 import Logging
 
@@ -24,6 +25,21 @@ struct ContentStoreOptions: ParsableArguments {
         configuration.s3Endpoint = s3Endpoint
         configuration.s3Region = s3Region
         return configuration
+    }
+
+    /// Runs `body` with the catalogue of `database` (else `COFFER_DATABASE_URL`), else of the
+    /// data directory's SQLite, which must exist.
+    func withCatalogue<T>(database: String?, _ body: (any CatalogueRepository & ContentPinRepository) async throws -> T) async throws -> T {
+        if let database = database ?? ProcessInfo.processInfo.environment["COFFER_DATABASE_URL"].flatMap({ $0.isEmpty ? nil : $0 }) {
+            return try await DatabaseOption.with(database) { backend in try await body(PostgresCatalogue(backend)) }
+        }
+        let path = DataDirectory(dataDir).database
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw UsageError("no catalogue at \(path): pass --data-dir (or --database) of the server whose content this is")
+        }
+        let database = try CofferDatabase(path: path)
+        defer { try? database.close() }
+        return try await body(SQLiteCatalogue(database))
     }
 
     /// Opens the store (`url`, else `--content-store`, else the local directory) and runs
@@ -50,8 +66,9 @@ struct ContentStoreOptions: ParsableArguments {
 
 struct ContentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "content", abstract: "Maintain the content store: remove unreferenced objects, copy a local store into a bucket.",
-        subcommands: [GC.self, Migrate.self])
+        commandName: "content",
+        abstract: "Maintain the content store: remove unreferenced objects, copy a local store into a bucket, check every object.",
+        subcommands: [GC.self, Migrate.self, Verify.self])
 
     struct GC: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -120,18 +137,65 @@ struct ContentCommand: AsyncParsableCommand {
             }
         }
 
-        /// Every digest an asset version names, from the data directory's SQLite or `--database`.
         func referencedDigests() async throws -> Set<String> {
-            if let database = database ?? ProcessInfo.processInfo.environment["COFFER_DATABASE_URL"].flatMap({ $0.isEmpty ? nil : $0 }) {
-                return try await DatabaseOption.with(database) { backend in try await PostgresCatalogue(backend).referencedDigests() }
+            try await store.withCatalogue(database: database) { try await $0.referencedDigests() }
+        }
+    }
+
+    struct Verify: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "verify",
+            abstract: "Read every object the catalogue names whole and check it against its SHA-256; pin the right ones.",
+            discussion: """
+                Prints `ok`, `changed` or `missing` for each object an asset version names, and exits 1 when \
+                any is not ok. In a bucket, each object found right is pinned (its ETag recorded): from then \
+                on ranges and accel-mode downloads of it ask for that version only. Run it once after \
+                upgrading a deployment whose bucket holds objects uploaded before pins, after `content \
+                migrate`, and whenever the bucket may have been written behind Coffer's back. Reads every \
+                byte: a bucket's egress is charged.
+                """)
+        @OptionGroup var store: ContentStoreOptions
+        @Option(help: ArgumentHelp(DatabaseOption.help + " Default: COFFER_DATABASE_URL when set.")) var database: String?
+
+        func run() async throws {
+            let (checked, bad) = try await store.withCatalogue(database: database) { catalogue in
+                try await store.with { content in
+                    ContentStores.attach(pins: catalogue, to: content)
+                    let digests = try await catalogue.referencedDigests().sorted()
+                    var bad = 0
+                    for (index, sha256) in digests.enumerated() {
+                        let verdict = try await Self.verify(sha256, in: content)
+                        if verdict.hasPrefix("ok") {
+                            FileHandle.standardError.write(Data("[\(index + 1)/\(digests.count)] \(verdict)\n".utf8))
+                        } else {
+                            bad += 1
+                        }
+                        print(verdict)
+                    }
+                    return (digests.count, bad)
+                }
             }
-            let path = DataDirectory(store.dataDir).database
-            guard FileManager.default.fileExists(atPath: path) else {
-                throw UsageError("no catalogue at \(path): pass --data-dir (or --database) of the server whose content this is")
+            print("verified \(checked) object(s): \(checked - bad) ok, \(bad) changed or missing")
+            if bad > 0 { throw ExitCode(1) }
+        }
+
+        /// One line: `ok SHA SIZE bytes[ pinned]`, `changed SHA …` or `missing SHA`.
+        static func verify(_ sha256: String, in content: any ContentStore) async throws -> String {
+            guard let size = try await content.size(sha256: sha256) else { return "missing \(sha256)" }
+            let before = try await content.pinnedTag(sha256: sha256)
+            var hasher = SHA256()
+            var read: Int64 = 0
+            if size > 0 {
+                for try await chunk in content.read(sha256: sha256, range: 0...(size - 1)) {
+                    hasher.update(data: chunk)
+                    read += Int64(chunk.count)
+                }
             }
-            let database = try CofferDatabase(path: path)
-            defer { try? database.close() }
-            return try await SQLiteCatalogue(database).referencedDigests()
+            guard read == size, hasher.finalize().hexString == sha256 else {
+                return "changed \(sha256): its \(read) bytes do not hash to its address"
+            }
+            let after = try await content.pinnedTag(sha256: sha256)
+            return "ok \(sha256) \(size) bytes" + (after != nil && after != before ? " (pinned)" : "")
         }
     }
 

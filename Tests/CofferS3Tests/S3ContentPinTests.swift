@@ -32,14 +32,22 @@ import Testing
         return try await store.client.completeMultipartUpload(key, uploadId: id, parts: [part])
     }
 
-    /// Whether reading `range` fails with ``ContentStoreError/changed(_:)``.
+    /// Whether a client's read of `range` (``S3ContentStore/open(sha256:range:)``) fails with
+    /// ``ContentStoreError/changed(_:)`` before any byte.
     static func refused(_ store: S3ContentStore, _ sha256: String, _ range: ClosedRange<Int64>) async throws -> Bool {
         do {
-            _ = try await S3ContentStoreTests.read(store, sha256, range)
+            _ = try await store.open(sha256: sha256, range: range)
             return false
         } catch ContentStoreError.changed {
             return true
         }
+    }
+
+    /// A client's read of `range`.
+    static func served(_ store: S3ContentStore, _ sha256: String, _ range: ClosedRange<Int64>) async throws -> [UInt8] {
+        var out: [UInt8] = []
+        for try await chunk in try #require(try await store.open(sha256: sha256, range: range)) { out += chunk }
+        return out
     }
 
     /// Waits (60 s at most: moto is slow when the whole suite runs) until `sha256`'s pin is `tag`.
@@ -63,15 +71,16 @@ import Testing
             let written = try await Self.tag(store, sha)
             #expect(written != nil)
             #expect(await pins.pinnedTag(location: store.pinLocation, sha256: sha) == written, "single PUT, multipart, or a staged copy")
-            #expect(try await S3ContentStoreTests.read(store, sha, 10...99_999) == Array(bytes[10...99_999]))
+            #expect(try await Self.served(store, sha, 10...99_999) == Array(bytes[10...99_999]))
 
-            // Other bytes at the address (one byte flipped, same size): no range of them is read.
+            // Other bytes at the address (one byte flipped, same size): no client read of them, whole or not.
             let forged = bytes.enumerated().map { $0.offset == 50_000 ? $0.element ^ 0x5A : $0.element }
             try await store.client.put(store.key(sha256: sha), body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
             #expect(try await Self.refused(store, sha, 10...99_999))
-            #expect(try await Self.refused(store, sha, 0...Int64(count - 2)), "all but the last byte is a range too")
-            // A whole read goes without If-Match (its reader checks it) and pins nothing that
-            // does not hash to the address: ranges stay refused.
+            #expect(try await Self.refused(store, sha, 0...Int64(count - 2)))
+            #expect(try await Self.refused(store, sha, 0...Int64(count - 1)), "whole")
+            // A checking reader's read (the quarantine's) takes whatever is there and pins
+            // nothing that does not hash to the address: clients stay refused.
             #expect(try await S3ContentStoreTests.read(store, sha, 0...Int64(count - 1)) == forged)
             #expect(try await Self.refused(store, sha, 10...99_999))
             #expect(await pins.pinnedTag(location: store.pinLocation, sha256: sha) == written)
@@ -87,11 +96,13 @@ import Testing
             let retagged = try await Self.retag(store, bytes)
             let uploaded = await pins.pinnedTag(location: store.pinLocation, sha256: sha)
             #expect(retagged != nil && uploaded != nil && retagged != uploaded)
-            // Not checked yet: refused.
+            // Not checked yet: refused to clients, whole or not.
             #expect(try await Self.refused(store, sha, 100...199))
+            #expect(try await Self.refused(store, sha, 0...300_006))
+            // A checking reader reads it whole, finds the right bytes, and pins them before its stream ends.
             #expect(try await S3ContentStoreTests.read(store, sha, 0...300_006) == bytes)
-            try await Self.waitForPin(pins, store, sha, retagged)
-            #expect(try await S3ContentStoreTests.read(store, sha, 100...199) == Array(bytes[100...199]))
+            #expect(await pins.pinnedTag(location: store.pinLocation, sha256: sha) == retagged)
+            #expect(try await Self.served(store, sha, 100...199) == Array(bytes[100...199]))
         }
     }
 
@@ -111,11 +122,52 @@ import Testing
             b.attach(pins: pins)
             let bytes = S3ContentStoreTests.bytes(200_003, seed: 9)
             let sha = try await Self.upload(a, bytes, declared: true)
-            #expect(try await S3ContentStoreTests.read(b, sha, 5...15) == Array(bytes[5...15]), "b keeps a copy of the pin")
+            #expect(try await Self.served(b, sha, 5...15) == Array(bytes[5...15]), "b keeps a copy of the pin")
             let retagged = try await Self.retag(a, bytes)
             #expect(try await S3ContentStoreTests.read(a, sha, 0...200_002) == bytes)
-            try await Self.waitForPin(pins, a, sha, retagged)
-            #expect(try await S3ContentStoreTests.read(b, sha, 5...15) == Array(bytes[5...15]))
+            #expect(await pins.pinnedTag(location: a.pinLocation, sha256: sha) == retagged)
+            #expect(try await Self.served(b, sha, 5...15) == Array(bytes[5...15]))
+        }
+    }
+
+    /// An object not pinned yet (written before pins) is pinned by a client's whole read that
+    /// hashes to its address — in the background — and not by one of other bytes.
+    @Test func aClientsWholeReadPinsAnObjectWrittenBeforePins() async throws {
+        try await S3ContentStoreTests.withStore { store in
+            let bytes = S3ContentStoreTests.bytes(150_001, seed: 13)
+            let sha = bytes.sha256Hex
+            let forged = Array(bytes.reversed())
+            let pins = InMemoryContentPins()
+            store.attach(pins: pins)
+            try await store.client.put(store.key(sha256: sha), body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
+            #expect(try await Self.served(store, sha, 0...150_000) == forged, "the store passes them on: the server's digest check cuts them")
+            try await store.client.put(store.key(sha256: sha), body: ByteBuffer(bytes: bytes), sha256: SHA256.hash(data: bytes))
+            let tag = try await Self.tag(store, sha)
+            #expect(try await Self.served(store, sha, 0...150_000) == bytes)
+            try await Self.waitForPin(pins, store, sha, tag)
+            let history = await pins.history(location: store.pinLocation, sha256: sha)
+            #expect(history == [tag].compactMap { $0 }, "the forged version was never pinned: \(history)")
+        }
+    }
+
+    /// Pins that cannot be read: no client read goes out unpinned (503, not the store's bytes).
+    @Test func unreadablePinsFailClosed() async throws {
+        struct Down: ContentPinRepository {
+            struct Failure: Error {}
+            func pinnedTag(location: String, sha256: String) async throws -> String? { throw Failure() }
+            func pin(location: String, sha256: String, tag: String, at: Date) async throws { throw Failure() }
+        }
+        try await S3ContentStoreTests.withStore { store in
+            let bytes = S3ContentStoreTests.bytes(10_001, seed: 17)
+            let sha = try await Self.upload(store, bytes, declared: true)
+            store.attach(pins: Down())
+            for range: ClosedRange<Int64> in [0...9, 0...10_000] {
+                do {
+                    _ = try await store.open(sha256: sha, range: range)
+                    Issue.record("read \(range) without its pin")
+                } catch ContentStoreError.unavailable {}
+            }
+            await #expect(throws: ContentStoreError.self) { try await store.pinnedTag(sha256: sha) }
         }
     }
 
@@ -125,7 +177,7 @@ import Testing
             let sha = try await Self.upload(store, bytes, declared: false)
             let forged = Array(bytes.reversed())
             try await store.client.put(store.key(sha256: sha), body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
-            #expect(await store.pinnedTag(sha256: sha) == nil)
+            #expect(try await store.pinnedTag(sha256: sha) == nil)
             #expect(try await S3ContentStoreTests.read(store, sha, 0...9) == Array(forged.prefix(10)))
         }
     }

@@ -120,8 +120,8 @@ import Testing
 
     /// An object changed in the bucket behind Coffer's back (same key, same size, other bytes)
     /// is never streamed to a client whole: the last chunk is held back, the response cut
-    /// short, the operator told (log, `coffer_content_mismatches_total`). (A whole download
-    /// goes without the pin's If-Match: the digest is its check.)
+    /// short, the operator told (log, `coffer_content_mismatches_total`). The object here was
+    /// put in the bucket before pins (no pin: nothing refuses it up front, the digest does).
     @Test func anObjectChangedInTheBucketIsNeverStreamedWhole() async throws {
         let bytes = Self.bytes(1_300_007, seed: 31)
         let forged = bytes.enumerated().map { $0.offset == 1_000_000 ? $0.element ^ 0x5A : $0.element }
@@ -132,10 +132,14 @@ import Testing
             let app = h.application(
                 logger: logger, runtime: ServerRuntime(h.services.configuration, metrics: h.runtime.metrics, quarantine: quarantine))
             try await app.test(.live) { client in
-                try await Self.uploadLevel(client, h, bytes)
-                let url = try await Self.levelURL(client, transaction: "5151")
                 let store = try #require(h.services.content as? S3ContentStore)
                 let key = store.key(sha256: bytes.sha256Hex)
+                try await store.client.put(key, body: ByteBuffer(bytes: bytes), sha256: SHA256.hash(data: bytes))
+                _ = try await h.services.catalogue.addLoggedAssetVersion(
+                    assetId: "level-1", name: "level-1.bin", contentType: "application/octet-stream", size: Int64(bytes.count),
+                    sha256: bytes.sha256Hex, at: Date())
+                let url = try await Self.levelURL(client, transaction: "5151")
+                #expect(try await store.pinnedTag(sha256: bytes.sha256Hex) == nil)
                 try await store.client.put(key, body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
                 var received: [UInt8]? = nil
                 do {
@@ -174,6 +178,7 @@ import Testing
                 }
                 #expect(again.code == 200 && again.body == bytes)
                 #expect(quarantine.count == 0)
+                #expect(try await store.pinnedTag(sha256: bytes.sha256Hex) != nil, "the re-read that found the right bytes pinned them")
             }
             try await app.test(.router) { client in
                 let metrics = try await client.execute(uri: "/metrics", method: .get)
@@ -202,7 +207,7 @@ import Testing
             try await app.test(.router) { client in
                 try await Self.uploadLevel(client, h, bytes)
                 let url = try await Self.levelURL(client, transaction: "5161")
-                let tag = try #require(await store.pinnedTag(sha256: bytes.sha256Hex))
+                let tag = try #require(try await store.pinnedTag(sha256: bytes.sha256Hex))
                 pinned.withLock { $0 = tag }
                 let served = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
                 #expect(served.status == .partialContent && Array(served.body.readableBytesView) == Array(bytes.prefix(100)))
@@ -213,12 +218,17 @@ import Testing
                     environment: try await MotoServer.shared().environment, logger: Logger(label: "coffer-test"))
                 defer { Task { try? await other.client.shutdown() } }
                 other.attach(pins: SQLiteCatalogue(h.services.database))
-                #expect(await other.pinnedTag(sha256: bytes.sha256Hex) == tag, "the pin is in the database")
+                #expect(try await other.pinnedTag(sha256: bytes.sha256Hex) == tag, "the pin is in the database")
 
                 try await store.client.put(key, body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
                 let refused = try await client.execute(uri: url, method: .get, headers: [.range: "bytes=0-99"])
                 #expect(refused.status == .badGateway && Harness.code(refused) == "contentStoreError")
                 #expect(quarantine.count == 1)
+                // Nor whole, on an instance that has not quarantined it: refused before a byte.
+                do {
+                    _ = try await other.open(sha256: bytes.sha256Hex, range: 0...Int64(bytes.count - 1))
+                    Issue.record("the other instance streamed the changed object whole")
+                } catch ContentStoreError.changed {}
                 do {
                     _ = try await other.open(sha256: bytes.sha256Hex, range: 0...99)
                     Issue.record("the other instance read a range of the changed object")
@@ -250,6 +260,41 @@ import Testing
                 #expect(handed.status == .ok && handed.headers[redirect]?.hasPrefix("/_coffer/s3/") == true)
                 #expect(handed.headers[ifMatch] == "\"\(pinned.withLock { $0 })\"")
             }
+        }
+    }
+
+    /// `coffer content verify`: every object the catalogue names read whole and checked; one
+    /// written before pins is pinned, one changed or missing is named and the exit is 1.
+    @Test func contentVerifyChecksEveryObjectAndPinsTheRightOnes() async throws {
+        try await Self.withHarness { h in
+            let store = try #require(h.services.content as? S3ContentStore)
+            let moto = try await MotoServer.shared()
+            let legacy = Self.bytes(200_003, seed: 41)
+            let changed = Self.bytes(100_005, seed: 43)
+            let missing = String(repeating: "d", count: 64)
+            try await store.client.put(store.key(sha256: legacy.sha256Hex), body: ByteBuffer(bytes: legacy), sha256: SHA256.hash(data: legacy))
+            let forged = Array(changed.reversed())
+            try await store.client.put(store.key(sha256: changed.sha256Hex), body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
+            for (id, sha, size) in [("legacy", legacy.sha256Hex, legacy.count), ("changed", changed.sha256Hex, changed.count), ("gone", missing, 9)] {
+                _ = try await h.services.catalogue.addLoggedAssetVersion(
+                    assetId: id, name: id, contentType: "application/octet-stream", size: Int64(size), sha256: sha, at: Date())
+            }
+            let run = try await CofferExecutable.run(
+                [
+                    "content", "verify", "--data-dir", h.directory.path, "--content-store", try #require(h.services.configuration.contentStore),
+                    "--s3-endpoint", moto.endpoint,
+                ], environment: moto.environment)
+            #expect(run.status == 1, "\(run.stdout)\(run.stderr)")
+            let lines = run.stdout.split(separator: "\n").map(String.init)
+            #expect(lines.contains("ok \(legacy.sha256Hex) 200003 bytes (pinned)"), "\(lines)")
+            #expect(lines.contains { $0.hasPrefix("changed \(changed.sha256Hex)") }, "\(lines)")
+            #expect(lines.contains("missing \(missing)"), "\(lines)")
+            #expect(lines.filter { $0.hasPrefix("ok ") }.count == 3, "the harness's two assets, pinned at upload, and the legacy one: \(lines)")
+            #expect(lines.last == "verified 5 object(s): 3 ok, 2 changed or missing")
+            // The pin is in the database: this instance asks for that version from now on.
+            let tag = try await store.client.get(store.key(sha256: legacy.sha256Hex), range: 0...0).eTag
+            #expect(try await SQLiteCatalogue(h.services.database).pinnedTag(location: store.pinLocation, sha256: legacy.sha256Hex) == tag)
+            #expect(try await SQLiteCatalogue(h.services.database).pinnedTag(location: store.pinLocation, sha256: changed.sha256Hex) == nil)
         }
     }
 

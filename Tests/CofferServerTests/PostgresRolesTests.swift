@@ -1,9 +1,11 @@
 import CofferCore
+import CofferPostgres
 import CofferServer
 import CofferTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import Testing
 
 #if canImport(Glibc)
@@ -162,6 +164,20 @@ import Testing
                 "SET ROLE coffer_app; SELECT has_function_privilege('pg_logical_emit_message(boolean,text,text)', 'EXECUTE') AND has_function_privilege('coffer_take_chain(bigint,text[],text[])', 'EXECUTE')",
                 database: "coffer"
             ).hasSuffix("t"))
+        // The application role pins a content object's checked version and reads it back (the
+        // table is appended only: the defaults for a later table are all it needs).
+        let backend = try await PostgresBackend.open(try PostgresURL(url("coffer_app")), poolSize: 1, timeouts: false, logger: Logger(label: "pins"))
+        do {
+            let pins = PostgresCatalogue(backend)
+            let object = String(repeating: "a", count: 64)
+            try await pins.pin(location: "127.0.0.1:9000 s3://game", sha256: object, tag: "etag-1", at: Date())
+            try await pins.pin(location: "127.0.0.1:9000 s3://game", sha256: object, tag: "etag-2", at: Date())
+            #expect(try await pins.pinnedTag(location: "127.0.0.1:9000 s3://game", sha256: object) == "etag-2")
+            await backend.close()
+        } catch {
+            await backend.close()
+            throw error
+        }
         // The owner still migrates (it takes the migrations' advisory lock).
         let again = try await CofferExecutable.run(["migrate", "--database", url("coffer_owner")])
         #expect(again.status == 0, "\(again.stdout)\(again.stderr)")

@@ -39,13 +39,16 @@ public protocol ContentStore: Sendable {
     func removeAbandonedUploads(olderThan: TimeInterval) async throws -> Int
     /// The store's tag (an S3 ETag) of the version of the object whose bytes were checked
     /// against its address, for a proxy that fetches it (nginx sends it as `If-Match`); nil
-    /// when the store keeps no such record, or has none for this object yet.
-    func pinnedTag(sha256: String) async -> String?
+    /// when the store keeps no such record, or has none for this object yet. Throws when the
+    /// record cannot be read (the proxy must not fetch unpinned then).
+    func pinnedTag(sha256: String) async throws -> String?
 }
 
 /// The version of each object of a remote store whose bytes were checked against their
-/// address (``ContentStoreError/changed``): SQLite, PostgreSQL, in memory (tests). Not part
-/// of the ledger: a pin lost is re-learnt when the object is next read whole.
+/// address (``ContentStoreError/changed``): SQLite, PostgreSQL, in memory (tests). Appended
+/// only (the newest pin of an object counts), so the application role needs no more than
+/// it has on every table. Not part of the ledger: a pin lost is re-learnt when the object is
+/// next read whole by a reader that checks it.
 public protocol ContentPinRepository: Sendable {
     /// The tag recorded for `sha256` in the store named `location`; nil when none is.
     func pinnedTag(location: String, sha256: String) async throws -> String?
@@ -132,7 +135,7 @@ public enum ContentStoreError: Error, Sendable, Hashable {
 }
 
 extension ContentStore {
-    public func pinnedTag(sha256: String) async -> String? { nil }
+    public func pinnedTag(sha256: String) async throws -> String? { nil }
 
     public func open(sha256: String, range: ClosedRange<Int64>) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
         guard try await size(sha256: sha256) != nil else { return nil }
