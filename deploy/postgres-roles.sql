@@ -14,7 +14,7 @@
 --      sudo -u postgres createuser --pwprompt coffer_owner
 --      sudo -u postgres createuser --pwprompt coffer_app
 --      sudo -u postgres createuser --pwprompt coffer_audit
---      sudo -u postgres createdb --owner coffer_owner coffer
+--      sudo -u postgres createdb --owner coffer_owner --encoding UTF8 --template template0 coffer
 -- 2. coffer migrate --database 'postgres://coffer_owner:…@HOST:5432/coffer?sslmode=…'
 -- 3. This file, as a superuser, now and again after every `coffer migrate` (it only grants and
 --    revokes, so it can run any number of times):

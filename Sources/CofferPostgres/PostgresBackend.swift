@@ -154,9 +154,13 @@ public final class PostgresBackend: Sendable {
         await Task.yield()
         do {
             try await backend.read { connection in
-                let rows = try await connection.checkedQuery("SELECT current_setting('synchronous_commit')", logger: backend.logger)
-                for try await setting in rows.decode(String.self) where setting == "off" {
-                    backend.logger.warning("synchronous_commit is off on the database: a 201 may be lost if the database server crashes")
+                let rows = try await connection.checkedQuery(
+                    "SELECT current_setting('synchronous_commit'), current_setting('server_encoding')", logger: backend.logger)
+                for try await (setting, encoding) in rows.decode((String, String).self) {
+                    if setting == "off" {
+                        backend.logger.warning("synchronous_commit is off on the database: a 201 may be lost if the database server crashes")
+                    }
+                    if let problem = Self.encodingProblem(encoding) { throw PostgresStoreError.database(problem) }
                 }
             }
             // The server's writer session is made now, not by the first redemption.
@@ -166,6 +170,16 @@ public final class PostgresBackend: Sendable {
             throw error
         }
         return backend
+    }
+
+    /// What is wrong with a database whose `server_encoding` is `encoding` (nil: UTF8). Coffer
+    /// stores text as UTF-8 and compares ids byte for byte: another encoding refuses (or, as
+    /// SQL_ASCII, never checks) what a client or a receipt may carry, and a title or file name
+    /// outside it would fail at its first write instead of at start.
+    static func encodingProblem(_ encoding: String) -> String? {
+        guard encoding != "UTF8" else { return nil }
+        return
+            "the database's encoding is \(encoding), not UTF8: create it with ENCODING 'UTF8' (e.g. createdb --encoding UTF8 --template template0 --owner coffer_owner coffer) and copy the data into it"
     }
 
     /// Checks a writer session's settings in force before its first batch — at start, and

@@ -30,6 +30,25 @@ import Testing
         #expect(statements[1].hasPrefix("CREATE FUNCTION") && statements[1].hasSuffix("$$;"))
         #expect(PostgresBackend.statements(PostgresMigrations.all[0].sql).count > 20)
     }
+
+    /// A database in another encoding than UTF8 is refused when it is opened (the server, `coffer
+    /// migrate`, every tool), saying how to make one that works, before anything is written.
+    @Test(arguments: ["LATIN1", "SQL_ASCII"]) func aDatabaseNotInUTF8IsRefusedWhenOpened(encoding: String) async throws {
+        let cluster = try await PostgresCluster.shared()
+        let name = "coffer_\(encoding.lowercased())_\(UUID().uuidString.prefix(8).lowercased())"
+        _ = try await cluster.psql("CREATE DATABASE \(name) ENCODING '\(encoding)' TEMPLATE template0")
+        do {
+            let backend = try await PostgresBackend.open(
+                try PostgresURL(cluster.url(database: name)), poolSize: 1, timeouts: false, logger: Logger(label: "encoding"))
+            await backend.close()
+            Issue.record("a \(encoding) database was opened")
+        } catch {
+            #expect("\(error)".contains("the database's encoding is \(encoding), not UTF8"), "\(error)")
+        }
+        #expect(try await cluster.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", database: name) == "0", "nothing written")
+        _ = try? await cluster.psql("DROP DATABASE \(name)")
+        #expect(PostgresBackend.encodingProblem("UTF8") == nil)
+    }
 }
 
 /// Migration 0002 on a database that 0001 alone migrated and an older Coffer filled: its rows
