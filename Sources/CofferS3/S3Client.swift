@@ -112,14 +112,16 @@ public final class S3Client: Sendable {
 
     // MARK: - Objects
 
-    /// The object's size and last modification; nil when there is no such key.
-    public func head(_ key: String) async throws -> (size: Int64, lastModified: Date?)? {
+    /// The object's size, last modification and ETag; nil when there is no such key.
+    public func head(_ key: String) async throws -> (size: Int64, lastModified: Date?, eTag: String?)? {
         do {
             let response = try await send(.HEAD, key: key)
             guard let length = response.headers.first(name: "content-length").flatMap(Int64.init), length >= 0 else {
                 throw S3Error.malformedResponse("HEAD without a Content-Length")
             }
-            return (length, response.headers.first(name: "last-modified").flatMap(Self.httpDate))
+            return (
+                length, response.headers.first(name: "last-modified").flatMap(Self.httpDate), Self.tag(response.headers.first(name: "etag"))
+            )
         } catch S3Error.notFound {
             return nil
         }

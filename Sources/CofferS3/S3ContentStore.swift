@@ -41,9 +41,11 @@ public final class S3ContentStore: ContentStore {
     /// The largest part: one is held in memory per upload (S3 allows 5 GiB).
     public static let maxPartSize = 512 * 1024 * 1024
 
-    public init(client: S3Client, partSize: Int = 16 * 1024 * 1024) {
+    /// `pinCache`: how long an answer of the pin repository is used before it is asked again.
+    public init(client: S3Client, partSize: Int = 16 * 1024 * 1024, pinCache: Duration = .seconds(60)) {
         self.client = client
         self.partSize = min(max(partSize, 5 * 1024 * 1024), Self.maxPartSize)
+        self.pinCache = pinCache
         pinLocation = "\(client.endpoint.host) \(client.location)"
     }
 
@@ -52,27 +54,31 @@ public final class S3ContentStore: ContentStore {
     /// The store a pin names: the endpoint's host, the bucket and the prefix.
     public let pinLocation: String
     private let pinRepository = Mutex<(any ContentPinRepository)?>(nil)
-    /// The repository's answers as last read or written here, each kept ``pinCacheSeconds``:
+    /// The repository's answers as last read or written here, each kept ``pinCache``:
     /// another instance pins a new version only after checking its bytes, and a client read
     /// refused with this instance's stale copy asks again (accel mode's reads, which Coffer
     /// does not see refused, follow within that time).
     private let tags = Mutex<[String: (tag: String?, until: ContinuousClock.Instant)]>([:])
-    static let pinCacheSeconds: Int64 = 60
+    let pinCache: Duration
 
     /// Records checked versions in `pins` from now on (the server's database). Without it, a
     /// range is read from whatever the store holds.
     public func attach(pins: any ContentPinRepository) { pinRepository.withLock { $0 = pins } }
 
     /// The tag pinned for `sha256` (nil: none, or no repository). `fresh`: ask the repository,
-    /// not this instance's copy. A repository that cannot answer is
-    /// ``ContentStoreError/unavailable(_:)``: a read it would have pinned is never sent unpinned.
+    /// not this instance's copy. A repository that cannot answer leaves this instance's last
+    /// copy of a pin in force, however old (it can only refuse bytes, never let other ones
+    /// through); with none, it is ``ContentStoreError/unavailable(_:)``: a read that may have
+    /// been pinned is never sent unpinned.
     func tag(_ sha256: String, fresh: Bool = false) async throws -> String? {
         guard let repository = pinRepository.withLock({ $0 }) else { return nil }
-        if !fresh, let known = tags.withLock({ $0[sha256] }), known.until > .now { return known.tag }
+        let known = tags.withLock { $0[sha256] }
+        if !fresh, let known, known.until > .now { return known.tag }
         let tag: String?
         do {
             tag = try await repository.pinnedTag(location: pinLocation, sha256: sha256)
         } catch {
+            if let pinned = known?.tag { return pinned }
             throw ContentStoreError.unavailable("the content pins cannot be read: \(error)")
         }
         remember(sha256, tag: tag)
@@ -80,26 +86,42 @@ public final class S3ContentStore: ContentStore {
     }
 
     private func remember(_ sha256: String, tag: String?) {
-        let until = ContinuousClock.now + .seconds(Self.pinCacheSeconds)
+        let until = ContinuousClock.now + pinCache
         tags.withLock { cache in
             if cache.count >= Self.sizeCacheEntries { cache.removeAll(keepingCapacity: true) }
             cache[sha256] = (tag, until)
         }
     }
 
-    /// Pins `tag` as the checked version of `sha256` (an upload completed, or a whole read
-    /// hashed to the address); `always`: even when this instance knows it pinned already (an
-    /// upload: the row may be stale). Failing to record it only loses the check until the next.
-    func pin(_ sha256: String, tag: String?, always: Bool = false) async {
-        guard let tag, let repository = pinRepository.withLock({ $0 }) else { return }
-        if !always, let known = tags.withLock({ $0[sha256] }), known.until > .now, known.tag == tag { return }
+    /// Pins `tag`, the version a whole read hashed to the address, unless this instance knows
+    /// it is pinned already, or the store holds another version by now (a read that ended after
+    /// an upload replaced the object must not pin the version before it). Failing to record
+    /// it only loses the check until the next.
+    func pin(_ sha256: String, tag: String) async {
+        guard pinRepository.withLock({ $0 }) != nil else { return }
+        if let known = tags.withLock({ $0[sha256] }), known.until > .now, known.tag == tag { return }
         do {
-            try await repository.pin(location: pinLocation, sha256: sha256, tag: tag, at: Date())
-            remember(sha256, tag: tag)
+            guard try await client.head(key(sha256: sha256))?.eTag == tag else { return }
+            try await pinUploaded(sha256, tag: tag)
         } catch {
             client.logger.warning("content pin not recorded", metadata: ["sha256": "\(sha256)", "error": "\(error)"])
         }
     }
+
+    /// Pins `tag`, the version an upload just wrote (``ContentStoreError/unavailable(_:)``
+    /// when it cannot be recorded: the upload fails rather than leave an older pin in force).
+    func pinUploaded(_ sha256: String, tag: String) async throws {
+        guard let repository = pinRepository.withLock({ $0 }) else { return }
+        do {
+            try await repository.pin(location: pinLocation, sha256: sha256, tag: tag, at: Date())
+        } catch {
+            throw ContentStoreError.unavailable("the content pin cannot be recorded: \(error)")
+        }
+        remember(sha256, tag: tag)
+    }
+
+    /// Whether this store records pins (``attach(pins:)``).
+    public var pins: Bool { pinRepository.withLock { $0 != nil } }
 
     public func pinnedTag(sha256: String) async throws -> String? {
         guard Self.isContentAddress(sha256) else { return nil }

@@ -103,9 +103,17 @@ public final class S3ContentUpload: ContentUpload {
                 }
             }
         }
-        await store.pin(digest, tag: tag, always: true)
         open = false
         pending = ByteBuffer()
+        if let tag {
+            try await store.pinUploaded(digest, tag: tag)
+        } else if store.pins {
+            // A version whose tag cannot vouch for it (a copy's ETag that is not this upload's
+            // MD5, as on SSE-KMS buckets): read back whole, and pinned by that read if right.
+            guard case .intact = try await store.checkWhole(sha256: digest) else {
+                throw ContentStoreError.failed("the object at \(digest.prefix(16))… is not the bytes uploaded (replaced in the store meanwhile?)")
+            }
+        }
         return (digest, size)
     }
 

@@ -36,6 +36,7 @@ public final class ContentQuarantine: Sendable {
     /// Whether any object is quarantined: every download asks, and nearly always none is.
     private let any = Atomic<Bool>(false)
     let recheckAfter: Duration
+    static let liftedEntries = 10_000
 
     public init(recheckAfter: Duration = .seconds(30)) {
         self.recheckAfter = recheckAfter
@@ -44,11 +45,25 @@ public final class ContentQuarantine: Sendable {
     /// The objects quarantined now.
     public var count: Int { entries.withLock { $0.count } }
 
+    /// The re-reads that found `sha256` changed, if it is quarantined (tests).
+    func failures(_ sha256: String) -> Int? { entries.withLock { $0[sha256]?.failures } }
+
+    /// Objects lifted in the last ``liftMemory``, with the failures they had: one found changed
+    /// again soon after (its re-read matched but no pin was recorded, or it is being swapped
+    /// back and forth) goes on waiting longer, instead of being re-read every ``recheckAfter``.
+    private let lifted = Mutex<[String: (failures: Int, at: ContinuousClock.Instant)]>([:])
+    static let liftMemory = Duration.seconds(600)
+
     /// Quarantines `sha256` (its check just failed).
     func add(_ sha256: String) {
+        let now = ContinuousClock.now
+        let before = lifted.withLock { lifted in
+            lifted = lifted.filter { now - $0.value.at < Self.liftMemory }
+            return lifted.removeValue(forKey: sha256)?.failures
+        }
         entries.withLock { entries in
             // A re-read already running goes on (a second one would read the object again).
-            var entry = entries[sha256] ?? Entry(lastCheck: .now)
+            var entry = entries[sha256] ?? Entry(lastCheck: .now, failures: before.map { $0 + 1 } ?? 0)
             entry.lastCheck = .now
             entries[sha256] = entry
             any.store(true, ordering: .releasing)
@@ -70,17 +85,23 @@ public final class ContentQuarantine: Sendable {
         if start {
             Task.detached { [self] in
                 let matches = await Self.matches(sha256, content: content, logger: logger)
-                entries.withLock { entries in
+                let failures = entries.withLock { entries in
                     if matches {
-                        entries[sha256] = nil
+                        let failures = entries.removeValue(forKey: sha256)?.failures ?? 0
                         any.store(!entries.isEmpty, ordering: .releasing)
+                        return failures
                     } else {
                         entries[sha256]?.checking = false
                         entries[sha256]?.lastCheck = .now
                         entries[sha256]?.failures += 1
                     }
+                    return 0
                 }
                 if matches {
+                    lifted.withLock { lifted in
+                        if lifted.count >= Self.liftedEntries { lifted.removeAll(keepingCapacity: true) }
+                        lifted[sha256] = (failures, .now)
+                    }
                     logger.notice("content store object matches its SHA-256 again: served again", metadata: ["sha256": "\(sha256)"])
                 }
             }
@@ -93,16 +114,8 @@ public final class ContentQuarantine: Sendable {
     /// reading the object from the store a second time.
     static func matches(_ sha256: String, content: any ContentStore, logger: Logger) async -> Bool {
         do {
-            guard let size = try await content.size(sha256: sha256) else { return false }
-            var hasher = SHA256()
-            var read: Int64 = 0
-            if size > 0 {
-                for try await chunk in content.read(sha256: sha256, range: 0...(size - 1)) {
-                    hasher.update(data: chunk)
-                    read += Int64(chunk.count)
-                }
-            }
-            return read == size && hasher.finalize().hexString == sha256
+            if case .intact = try await content.checkWhole(sha256: sha256) { return true }
+            return false
         } catch {
             logger.warning("content store object could not be checked again", metadata: ["sha256": "\(sha256)", "error": "\(error)"])
             return false

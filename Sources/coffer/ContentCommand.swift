@@ -5,7 +5,6 @@ import CofferPostgres
 import CofferS3
 import CofferServer
 import CofferStore
-import Crypto
 import Foundation
 import Logging
 
@@ -147,8 +146,8 @@ struct ContentCommand: AsyncParsableCommand {
             commandName: "verify",
             abstract: "Read every object the catalogue names whole and check it against its SHA-256; pin the right ones.",
             discussion: """
-                Prints `ok`, `changed` or `missing` for each object an asset version names, and exits 1 when \
-                any is not ok. In a bucket, each object found right is pinned (its ETag recorded): from then \
+                Prints `ok`, `changed`, `missing`, `unreadable` or (in a bucket, right but with no pin \
+                recorded) `unpinned` for each object an asset version names, and exits 1 when any is not ok. In a bucket, each object found right is pinned (its ETag recorded): from then \
                 on ranges and accel-mode downloads of it ask for that version only. Run it once after \
                 upgrading a deployment whose bucket holds objects uploaded before pins, after `content \
                 migrate`, and whenever the bucket may have been written behind Coffer's back. Reads every \
@@ -161,41 +160,45 @@ struct ContentCommand: AsyncParsableCommand {
             let (checked, bad) = try await store.withCatalogue(database: database) { catalogue in
                 try await store.with { content in
                     ContentStores.attach(pins: catalogue, to: content)
+                    let bucket = content as? S3ContentStore
+                    if let bucket {
+                        FileHandle.standardError.write(
+                            Data("pins for \(bucket.pinLocation) (the server's --s3-endpoint must be spelled the same)\n".utf8))
+                    }
                     let digests = try await catalogue.referencedDigests().sorted()
                     var bad = 0
                     for (index, sha256) in digests.enumerated() {
-                        let verdict = try await Self.verify(sha256, in: content)
-                        if verdict.hasPrefix("ok") {
-                            FileHandle.standardError.write(Data("[\(index + 1)/\(digests.count)] \(verdict)\n".utf8))
-                        } else {
-                            bad += 1
-                        }
+                        let (verdict, ok) = await Self.verify(sha256, in: content, pinning: bucket != nil)
+                        if !ok { bad += 1 }
                         print(verdict)
+                        FileHandle.standardError.write(Data("[\(index + 1)/\(digests.count)]\n".utf8))
                     }
                     return (digests.count, bad)
                 }
             }
-            print("verified \(checked) object(s): \(checked - bad) ok, \(bad) changed or missing")
+            print("verified \(checked) object(s): \(checked - bad) ok, \(bad) not")
             if bad > 0 { throw ExitCode(1) }
         }
 
-        /// One line: `ok SHA SIZE bytes[ pinned]`, `changed SHA …` or `missing SHA`.
-        static func verify(_ sha256: String, in content: any ContentStore) async throws -> String {
-            guard let size = try await content.size(sha256: sha256) else { return "missing \(sha256)" }
-            let before = try await content.pinnedTag(sha256: sha256)
-            var hasher = SHA256()
-            var read: Int64 = 0
-            if size > 0 {
-                for try await chunk in content.read(sha256: sha256, range: 0...(size - 1)) {
-                    hasher.update(data: chunk)
-                    read += Int64(chunk.count)
+        /// One line — `ok SHA SIZE bytes[ (pinned)]`, `changed SHA …`, `missing SHA`,
+        /// `unreadable SHA: …`, or in a bucket `unpinned SHA …` (right, but no pin could be
+        /// recorded) — and whether it is ok.
+        static func verify(_ sha256: String, in content: any ContentStore, pinning: Bool) async -> (String, Bool) {
+            do {
+                let before = try await content.pinnedTag(sha256: sha256)
+                switch try await content.checkWhole(sha256: sha256) {
+                case .missing: return ("missing \(sha256)", false)
+                case .changed(let read): return ("changed \(sha256): its \(read) bytes do not hash to its address", false)
+                case .intact(let size):
+                    let after = try await content.pinnedTag(sha256: sha256)
+                    if pinning && after == nil {
+                        return ("unpinned \(sha256) \(size) bytes: right, but the store gave no usable ETag or the pin was not recorded", false)
+                    }
+                    return ("ok \(sha256) \(size) bytes" + (after != before ? " (pinned)" : ""), true)
                 }
+            } catch {
+                return ("unreadable \(sha256): \(error)", false)
             }
-            guard read == size, hasher.finalize().hexString == sha256 else {
-                return "changed \(sha256): its \(read) bytes do not hash to its address"
-            }
-            let after = try await content.pinnedTag(sha256: sha256)
-            return "ok \(sha256) \(size) bytes" + (after != nil && after != before ? " (pinned)" : "")
         }
     }
 

@@ -150,6 +150,55 @@ import Testing
         }
     }
 
+    /// Pins that cannot be read any more: an instance that knew an object's pin goes on
+    /// asking for that version (it can only refuse bytes); one that never knew it refuses.
+    @Test func aPinKnownBeforeTheDatabaseFailedStaysInForce() async throws {
+        actor Flaky: ContentPinRepository {
+            struct Failure: Error {}
+            let pins = InMemoryContentPins()
+            var down = false
+            func fail() { down = true }
+            func pinnedTag(location: String, sha256: String) async throws -> String? {
+                if down { throw Failure() }
+                return await pins.pinnedTag(location: location, sha256: sha256)
+            }
+            func pin(location: String, sha256: String, tag: String, at: Date) async throws {
+                if down { throw Failure() }
+                await pins.pin(location: location, sha256: sha256, tag: tag, at: at)
+            }
+        }
+        try await S3ContentStoreTests.withStore { a in
+            let moto = try await MotoServer.shared()
+            let knew = S3ContentStore(
+                client: try S3Client(
+                    location: a.client.location, endpoint: moto.endpoint, region: "us-east-1",
+                    credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey)), pinCache: .zero)
+            let never = S3ContentStore(
+                client: try S3Client(
+                    location: a.client.location, endpoint: moto.endpoint, region: "us-east-1",
+                    credentials: S3Credentials(accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey)))
+            defer {
+                Task {
+                    try? await knew.client.shutdown(); try? await never.client.shutdown()
+                }
+            }
+            let pins = Flaky()
+            for store in [a, knew, never] { store.attach(pins: pins) }
+            let bytes = S3ContentStoreTests.bytes(20_001, seed: 19)
+            let sha = try await Self.upload(a, bytes, declared: true)
+            #expect(try await Self.served(knew, sha, 0...9) == Array(bytes.prefix(10)))
+            await pins.fail()
+            #expect(try await Self.served(knew, sha, 0...9) == Array(bytes.prefix(10)), "its copy, expired, still in force")
+            let forged = Array(bytes.reversed())
+            try await a.client.put(a.key(sha256: sha), body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
+            #expect(try await Self.refused(knew, sha, 0...9), "…and still refusing other bytes")
+            do {
+                _ = try await never.open(sha256: sha, range: 0...9)
+                Issue.record("read without its pin")
+            } catch ContentStoreError.unavailable {}
+        }
+    }
+
     /// Pins that cannot be read: no client read goes out unpinned (503, not the store's bytes).
     @Test func unreadablePinsFailClosed() async throws {
         struct Down: ContentPinRepository {

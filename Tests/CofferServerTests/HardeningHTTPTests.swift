@@ -539,6 +539,30 @@ extension Harness {
         }
     }
 
+    /// An object found changed again soon after its quarantine was lifted (a re-read matched
+    /// but its pin was not recorded, or it is swapped back and forth) goes on from the
+    /// failures it had, waiting longer each time, not from the first wait.
+    @Test func anObjectQuarantinedAgainSoonAfterItWasLiftedKeepsItsCount() async throws {
+        let content = InMemoryContentStore()
+        let bytes = Array("level bytes".utf8)
+        let stored = try await content.write(
+            AsyncStream {
+                $0.yield(bytes); $0.finish()
+            }, maxBytes: 100, expectedSHA256: nil)
+        let quarantine = ContentQuarantine(recheckAfter: .zero)
+        quarantine.add(stored.sha256)
+        #expect(quarantine.failures(stored.sha256) == 0)
+        #expect(quarantine.refuses(stored.sha256, content: content, logger: Logger(label: "test")), "refused while it is checked again")
+        let deadline = ContinuousClock.now + .seconds(30)
+        while quarantine.count > 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(quarantine.count == 0, "the re-read found the right bytes")
+        quarantine.add(stored.sha256)
+        #expect(quarantine.failures(stored.sha256) == 1)
+        let other = String(repeating: "f", count: 64)
+        quarantine.add(other)
+        #expect(quarantine.failures(other) == 0)
+    }
+
     @Test func byteBudgetAccounting() {
         let budget = ByteBudget(capacity: 100, perClient: 100)
         let one = BodyReservation(budget, client: "a")

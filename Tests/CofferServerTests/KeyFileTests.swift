@@ -21,17 +21,26 @@ import Testing
             let tokens = Mutex<[[UInt8]]>([])
             let ledgers = Mutex<[String]>([])
             let failures = Mutex<[String]>([])
-            // Threads of their own: the starts race for the files for real.
-            DispatchQueue.concurrentPerform(iterations: starts) { _ in
-                do {
-                    let token = try TokenKeyFile.signer(dataDirectory: directory.path, configured: nil)
-                    let ledger = try LedgerKeyFile.signer(dataDirectory: directory.path)
-                    tokens.withLock { $0.append(Self.bytes(token.active.key)) }
-                    ledgers.withLock { $0.append(ledger.keyId) }
-                } catch {
-                    failures.withLock { $0.append("\(error)") }
+            // A thread each, released together: the starts race for the files for real.
+            let gate = DispatchSemaphore(value: 0)
+            let done = DispatchGroup()
+            for _ in 0..<starts {
+                done.enter()
+                Thread.detachNewThread {
+                    defer { done.leave() }
+                    gate.wait()
+                    do {
+                        let token = try TokenKeyFile.signer(dataDirectory: directory.path, configured: nil)
+                        let ledger = try LedgerKeyFile.signer(dataDirectory: directory.path)
+                        tokens.withLock { $0.append(Self.bytes(token.active.key)) }
+                        ledgers.withLock { $0.append(ledger.keyId) }
+                    } catch {
+                        failures.withLock { $0.append("\(error)") }
+                    }
                 }
             }
+            for _ in 0..<starts { gate.signal() }
+            done.wait()
             #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
             let onFile = try TokenKeyFile.signer(dataDirectory: directory.path, configured: nil)
             let ledgerOnFile = try LedgerKeyFile.signer(dataDirectory: directory.path, create: false)
@@ -51,9 +60,17 @@ import Testing
         let directory = try makeTemporaryDirectory(prefix: "coffer-keys")
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("ledger.key").path
+        // What a crash between the link and the unlink left (a second name of a key), and a
+        // temporary file another process is writing right now.
+        let stale = path + ".0C0FFEE0-0000-4000-8000-000000000000.tmp"
+        let young = path + ".0C0FFEE1-0000-4000-8000-000000000000.tmp"
+        #expect(FileManager.default.createFile(atPath: stale, contents: Data("old".utf8)))
+        #expect(FileManager.default.createFile(atPath: young, contents: Data("new".utf8)))
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: stale)
         let first = try LedgerKeyFile.create(at: path)
         #expect(throws: TokenKeyFile.KeyError.self) { try LedgerKeyFile.create(at: path) }
         #expect(try LedgerKeyFile.load(path).keyId == first.keyId)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["ledger.key"])
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["ledger.key", (young as NSString).lastPathComponent])
     }
 }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// Where asset bytes live: content-addressed objects, each stored once under the lower-case hex
@@ -134,8 +135,33 @@ public enum ContentStoreError: Error, Sendable, Hashable {
     case changed(String)
 }
 
+/// What reading an object whole found (``ContentStore/checkWhole(sha256:)``).
+public enum WholeCheck: Sendable, Hashable {
+    /// No such object.
+    case missing
+    /// Its bytes (`read` of them) do not hash to its address.
+    case changed(read: Int64)
+    /// Its bytes hash to its address.
+    case intact(size: Int64)
+}
+
 extension ContentStore {
     public func pinnedTag(sha256: String) async throws -> String? { nil }
+
+    /// Reads the object whole with ``read(sha256:range:)`` (a store that keeps pins pins a
+    /// version that hashes right) and checks it against its address; a failing store throws.
+    public func checkWhole(sha256: String) async throws -> WholeCheck {
+        guard let size = try await size(sha256: sha256) else { return .missing }
+        var hasher = SHA256()
+        var read: Int64 = 0
+        if size > 0 {
+            for try await chunk in self.read(sha256: sha256, range: 0...(size - 1)) {
+                hasher.update(data: chunk)
+                read += Int64(chunk.count)
+            }
+        }
+        return read == size && hasher.finalize().hexString == sha256 ? .intact(size: size) : .changed(read: read)
+    }
 
     public func open(sha256: String, range: ClosedRange<Int64>) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
         guard try await size(sha256: sha256) != nil else { return nil }
