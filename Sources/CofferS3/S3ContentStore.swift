@@ -30,8 +30,9 @@ public final class S3ContentStore: ContentStore {
     public let client: S3Client
     /// Bytes per multipart part (5 MiB, S3's smallest, to ``maxPartSize``), and the largest single PUT.
     public let partSize: Int
-    /// Sizes already asked (objects are immutable; a deleted one is forgotten within `sizeCacheSeconds`).
-    private let sizes = Mutex<[String: (size: Int64, until: ContinuousClock.Instant)]>([:])
+    /// Sizes (and the ETags their `HEAD` gave) already asked (objects are immutable; a deleted
+    /// one is forgotten within `sizeCacheSeconds`).
+    private let sizes = Mutex<[String: (size: Int64, eTag: String?, until: ContinuousClock.Instant)]>([:])
     static let sizeCacheSeconds: Int64 = 60
     static let sizeCacheEntries = 100_000
     /// S3's largest CopyObject source, and its most parts.
@@ -118,14 +119,26 @@ public final class S3ContentStore: ContentStore {
             throw ContentStoreError.unavailable("the content pin cannot be recorded: \(error)")
         }
         remember(sha256, tag: tag)
+        // The version a `HEAD` saw before may be the one just replaced (``pinnedTag(sha256:)``).
+        forget(sha256)
     }
 
     /// Whether this store records pins (``attach(pins:)``).
     public var pins: Bool { pinRepository.withLock { $0 != nil } }
 
+    /// The pin, for a proxy that fetches the object itself (nginx, accel mode) and whose 412
+    /// Coffer never sees: ``ContentStoreError/changed(_:)`` when the `HEAD` that gave the
+    /// object's size (``size(sha256:)``, at most a minute old) named another version — the
+    /// server quarantines it then, and the quarantine's re-read pins the version there if its
+    /// bytes are right (bytes copied under a new ETag heal by themselves, in accel mode too).
     public func pinnedTag(sha256: String) async throws -> String? {
         guard Self.isContentAddress(sha256) else { return nil }
-        return try await tag(sha256)
+        guard let pinned = try await tag(sha256) else { return nil }
+        _ = try await size(sha256: sha256)
+        if let seen = sizes.withLock({ $0[sha256]?.eTag }), seen != pinned {
+            throw ContentStoreError.changed("\(sha256.prefix(16))… is not the version whose bytes were checked (changed in the store)")
+        }
+        return pinned
     }
 
     /// The key of the object with this digest.
@@ -144,17 +157,17 @@ public final class S3ContentStore: ContentStore {
         let now = ContinuousClock.now
         if let cached = sizes.withLock({ $0[sha256] }), cached.until > now { return cached.size }
         guard let head = try await Self.translating({ try await client.head(key(sha256: sha256)) }) else { return nil }
-        remember(sha256, size: head.size)
+        remember(sha256, size: head.size, eTag: head.eTag)
         return head.size
     }
 
     private func forget(_ sha256: String) { _ = sizes.withLock { $0.removeValue(forKey: sha256) } }
 
-    private func remember(_ sha256: String, size: Int64) {
+    private func remember(_ sha256: String, size: Int64, eTag: String?) {
         let until = ContinuousClock.now + .seconds(Self.sizeCacheSeconds)
         sizes.withLock { cache in
             if cache.count >= Self.sizeCacheEntries { cache.removeAll(keepingCapacity: true) }
-            cache[sha256] = (size, until)
+            cache[sha256] = (size, eTag, until)
         }
     }
 

@@ -82,7 +82,9 @@ struct DownloadController {
                 headers[.xAccelRedirect] = prefix + "s3" + url[path...]
                 // nginx asks for the version whose bytes were checked (If-Match): it hashes
                 // nothing, and a changed object then answers 412, which nginx turns into 502.
-                if let tag = try await content.pinnedTag(sha256: claims.sha256) { headers[.xCofferIfMatch] = "\"\(tag)\"" }
+                if let tag = try await quarantining(claims, context, { try await content.pinnedTag(sha256: claims.sha256) }) {
+                    headers[.xCofferIfMatch] = "\"\(tag)\""
+                }
                 // The store names the file (the presigned URL's response-content-disposition):
                 // nginx would keep Coffer's across the redirect on its error answers too.
                 headers[.contentDisposition] = nil
@@ -115,19 +117,7 @@ struct DownloadController {
             return Response(status: status, headers: headers, body: FileStream.body(path: file.path, range: range, watch: watch))
         }
         // Opened before the head is sent: a store that fails or lost the object answers 502/503/404.
-        let opened: AsyncThrowingStream<[UInt8], any Error>?
-        do {
-            opened = try await content.open(sha256: claims.sha256, range: range)
-        } catch ContentStoreError.changed(let detail) {
-            // A range of an object that is no longer the version pinned: refused to everyone
-            // until a whole re-read finds its right bytes.
-            quarantine.add(claims.sha256)
-            metrics.contentMismatches.increment()
-            context.logger.error(
-                "content store object changed since its bytes were checked: refused until it matches",
-                metadata: ["sha256": "\(claims.sha256)", "asset": "\(claims.assetId)"])
-            throw ContentStoreError.changed(detail)
-        }
+        let opened = try await quarantining(claims, context) { try await content.open(sha256: claims.sha256, range: range) }
         guard let chunks = opened else {
             throw Problem(.assetMissing, "the asset's bytes are not in the content store")
         }
@@ -147,6 +137,21 @@ struct DownloadController {
                     "content store object does not match its SHA-256 (changed in the store?): download cut short, object refused until it matches",
                     metadata: ["sha256": "\(claims.sha256)", "asset": "\(claims.assetId)"])
             })
+    }
+
+    /// Runs `body`; an object found no longer the version pinned (``ContentStoreError/changed(_:)``)
+    /// is refused to everyone (502) until the quarantine's whole re-read finds its right bytes.
+    func quarantining<T>(_ claims: DownloadClaims, _ context: CofferRequestContext, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch ContentStoreError.changed(let detail) {
+            quarantine.add(claims.sha256)
+            metrics.contentMismatches.increment()
+            context.logger.error(
+                "content store object changed since its bytes were checked: refused until it matches",
+                metadata: ["sha256": "\(claims.sha256)", "asset": "\(claims.assetId)"])
+            throw ContentStoreError.changed(detail)
+        }
     }
 
     /// Redirect mode: 302 to a presigned GET of the object, valid 60 s at most and never

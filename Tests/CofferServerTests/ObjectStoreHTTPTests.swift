@@ -83,11 +83,14 @@ import Testing
 
     /// An app over `h` whose quarantine re-reads an object 200 ms after it was found changed,
     /// logging only what is critical (the mismatches the tests provoke are errors).
-    static func quarantining(_ h: Harness) -> (ContentQuarantine, Logger, some ApplicationProtocol) {
+    /// `configuration`: the server's settings in place of the harness's (a download mode).
+    static func quarantining(_ h: Harness, configuration: CofferConfiguration? = nil) -> (ContentQuarantine, Logger, some ApplicationProtocol) {
         let quarantine = ContentQuarantine(recheckAfter: .milliseconds(200))
         var logger = Logger(label: "coffer-test")
         logger.logLevel = .critical
-        let app = h.application(logger: logger, runtime: ServerRuntime(h.services.configuration, metrics: h.runtime.metrics, quarantine: quarantine))
+        let settings = configuration ?? h.services.configuration
+        let app = h.application(
+            logger: logger, runtime: ServerRuntime(settings, metrics: h.runtime.metrics, quarantine: quarantine), configuration: settings)
         return (quarantine, logger, app)
     }
 
@@ -261,6 +264,43 @@ import Testing
                 let ifMatch = try #require(HTTPField.Name("X-Coffer-If-Match"))
                 #expect(handed.status == .ok && handed.headers[redirect]?.hasPrefix("/_coffer/s3/") == true)
                 #expect(handed.headers[ifMatch] == "\"\(pinned.withLock { $0 })\"")
+            }
+        }
+    }
+
+    /// Accel mode: Coffer never sees nginx's 412, so before handing off it compares the pin
+    /// with the version the store's `HEAD` named. The same bytes copied under a new ETag are
+    /// quarantined (502), re-read, found right and pinned anew: nginx then asks for the new
+    /// version, with no operator in the loop.
+    @Test func accelModeHealsAPinLeftStaleByTheSameBytesUnderANewTag() async throws {
+        let bytes = Self.bytes(300_011, seed: 47)
+        try await Self.withHarness { h in
+            let store = try #require(h.services.content as? S3ContentStore)
+            var configuration = h.services.configuration
+            configuration.downloadMode = .accel
+            configuration.accelRedirectPrefix = "/_coffer/"
+            let (quarantine, _, app) = Self.quarantining(h, configuration: configuration)
+            let ifMatch = try #require(HTTPField.Name("X-Coffer-If-Match"))
+            try await app.test(.router) { client in
+                try await Self.uploadLevel(client, h, bytes)
+                let url = try await Self.levelURL(client, transaction: "5171")
+                let key = store.key(sha256: bytes.sha256Hex)
+                let id = try await store.client.createMultipartUpload(key)
+                let part = try await store.client.uploadPart(
+                    key, uploadId: id, number: 1, body: ByteBuffer(bytes: bytes), sha256: SHA256.hash(data: bytes))
+                let retagged = try #require(try await store.client.completeMultipartUpload(key, uploadId: id, parts: [part]))
+                let stale = try await client.execute(uri: url, method: .get)
+                #expect(stale.status == .badGateway && Harness.code(stale) == "contentStoreError", "never handed to nginx with the old pin")
+                #expect(quarantine.count == 1)
+                let deadline = ContinuousClock.now + .seconds(60)
+                var handed = try await client.execute(uri: url, method: .get)
+                while handed.status != .ok, ContinuousClock.now < deadline {
+                    #expect(handed.status == .badGateway)
+                    try await Task.sleep(for: .milliseconds(50))
+                    handed = try await client.execute(uri: url, method: .get)
+                }
+                #expect(handed.status == .ok && handed.headers[ifMatch] == "\"\(retagged)\"")
+                #expect(quarantine.count == 0)
             }
         }
     }
