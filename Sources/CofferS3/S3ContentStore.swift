@@ -18,14 +18,14 @@ import Synchronization
 /// is visible under it before the upload completed.
 ///
 /// Pins (``attach(pins:)``): whoever can write the bucket can still put other bytes at an
-/// address. A whole read is checked by its reader (the server cuts a download short, the
-/// cache and the quarantine's re-read discard it), but a range cannot be. So the store records,
-/// per object, the ETag of the version whose bytes were checked — the one an upload completed,
-/// or the one a whole read found hashing to its address — and asks for that version only
-/// (`If-Match`) whenever it reads less than the whole object. A changed object then answers
-/// 412, and the read fails with ``ContentStoreError/changed(_:)`` instead of sending its
-/// bytes. A whole read goes without `If-Match`, so its reader can find the object changed
-/// back (an operator restored it) and the store pins the version it then hashed.
+/// address, and a range cannot be checked against it. So the store records, per object, the
+/// ETag of the version whose bytes were checked — the one an upload completed, or one a whole
+/// read found hashing to its address — and a client's read (``open(sha256:range:)``, whole or
+/// not) asks for that version only (`If-Match`): a changed object answers 412, and the read
+/// fails with ``ContentStoreError/changed(_:)`` before any byte. A reader that checks what it
+/// reads (``read(sha256:range:)``: the quarantine's re-read, `coffer content verify`) goes
+/// without `If-Match`, so it can find the object put right again, and the store pins the
+/// version it then hashed.
 public final class S3ContentStore: ContentStore {
     public let client: S3Client
     /// Bytes per multipart part (5 MiB, S3's smallest, to ``maxPartSize``), and the largest single PUT.
@@ -127,15 +127,14 @@ public final class S3ContentStore: ContentStore {
     public var pins: Bool { pinRepository.withLock { $0 != nil } }
 
     /// The pin, for a proxy that fetches the object itself (nginx, accel mode) and whose 412
-    /// Coffer never sees: ``ContentStoreError/changed(_:)`` when the `HEAD` that gave the
+    /// Coffer never sees: ``ContentStoreError/changed(_:)`` when the `HEAD` that gives the
     /// object's size (``size(sha256:)``, at most a minute old) named another version — the
     /// server quarantines it then, and the quarantine's re-read pins the version there if its
     /// bytes are right (bytes copied under a new ETag heal by themselves, in accel mode too).
     public func pinnedTag(sha256: String) async throws -> String? {
         guard Self.isContentAddress(sha256) else { return nil }
         guard let pinned = try await tag(sha256) else { return nil }
-        _ = try await size(sha256: sha256)
-        if let seen = sizes.withLock({ $0[sha256]?.eTag }), seen != pinned {
+        if let seen = try await head(sha256)?.eTag, seen != pinned {
             throw ContentStoreError.changed("\(sha256.prefix(16))… is not the version whose bytes were checked (changed in the store)")
         }
         return pinned
@@ -153,12 +152,16 @@ public final class S3ContentStore: ContentStore {
     }
 
     public func size(sha256: String) async throws -> Int64? {
+        try await head(sha256)?.size
+    }
+
+    /// The object's size and ETag, from a `HEAD` at most ``sizeCacheSeconds`` old; nil when none.
+    private func head(_ sha256: String) async throws -> (size: Int64, eTag: String?)? {
         guard Self.isContentAddress(sha256) else { return nil }
-        let now = ContinuousClock.now
-        if let cached = sizes.withLock({ $0[sha256] }), cached.until > now { return cached.size }
+        if let cached = sizes.withLock({ $0[sha256] }), cached.until > .now { return (cached.size, cached.eTag) }
         guard let head = try await Self.translating({ try await client.head(key(sha256: sha256)) }) else { return nil }
         remember(sha256, size: head.size, eTag: head.eTag)
-        return head.size
+        return (head.size, head.eTag)
     }
 
     private func forget(_ sha256: String) { _ = sizes.withLock { $0.removeValue(forKey: sha256) } }

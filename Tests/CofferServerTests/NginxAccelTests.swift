@@ -219,6 +219,7 @@ extension NginxAccelTests {
         #expect(ranged.status == .partialContent)
         #expect(Array(ranged.body?.readableBytesView ?? ByteBuffer().readableBytesView) == Array(bytes[3...12]))
         #expect(!ranged.headers.contains { $0.name.canonicalName == "x-coffer-range" }, "Coffer's range for nginx stays inside")
+        #expect(!whole.headers.contains { $0.name.canonicalName == "x-coffer-if-match" }, "so does the pin")
         // A resumed download: If-Range is Coffer's to decide (the store would compare it with
         // its MD5 and restart from zero, or ignore it and splice other bytes onto the head).
         let sha = asset["sha256"] as? String ?? ""

@@ -81,6 +81,15 @@ import Testing
 
     static let contentDigest = HTTPField.Name("Content-Digest") ?? .contentType
 
+    /// Puts `bytes` at their address again as a one-part multipart upload: the same bytes
+    /// under another ETag (`…-1`), as a copy between buckets would leave them. Returns it.
+    static func retag(_ store: S3ContentStore, _ bytes: [UInt8]) async throws -> String? {
+        let key = store.key(sha256: bytes.sha256Hex)
+        let id = try await store.client.createMultipartUpload(key)
+        let part = try await store.client.uploadPart(key, uploadId: id, number: 1, body: ByteBuffer(bytes: bytes), sha256: SHA256.hash(data: bytes))
+        return try await store.client.completeMultipartUpload(key, uploadId: id, parts: [part])
+    }
+
     /// An app over `h` whose quarantine re-reads an object 200 ms after it was found changed,
     /// logging only what is critical (the mismatches the tests provoke are errors).
     /// `configuration`: the server's settings in place of the harness's (a download mode).
@@ -284,11 +293,7 @@ import Testing
             try await app.test(.router) { client in
                 try await Self.uploadLevel(client, h, bytes)
                 let url = try await Self.levelURL(client, transaction: "5171")
-                let key = store.key(sha256: bytes.sha256Hex)
-                let id = try await store.client.createMultipartUpload(key)
-                let part = try await store.client.uploadPart(
-                    key, uploadId: id, number: 1, body: ByteBuffer(bytes: bytes), sha256: SHA256.hash(data: bytes))
-                let retagged = try #require(try await store.client.completeMultipartUpload(key, uploadId: id, parts: [part]))
+                let retagged = try #require(try await Self.retag(store, bytes))
                 let stale = try await client.execute(uri: url, method: .get)
                 #expect(stale.status == .badGateway && Harness.code(stale) == "contentStoreError", "never handed to nginx with the old pin")
                 #expect(quarantine.count == 1)
@@ -314,6 +319,10 @@ import Testing
             let legacy = Self.bytes(200_003, seed: 41)
             let changed = Self.bytes(100_005, seed: 43)
             let missing = String(repeating: "d", count: 64)
+            // Pinned at its upload, then the same bytes copied under another ETag: re-pinned.
+            let moved = Self.bytes(50_021, seed: 45)
+            try await h.store(assetId: "moved", bytes: moved, contentType: "application/octet-stream")
+            let movedTag = try await Self.retag(store, moved)
             try await store.client.put(store.key(sha256: legacy.sha256Hex), body: ByteBuffer(bytes: legacy), sha256: SHA256.hash(data: legacy))
             let forged = Array(changed.reversed())
             try await store.client.put(store.key(sha256: changed.sha256Hex), body: ByteBuffer(bytes: forged), sha256: SHA256.hash(data: forged))
@@ -329,14 +338,17 @@ import Testing
             #expect(run.status == 1, "\(run.stdout)\(run.stderr)")
             let lines = run.stdout.split(separator: "\n").map(String.init)
             #expect(lines.contains("ok \(legacy.sha256Hex) 200003 bytes (pinned)"), "\(lines)")
+            #expect(lines.contains("ok \(moved.sha256Hex) 50021 bytes (pinned)"), "\(lines)")
             #expect(lines.contains { $0.hasPrefix("changed \(changed.sha256Hex)") }, "\(lines)")
             #expect(lines.contains("missing \(missing)"), "\(lines)")
-            #expect(lines.filter { $0.hasPrefix("ok ") }.count == 3, "the harness's two assets, pinned at upload, and the legacy one: \(lines)")
-            #expect(lines.last == "verified 5 object(s): 3 ok, 2 not")
+            #expect(
+                lines.filter { $0.hasPrefix("ok ") }.count == 4, "the harness's two assets, pinned at upload, the moved and the legacy one: \(lines)")
+            #expect(lines.last == "verified 6 object(s): 4 ok, 2 not")
             // The pin is in the database: this instance asks for that version from now on.
             let tag = try await store.client.get(store.key(sha256: legacy.sha256Hex), range: 0...0).eTag
             #expect(try await SQLiteCatalogue(h.services.database).pinnedTag(location: store.pinLocation, sha256: legacy.sha256Hex) == tag)
             #expect(try await SQLiteCatalogue(h.services.database).pinnedTag(location: store.pinLocation, sha256: changed.sha256Hex) == nil)
+            #expect(try await SQLiteCatalogue(h.services.database).pinnedTag(location: store.pinLocation, sha256: moved.sha256Hex) == movedTag)
         }
     }
 

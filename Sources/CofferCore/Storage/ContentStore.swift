@@ -53,7 +53,7 @@ public protocol ContentStore: Sendable {
 public protocol ContentPinRepository: Sendable {
     /// The tag recorded for `sha256` in the store named `location`; nil when none is.
     func pinnedTag(location: String, sha256: String) async throws -> String?
-    /// Records `tag` for `sha256` in the store named `location` (replacing the one there).
+    /// Records `tag` for `sha256` in the store named `location` (appended: the newest counts).
     func pin(location: String, sha256: String, tag: String, at: Date) async throws
 }
 
