@@ -57,6 +57,7 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         // S3-compatible object storage: AWS Signature Version 4 on swift-crypto (no S3 SDK is mirrored).

@@ -1,5 +1,6 @@
 import CofferCore
 import CofferServer
+import CofferStore
 import Crypto
 import Foundation
 
@@ -59,9 +60,13 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
         let seal = try await ledger.sealedHead()
         try await check(ledger)
         guard let seal, seal.isSigned(by: key) else { return }
-        try locked {
-            guard LedgerHighWater.raises(seal, over: try read()) else { return }
-            try write(LedgerHighWater(sequence: seal.sequence, entryHash: seal.entryHash, seenAt: Int64(Date().timeIntervalSince1970)))
+        // The lock can wait for another instance's write, and the write fsyncs twice: on a
+        // thread of their own, not the cooperative pool's.
+        try await FileWriteThreads.run { [self] in
+            try locked {
+                guard LedgerHighWater.raises(seal, over: try read()) else { return }
+                try write(LedgerHighWater(sequence: seal.sequence, entryHash: seal.entryHash, seenAt: Int64(Date().timeIntervalSince1970)))
+            }
         }
     }
 

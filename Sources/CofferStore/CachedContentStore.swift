@@ -257,7 +257,7 @@ public final class CachedContentStore: ContentStore {
                 return
             }
             if state.withLock({ $0.total }) + size > budget + budget / 2 {
-                evict()
+                try await FileWriteThreads.run { [self] in evict() }
                 guard state.withLock({ $0.total }) + size <= budget + budget / 2 else {
                     logger.notice("content cache: full of recently used objects, one not kept", metadata: ["sha256": "\(digest)"])
                     return
@@ -271,18 +271,20 @@ public final class CachedContentStore: ContentStore {
             }
             if let file = local.localFile(sha256: digest) { unlink(file.path) }
             guard let chunks = try await remote.open(sha256: digest, range: 0...(size - 1)) else { return }
-            let upload = try local.makeWriter(maxBytes: size)
+            // Hashed, written and fsynced on FileWriteThreads, off the requests' threads.
+            let upload = try local.makeUpload(maxBytes: size, expectedSHA256: digest)
             do {
-                for try await chunk in chunks { try upload.append(chunk) }
-                let written = try upload.finish(expectedSHA256: digest)
+                for try await chunk in chunks { try await upload.append(chunk) }
+                let written = try await upload.finish(expectedSHA256: digest)
                 guard written.size == size else { throw ContentStoreError.io("the store sent \(written.size) bytes of \(size)") }
             } catch {
-                upload.abort()
+                await upload.abort()
                 throw error
             }
             remember(digest, size: size)
             logger.info("content cache: kept an object", metadata: ["sha256": "\(digest)", "bytes": "\(size)"])
-            evict()
+            // Unlinks of large files: there too.
+            try await FileWriteThreads.run { [self] in evict() }
         } catch {
             logger.warning("content cache: could not keep an object", metadata: ["sha256": "\(digest)", "error": "\(error)"])
         }

@@ -19,6 +19,14 @@ public struct LocalContentStore: ContentStore {
     public let root: String
     let objectsDirectory: String
     let temporaryDirectory: String
+    /// Called before each write(2), flush and fsync(2) of an object's file (a test's probe of
+    /// where they run).
+    var beforeFileIO: (@Sendable (FileIO) -> Void)?
+
+    /// What ``beforeFileIO`` is called before.
+    enum FileIO: Sendable, Hashable {
+        case write, flush, sync
+    }
 
     /// Opens the store at `root`, creating `root`, `root/objects` and `root/tmp` (mode 0700) if needed.
     public init(root: String) throws {
@@ -40,7 +48,11 @@ public struct LocalContentStore: ContentStore {
         try LocalContentUpload(store: self, maxBytes: maxBytes)
     }
 
-    public func makeUpload(maxBytes: Int64, expectedSHA256: String?) throws -> any ContentUpload { try makeWriter(maxBytes: maxBytes) }
+    /// A writer whose hashing, writes and fsyncs run on ``FileWriteThreads``, never on the
+    /// calling task's thread.
+    public func makeUpload(maxBytes: Int64, expectedSHA256: String?) throws -> any ContentUpload {
+        PooledContentUpload(try makeWriter(maxBytes: maxBytes), maxBytes: maxBytes)
+    }
 
     /// A directory hands out no URLs: downloads stream, or nginx sends the file (X-Accel-Redirect).
     public func presignedURL(sha256: String, expires: Int, contentType: String, fileName: String, now: Date) -> String? { nil }

@@ -22,6 +22,11 @@ public final class LocalContentUpload: ContentUpload {
     private var hasher = SHA256()
     /// The number of bytes appended so far.
     public private(set) var size: Int64 = 0
+    /// The bytes flushed to the disk so far (see ``flushEvery``).
+    private var flushed: Int64 = 0
+    /// An upload flushes its file every 8 MiB, not only at the end: the disk then never holds
+    /// hundreds of MB of it to write at once, which a ledger's fsync waited behind.
+    static let flushEvery: Int64 = 8 << 20
 
     init(store: LocalContentStore, maxBytes: Int64) throws {
         self.store = store
@@ -48,6 +53,7 @@ public final class LocalContentUpload: ContentUpload {
         var offset = 0
         while offset < bytes.count {
             guard let base = bytes.baseAddress else { break }
+            store.beforeFileIO?(.write)
             let written = posixWrite(descriptor, base + offset, bytes.count - offset)
             if written < 0 {
                 if errno == EINTR { continue }
@@ -59,6 +65,15 @@ public final class LocalContentUpload: ContentUpload {
         }
         hasher.update(bufferPointer: bytes)
         size += Int64(bytes.count)
+        if size - flushed >= Self.flushEvery {
+            store.beforeFileIO?(.flush)
+            guard fdatasync(descriptor) == 0 else {
+                let message = Self.errnoText()
+                abort()
+                throw ContentStoreError.io("cannot flush \(temporaryPath): \(message)")
+            }
+            flushed = size
+        }
     }
 
     /// Appends bytes (see ``append(_:)-(UnsafeRawBufferPointer)``).
@@ -81,6 +96,7 @@ public final class LocalContentUpload: ContentUpload {
             abort()
             throw ContentStoreError.digestMismatch
         }
+        store.beforeFileIO?(.sync)
         guard fsync(descriptor) == 0 else {
             let message = Self.errnoText()
             abort()
