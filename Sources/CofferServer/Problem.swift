@@ -122,6 +122,11 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             return try respond(Problem(contentStore: error), request, context)
         } catch let error as any StorageFailure {
             return try respond(Problem.unavailable(internalDetail: "\(error)"), request, context)
+        } catch is CancellationError {
+            // The request's task was cancelled (the server stopping): nothing went wrong with it.
+            context.logger.notice("request cancelled")
+            return try Problem(.busy, "the request was cancelled (the server is stopping); retry", headers: [.retryAfter: "1"])
+                .response(from: request, context: context)
         } catch {
             context.logger.error("unhandled error", metadata: ["error": "\(error)"])
             return try Problem(.internalError, "unexpected server error").response(from: request, context: context)

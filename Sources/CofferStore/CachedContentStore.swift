@@ -283,8 +283,8 @@ public final class CachedContentStore: ContentStore {
             }
             remember(digest, size: size)
             logger.info("content cache: kept an object", metadata: ["sha256": "\(digest)", "bytes": "\(size)"])
-            // Unlinks of large files: there too.
-            try await FileWriteThreads.run { [self] in evict() }
+            // Unlinks of large files: there too. (Never cancelled: a detached task.)
+            try? await FileWriteThreads.run { [self] in evict() }
         } catch {
             logger.warning("content cache: could not keep an object", metadata: ["sha256": "\(digest)", "error": "\(error)"])
         }

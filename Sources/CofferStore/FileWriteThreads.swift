@@ -50,6 +50,9 @@ public final class PooledContentUpload: ContentUpload {
     private let handoff: Handoff
     private let maxBytes: Int64
     private var batch: [UInt8] = []
+    /// The writer is done with: finished, failed (a writer that throws has removed its file)
+    /// or aborted. ``abort()`` then returns at once, with no trip to the write threads.
+    private var ended = false
     /// Bytes taken so far (written or in ``batch``).
     public private(set) var size: Int64 = 0
 
@@ -58,29 +61,39 @@ public final class PooledContentUpload: ContentUpload {
         self.maxBytes = maxBytes
     }
 
-    /// Takes the bytes; writes a full batch. Throws ``ContentStoreError/tooLarge`` at once
-    /// (and discards the object) when the total would exceed `maxBytes`.
+    /// Takes the bytes, writing each batch as it fills: exactly ``batchLength`` bytes at a time
+    /// (a chunk that crosses the end of one starts the next; a large one is cut in pieces).
+    /// Throws ``ContentStoreError/tooLarge`` at once (and discards the object) when the total
+    /// would exceed `maxBytes`.
     public func append(_ bytes: some Collection<UInt8>) async throws {
+        guard !ended else { throw ContentStoreError.io("upload is closed") }
         guard Int64(bytes.count) <= maxBytes - size else {
             await abort()
             throw ContentStoreError.tooLarge
         }
         size += Int64(bytes.count)
-        if batch.isEmpty { batch.reserveCapacity(Self.batchLength) }
-        batch.append(contentsOf: bytes)
-        if batch.count >= Self.batchLength { try await flush() }
+        var index = bytes.startIndex
+        while index != bytes.endIndex {
+            if batch.isEmpty { batch.reserveCapacity(Self.batchLength) }
+            let end = bytes.index(index, offsetBy: Self.batchLength - batch.count, limitedBy: bytes.endIndex) ?? bytes.endIndex
+            batch.append(contentsOf: bytes[index..<end])
+            index = end
+            if batch.count == Self.batchLength { try await flush() }
+        }
     }
 
     public func finish(expectedSHA256: String?) async throws -> (sha256: String, size: Int64) {
         try await flush()
-        let handoff = handoff
-        return try await FileWriteThreads.run { try handoff.writer.finish(expectedSHA256: expectedSHA256) }
+        return try await run(ends: true) { try $0.finish(expectedSHA256: expectedSHA256) }
     }
 
     /// Discards the object: closes and removes its file there too (the unlink of a large file
-    /// frees its blocks), here when the task is cancelled before a thread took it.
+    /// frees its blocks). Only when the task was cancelled before a thread took the job, here
+    /// (rare: a cancelled upload).
     public func abort() async {
         batch = []
+        guard !ended else { return }
+        ended = true
         let handoff = handoff
         do { try await FileWriteThreads.run { handoff.writer.abort() } } catch { handoff.writer.abort() }
     }
@@ -89,7 +102,23 @@ public final class PooledContentUpload: ContentUpload {
         guard !batch.isEmpty else { return }
         let full = batch
         batch = []
+        try await run(ends: false) { try $0.append(full) }
+    }
+
+    /// Runs `body` with the writer on the write threads. After a job that `ends` it, or one
+    /// that threw (the writer then removed its file), the writer is ended; a job cancelled
+    /// before it ran leaves it open for ``abort()``.
+    private func run<T: Sendable>(ends: Bool, _ body: @escaping @Sendable (LocalContentUpload) throws -> T) async throws -> T {
         let handoff = handoff
-        try await FileWriteThreads.run { try handoff.writer.append(full) }
+        do {
+            let result = try await FileWriteThreads.run { try body(handoff.writer) }
+            if ends { ended = true }
+            return result
+        } catch let cancelled as CancellationError {
+            throw cancelled
+        } catch {
+            ended = true
+            throw error
+        }
     }
 }

@@ -67,7 +67,7 @@ public final class LocalContentUpload: ContentUpload {
         size += Int64(bytes.count)
         if size - flushed >= Self.flushEvery {
             store.beforeFileIO?(.flush)
-            guard fdatasync(descriptor) == 0 else {
+            guard flushData(descriptor) == 0 else {
                 let message = Self.errnoText()
                 abort()
                 throw ContentStoreError.io("cannot flush \(temporaryPath): \(message)")
@@ -161,6 +161,16 @@ public final class LocalContentUpload: ContentUpload {
     private static func errnoText() -> String {
         String(cString: strerror(errno))
     }
+}
+
+/// `fdatasync(2)`: the file's bytes (and its size), not its other metadata. Darwin does not
+/// declare it: `fsync` there.
+private func flushData(_ fd: Int32) -> Int32 {
+    #if canImport(Darwin)
+        fsync(fd)
+    #else
+        fdatasync(fd)
+    #endif
 }
 
 /// POSIX `write(2)`, named apart from ``ContentStore/write(_:maxBytes:expectedSHA256:)``.

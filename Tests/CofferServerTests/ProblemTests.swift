@@ -2,6 +2,7 @@ import CofferCore
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdTesting
 import NIOCore
 import Testing
 
@@ -28,6 +29,21 @@ struct ProblemTests {
         #expect(Problem(.revoked, "x").status == .gone)
         #expect(Problem(VaultFailure.incomplete("x")).status == .unprocessableContent)
         #expect(Problem(VaultFailure.verification(VerificationError(.malformed, "x"))).status == .badRequest)
+    }
+
+    @Test func aCancelledRequestIsA503ToRetryNotA500() async throws {
+        let router = Router()
+        router.add(middleware: ProblemMiddleware())
+        router.put("/cancelled") { _, _ -> Response in throw CancellationError() }
+        router.put("/broken") { _, _ -> Response in throw Broken() }
+        try await Application(router: router).test(.router) { client in
+            let cancelled = try await client.execute(uri: "/cancelled", method: .put)
+            #expect(cancelled.status == .serviceUnavailable)
+            #expect(cancelled.headers[.retryAfter] == "1")
+            #expect(String(buffer: cancelled.body).contains("\"busy\""))
+            // Any other error is still the logged 500.
+            #expect(try await client.execute(uri: "/broken", method: .put).status == .internalServerError)
+        }
     }
 
     struct Broken: Error {}

@@ -1,6 +1,7 @@
 import CofferCore
 import CofferTestSupport
 import Crypto
+import Dispatch
 import Foundation
 import Synchronization
 import Testing
@@ -71,6 +72,71 @@ struct PooledContentUploadTests {
             #expect(probe.count(.flush) == 2)
             #expect(probe.count(.sync) == 1)
             #expect(!probe.anyInTask)
+        }
+    }
+
+    @Test("a chunk is cut at batch ends: exactly 1 MiB per write, and one large chunk is still flushed every 8 MiB")
+    func batchesAreExact() async throws {
+        try await withTemporaryDirectory { dir in
+            var store = try LocalContentStore(root: dir.path)
+            let probe = Probe()
+            store.beforeFileIO = { probe.record($0) }
+            // Three 700 KiB chunks: 1 MiB, 1 MiB, then the rest at finish.
+            let upload = try store.makeUpload(maxBytes: 3 << 20, expectedSHA256: nil)
+            let small = Self.bytes(3 * 700 * 1024, seed: 15)
+            for start in stride(from: 0, to: small.count, by: 700 * 1024) { try await upload.append(small[start..<(start + 700 * 1024)]) }
+            #expect(probe.count(.write) == 2)
+            #expect(try await upload.finish(expectedSHA256: nil).sha256 == SHA256.hash(data: small).hexString)
+            #expect(probe.count(.write) == 3)
+            // One chunk of 16 MiB and 4 KiB: 16 writes and 2 flushes as it goes, the rest at finish.
+            let large = Self.bytes(Int(2 * LocalContentUpload.flushEvery) + 4096, seed: 16)
+            let whole = try store.makeUpload(maxBytes: Int64(large.count), expectedSHA256: nil)
+            try await whole.append(large)
+            #expect(probe.count(.write) == 3 + 16)
+            #expect(probe.count(.flush) == 2)
+            #expect(try await whole.finish(expectedSHA256: nil).sha256 == SHA256.hash(data: large).hexString)
+            #expect(!probe.anyInTask)
+        }
+    }
+
+    /// Holds the first write of an object's file until released.
+    final class Gate: Sendable {
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let released = Atomic(false)
+        let first = Atomic(true)
+        func hold(_ io: LocalContentStore.FileIO) {
+            guard io == .write, first.exchange(false, ordering: .relaxed) else { return }
+            entered.signal()
+            release.wait()
+        }
+        func open() {
+            released.store(true, ordering: .sequentiallyConsistent)
+            release.signal()
+        }
+    }
+
+    @Test("a task cancelled while its batch is being written resumes only after the write: the writer is never used twice at once")
+    func cancelledWhileWriting() async throws {
+        try await withTemporaryDirectory { dir in
+            var store = try LocalContentStore(root: dir.path)
+            let gate = Gate()
+            store.beforeFileIO = { gate.hold($0) }
+            let upload = try store.makeUpload(maxBytes: 4 << 20, expectedSHA256: nil)
+            let box = UploadBox(upload)
+            let batch = Self.bytes(PooledContentUpload.batchLength, seed: 17)
+            let task = Task { () -> Bool in
+                try? await box.upload.append(batch)
+                return gate.released.load(ordering: .sequentiallyConsistent)
+            }
+            await offThePool { gate.entered.wait() }
+            task.cancel()
+            // Not a wait for a condition: the time a task resumed too early would need to show it.
+            try await Task.sleep(for: .milliseconds(50))
+            gate.open()
+            #expect(await task.value, "append returned while its write was still running")
+            await upload.abort()
+            #expect(filesBelow(dir).isEmpty)
         }
     }
 
