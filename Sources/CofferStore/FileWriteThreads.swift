@@ -13,10 +13,8 @@ import NIOPosix
 public enum FileWriteThreads {
     /// Two: as many as the cache fills at once (``CachedContentStore/maxFills``); more
     /// uploads at once take turns here, each batch at a time.
-    public static let count = 2
-
-    static let pool: NIOThreadPool = {
-        let pool = NIOThreadPool(numberOfThreads: count)
+    private static let pool: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: 2)
         pool.start()
         return pool
     }()
@@ -53,8 +51,9 @@ public final class PooledContentUpload: ContentUpload {
     /// The writer is done with: finished, failed (a writer that throws has removed its file)
     /// or aborted. ``abort()`` then returns at once, with no trip to the write threads.
     private var ended = false
-    /// Bytes taken so far (written or in ``batch``).
-    public private(set) var size: Int64 = 0
+    /// Bytes taken so far (written or in ``batch``): the writer's own count lags by a batch,
+    /// and `maxBytes` is enforced here at once.
+    private var size: Int64 = 0
 
     public init(_ writer: LocalContentUpload, maxBytes: Int64) {
         handoff = Handoff(writer: writer)
@@ -87,9 +86,9 @@ public final class PooledContentUpload: ContentUpload {
         return try await run(ends: true) { try $0.finish(expectedSHA256: expectedSHA256) }
     }
 
-    /// Discards the object: closes and removes its file there too (the unlink of a large file
-    /// frees its blocks). Only when the task was cancelled before a thread took the job, here
-    /// (rare: a cancelled upload).
+    /// Discards the object: closes and removes its file on the write threads too (the unlink
+    /// of a large file frees its blocks), or here when the task is cancelled before one of
+    /// them takes the job.
     public func abort() async {
         batch = []
         guard !ended else { return }

@@ -108,7 +108,8 @@ struct PooledContentUploadTests {
         func hold(_ io: LocalContentStore.FileIO) {
             guard io == .write, first.exchange(false, ordering: .relaxed) else { return }
             entered.signal()
-            release.wait()
+            // Bounded: a test that failed before opening the gate must not hold a write thread.
+            _ = release.wait(timeout: .now() + 30)
         }
         func open() {
             released.store(true, ordering: .sequentiallyConsistent)
@@ -129,7 +130,8 @@ struct PooledContentUploadTests {
                 try? await box.upload.append(batch)
                 return gate.released.load(ordering: .sequentiallyConsistent)
             }
-            await offThePool { gate.entered.wait() }
+            let entered = await offThePool { gate.entered.wait(timeout: .now() + 30) }
+            try #require(entered == .success, "the batch's write never started")
             task.cancel()
             // Not a wait for a condition: the time a task resumed too early would need to show it.
             try await Task.sleep(for: .milliseconds(50))
