@@ -18,7 +18,7 @@ extension ChainStore {
         let statement = try db.cachedStatement(
             sql: """
                 SELECT p.kind FROM purchase_events p WHERE p.environment = ? AND p.replay_key = ? AND p.kind IN (?, ?)
-                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
                 ORDER BY p.sequence
                 """)
         let kinds = Entitlement.revocationKinds.map(\.rawValue)

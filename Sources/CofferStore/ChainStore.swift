@@ -98,19 +98,19 @@ enum ChainStore {
             db,
             sql: """
                 SELECT 'redemption' AS kind, sequence, redeemed_at AS at FROM redemptions r
-                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'redemption' AND e.row_sequence = r.sequence)
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'redemption' AND e.row_sequence = r.sequence)
                 UNION ALL
                 SELECT 'attempt', sequence, at FROM attempts a
-                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'attempt' AND e.row_sequence = a.sequence)
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'attempt' AND e.row_sequence = a.sequence)
                 UNION ALL
                 SELECT 'revocation', sequence, recorded_at FROM revocations v
-                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'revocation' AND e.row_sequence = v.sequence)
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'revocation' AND e.row_sequence = v.sequence)
                 UNION ALL
                 SELECT 'adminAction', sequence, at FROM admin_actions m
-                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'adminAction' AND e.row_sequence = m.sequence)
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'adminAction' AND e.row_sequence = m.sequence)
                 UNION ALL
                 SELECT 'purchaseEvent', sequence, at FROM purchase_events p
-                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                  WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
                 ORDER BY at, kind, sequence LIMIT ?
                 """, arguments: [limit])
         return try rows.compactMap { row in

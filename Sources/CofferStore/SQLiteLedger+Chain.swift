@@ -111,7 +111,7 @@ extension SQLiteLedger {
                 db,
                 sql: """
                     SELECT a.* FROM ledger_events e JOIN admin_actions a ON a.sequence = e.row_sequence
-                    WHERE e.kind = 'adminAction' ORDER BY e.sequence
+                    WHERE e.sequence > 0 AND e.kind = 'adminAction' ORDER BY e.sequence
                     """)
             while let row = try rows.next() {
                 guard let sequence = row.sequence, !skipped.contains(sequence) else { continue }
@@ -242,15 +242,31 @@ extension SQLiteLedger {
         }
     }
 
-    /// What only the tables show, in order of precedence: a row the chain does not hold, two
-    /// redemptions of one purchase, the schema's guarantees altered.
+    /// What only the tables show, in order of precedence: an event numbered below the chain's
+    /// first (the walk from 1 never reads it, but the rules' "is it chained?" would find it), a
+    /// row the chain does not hold, a value stored in a form the server never writes
+    /// (``ChainStore/storageProblems(_:)``), two redemptions of one purchase, the schema's
+    /// guarantees altered.
     private static func tableProblems(_ db: Database) throws -> [LedgerProblem] {
         var problems: [LedgerProblem] = []
+        if let below = try Row.fetchOne(db, sql: "SELECT sequence, kind, row_sequence FROM ledger_events WHERE sequence < 1 LIMIT 1") {
+            let sequence: Int64 = below["sequence"] ?? 0
+            let kind: String = below["kind"] ?? "?"
+            let row: Int64 = below["row_sequence"] ?? 0
+            problems.append(
+                LedgerProblem(
+                    .sequenceBroken, sequence: nil,
+                    "an event numbered \(sequence) (below the chain's first) chains \(LedgerText.escaped(kind, maxBytes: 64)) row \(row): inserted behind the server's back"
+                ))
+        }
         if let stray = try ChainStore.unchainedRows(db, limit: 1).first {
             problems.append(
                 LedgerProblem(
                     .rowMismatch, sequence: nil,
                     "\(stray.kind.rawValue) row \(stray.row) is in the database but not in the chain (inserted behind the server's back)"))
+        }
+        for problem in try ChainStore.storageProblems(db) {
+            problems.append(LedgerProblem(.rowMismatch, sequence: nil, problem))
         }
         if let twice = try Row.fetchOne(
             db,

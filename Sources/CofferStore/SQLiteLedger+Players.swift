@@ -14,7 +14,7 @@ extension SQLiteLedger {
                 db,
                 sql: """
                     SELECT r.* FROM redemptions r WHERE r.redemption_id = ?
-                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'redemption' AND e.row_sequence = r.sequence)
+                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'redemption' AND e.row_sequence = r.sequence)
                     """, arguments: [id]
             )?.redemption
         }
@@ -48,7 +48,7 @@ extension SQLiteLedger {
                 db,
                 sql: """
                     SELECT p.* FROM purchase_events p WHERE p.environment = ? AND p.replay_key = ?
-                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
                     ORDER BY p.sequence
                     """, arguments: [environment, replayKey]
             ).map { try $0.event() }

@@ -108,7 +108,7 @@ public struct SQLiteLedger: LedgerRepository {
                 db,
                 sql: """
                     SELECT r.* FROM redemptions r WHERE r.grant_hash = ?
-                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'redemption' AND e.row_sequence = r.sequence)
+                      AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'redemption' AND e.row_sequence = r.sequence)
                     """, arguments: [grantHash]
             )?.redemption
         }

@@ -145,6 +145,119 @@ import Testing
         #expect(inserted.1.status == 1)
     }
 
+    /// What the holder of the file can store that reads back as other text than SQL compares:
+    /// GRDB reads TEXT and BLOB columns as C strings, so a BLOB `LocalTesting`, or the text
+    /// with a U+0000 after it, hashes as the honest value — the chain still verifies — while
+    /// the replay rule's `WHERE environment = ?` no longer finds the redemption and the same
+    /// purchase is redeemed again. An event numbered below 1 is never walked by verify, yet
+    /// "is this row chained?" found it. Verify names each; the rules ignore such events.
+    @Test func valuesTheServerNeverWritesAreNamedByVerify() async throws {
+        func tampered(_ sql: String) async throws -> (LedgerAuditReport, CofferExecutable.Run, Harness) {
+            let h = try await Self.populated()
+            let queue = try DatabaseQueue(path: h.directory.appendingPathComponent("coffer.sqlite").path)
+            try await queue.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA ignore_check_constraints = ON")
+                try db.inTransaction {
+                    try db.execute(sql: "DROP TRIGGER redemptions_no_update")
+                    try db.execute(sql: sql)
+                    try db.execute(
+                        sql:
+                            "CREATE TRIGGER redemptions_no_update BEFORE UPDATE ON redemptions BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END"
+                    )
+                    return .commit
+                }
+            }
+            try queue.close()
+            let report = try await h.services.ledger.audit(publicKey: h.services.ledgerSigner.publicKey)
+            return (report, try await CofferExecutable.run(["ledger", "verify", "--data-dir", h.directory.path]), h)
+        }
+        let blob = try await tampered("UPDATE redemptions SET environment = CAST(environment AS BLOB) WHERE sequence = 1")
+        defer { blob.2.cleanUp() }
+        #expect(blob.0.problem?.kind == .rowMismatch)
+        #expect(blob.0.problem?.detail.contains("redemptions row 1: environment holds a blob value") == true, "\(String(describing: blob.0.problem))")
+        #expect(blob.1.status == 1, "\(blob.1.stdout)")
+        // Why it matters: the rule no longer sees the redemption (what verify now names).
+        try await blob.2.app.test(.router) { client in
+            let again = try await client.execute(
+                uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": try Harness.receipt("301")]))
+            #expect(again.status == .created)
+        }
+
+        let nul = try await tampered("UPDATE redemptions SET transaction_id = transaction_id || CAST(x'00' AS TEXT) WHERE sequence = 2")
+        defer { nul.2.cleanUp() }
+        #expect(nul.0.problem?.kind == .rowMismatch)
+        #expect(
+            nul.0.problem?.detail.contains("redemptions row 2: transaction_id holds text with a U+0000") == true,
+            "\(String(describing: nul.0.problem))")
+        #expect(nul.1.status == 1)
+
+        let number = try await tampered("UPDATE redemptions SET quantity = '1x' WHERE sequence = 3")
+        defer { number.2.cleanUp() }
+        #expect(number.0.problem?.detail.contains("quantity holds a text value") == true, "\(String(describing: number.0.problem))")
+
+        // A redemption with a grant of the forger's choosing, "chained" by an event at −1.
+        let below = try await tampered(
+            """
+            INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
+              source_format, redeemed_at, client_address, status, grant_hash)
+            VALUES ('forged', '999', 'com.coffer.demo.levelpack1', 'com.coffer.demo', 'LocalTesting', 1, '00', 'appReceipt', 0, 'x',
+              'redeemed', 'chosen');
+            INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash) VALUES (-1, 'redemption', last_insert_rowid(), printf('%064d', 0));
+            """)
+        defer { below.2.cleanUp() }
+        #expect(below.0.problem?.kind == .sequenceBroken, "\(String(describing: below.0.problem))")
+        #expect(below.0.problem?.detail.contains("numbered -1") == true)
+        #expect(below.1.status == 1)
+        #expect(try await below.2.services.ledger.redemption(grantHash: "chosen") == nil)
+        #expect(try await below.2.services.ledger.unchainedRows().count == 1)
+    }
+
+    /// An export ends at the seal it read first: an entry appended behind the servers' backs
+    /// (hashed right, never sealed) is not exported, and one added to a file after its last
+    /// signature is `unsealed`. A line that mixes an entry's keys with a header's, or a second
+    /// header, is unreadable (verify used to skip such lines, which other readers take for entries).
+    @Test func anExportEndsAtASignature() async throws {
+        let h = try await Self.populated()
+        defer { h.cleanUp() }
+        let key = h.services.ledgerSigner.publicKey
+        // Entry 10, appended by a writer without the key: chained, hashed right, not sealed.
+        let path = h.directory.appendingPathComponent("coffer.sqlite").path
+        let unsigned = SQLiteLedger(try CofferDatabase(path: path))
+        try await unsigned.record(
+            RejectedAttempt(
+                at: Date(), code: "malformedReceipt", detail: "forged", transactionId: nil, productId: nil, receiptSHA256: "00", clientAddress: "x"))
+        let forged = try #require(try await unsigned.chainedEntries(after: 9, limit: 10).first)
+        #expect(forged.entry.sequence == 10)
+
+        var export = ""
+        try await h.services.ledger.export(publicKey: key, now: Date()) { export += $0 }
+        let lines = export.split(separator: "\n").map(String.init)
+        #expect(lines.filter { $0.contains("\"entryHash\"") && !$0.contains("\"checkpoint\"") }.count == 9, "\(export)")
+        #expect(LedgerExport.verify(Data(export.utf8), publicKey: key).intact)
+
+        let appended = export + (try LedgerExport.entryLine(forged))
+        let report = LedgerExport.verify(Data(appended.utf8), publicKey: key)
+        #expect(report.problem?.kind == .unsealed, "\(String(describing: report.problem))")
+        #expect(report.problem?.sequence == 10)
+        #expect(try await h.services.ledger.audit(publicKey: key).problem?.kind == .unsealed)
+
+        // Lines that are two things at once.
+        let header: String = lines[0]
+        let rest: [String] = Array(lines.dropFirst(2))
+        let withFormat: String = String(lines[1].dropLast()) + ",\"format\":\"x\"}"
+        let withNote: String = String(lines[1].dropLast()) + ",\"note\":1}"
+        let cases: [([String], String)] = [
+            ([header, withFormat] + rest, "line 2 is an entry line with other keys too (format)"),
+            (lines + [header], "line \(lines.count + 1) is a second header"),
+            ([header, withNote] + rest, "line 2 is an entry line with other keys too (note)"),
+        ]
+        for (bad, expected) in cases {
+            let result = LedgerExport.verify(Data(bad.map { $0 + "\n" }.joined().utf8), publicKey: key)
+            #expect(result.problem?.kind == .unreadable)
+            #expect(result.problem?.detail.contains(expected) == true, "\(String(describing: result.problem))")
+        }
+    }
+
     /// The auditor's path: export over HTTP, verify offline with the key fetched earlier.
     @Test func verifyCatchesTamperingInAnExport() async throws {
         let h = try await Self.populated()

@@ -220,6 +220,21 @@ public struct LedgerAudit: Sendable {
         }
     }
 
+    /// An export's rule for its end, with a key: the export ends at a signature (the seal it
+    /// read before its entries, or a checkpoint), so entries after the last signed checkpoint
+    /// are vouched for by nothing — rows appended behind the servers' backs, exported by an
+    /// honest server whose seal still covers only the head before them. (A signed checkpoint or
+    /// a pin beyond the end is ``finish()``'s `truncated`.)
+    public mutating func checkExportEnd() {
+        let last = report.lastSequence
+        guard hasKey, last > report.lastCheckpoint ?? 0, maxCheckpoint <= last, maxPinned <= last else { return }
+        let from = Self.after(report.lastCheckpoint ?? 0)
+        fail(
+            .unsealed, from,
+            "entries \(from)–\(last) come after the export's last signature: nothing vouches for them (appended behind the servers' backs; an export written before 2026-11-29 could also end so while the ledger grew: export it again)"
+        )
+    }
+
     public mutating func finish() -> LedgerAuditReport {
         if maxPinned > report.lastSequence {
             fail(

@@ -26,6 +26,45 @@ public enum LedgerExport {
         var checkpoint: LedgerCheckpoint?
     }
 
+    /// The keys of a header, a checkpoint and an entry line: a line carries one set's keys and
+    /// no others, and only the first may be a header. (A header's or checkpoint's keys on an
+    /// entry line would make verification skip a line that other readers of the file — `jq`,
+    /// an importer — take for an entry.)
+    static let lineKeys: [(kind: String, keys: Set<String>)] = [
+        ("header", ["format", "keyId", "publicKey", "exportedAt"]), ("checkpoint", ["checkpoint"]),
+        ("entry", ["sequence", "kind", "row", "fields", "entryHash"]),
+    ]
+
+    /// The names of a JSON object's members.
+    struct Keys: Decodable {
+        let names: Set<String>
+
+        struct Name: CodingKey {
+            let stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
+        }
+
+        init(from decoder: any Decoder) throws { names = Set(try decoder.container(keyedBy: Name.self).allKeys.map(\.stringValue)) }
+    }
+
+    /// What is wrong with line `number` whose members are `names`, if anything.
+    static func shapeProblem(_ names: Set<String>, number: Int) -> String? {
+        // The kind whose keys it carries most of.
+        guard let kind = lineKeys.max(by: { names.intersection($0.keys).count < names.intersection($1.keys).count }),
+            !names.isDisjoint(with: kind.keys)
+        else {
+            return "line \(number) is not a ledger export line"
+        }
+        if !names.isSubset(of: kind.keys) {
+            let others = names.subtracting(kind.keys).sorted().map { LedgerText.escaped($0, maxBytes: 64) }
+            return "line \(number) is a\(kind.kind == "entry" ? "n" : "") \(kind.kind) line with other keys too (\(others.joined(separator: ", ")))"
+        }
+        if kind.kind == "header", number != 1 { return "line \(number) is a second header: only the first line may be one" }
+        return nil
+    }
+
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -59,8 +98,13 @@ public enum LedgerExport {
         var number = 0
         for raw in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
             number += 1
-            guard let line = try? JSONDecoder().decode(Line.self, from: Data(raw)) else {
+            let decoder = JSONDecoder()
+            guard let line = try? decoder.decode(Line.self, from: Data(raw)), let keys = try? decoder.decode(Keys.self, from: Data(raw)) else {
                 if unreadable == nil { unreadable = LedgerProblem(.unreadable, sequence: nil, "line \(number) is not a ledger export line") }
+                continue
+            }
+            if let problem = shapeProblem(keys.names, number: number) {
+                if unreadable == nil { unreadable = LedgerProblem(.unreadable, sequence: nil, problem) }
                 continue
             }
             lines.append((number, line))
@@ -90,6 +134,7 @@ public enum LedgerExport {
             let values = names.map { fields[$0] ?? nil }
             audit.add(ChainedEntry(entry: LedgerEntry(sequence: sequence, kind: kind, row: row, values: values), entryHash: hash))
         }
+        audit.checkExportEnd()
         return audit.finish()
     }
 }

@@ -23,19 +23,26 @@ public protocol LedgerAuditRepository: Sendable {
 }
 
 extension LedgerAuditRepository {
-    /// Writes the chained export (``LedgerExport``) in chunks: header, every entry, then the
-    /// checkpoints up to the last entry written — and the seal, when it covers that entry.
+    /// Writes the chained export (``LedgerExport``) in chunks: header, the entries up to the
+    /// seal, read first (entries appended meanwhile wait for the next export: an export ends at
+    /// a signature, and ``LedgerExport/verify(_:publicKey:pinned:)`` refuses entries after its
+    /// last one; without a seal, every entry), the checkpoints up to the last entry written,
+    /// then the seal. A seal beyond the entries found is written too: the cut shows
+    /// (`truncated`) instead of being hidden.
     public func export(publicKey: Curve25519.Signing.PublicKey?, now: Date, write: (String) async throws -> Void) async throws {
         try await write(try LedgerExport.headerLine(publicKey: publicKey, exportedAt: now))
+        let seal = try await sealedHead()
+        let through = seal?.sequence ?? .max
         let page = 500
         var after: Int64 = 0
-        while true {
-            let entries = try await chainedEntries(after: after, limit: page)
+        while after < through {
+            let read = try await chainedEntries(after: after, limit: page)
+            let entries = read.prefix { $0.entry.sequence <= through }
             let out = try entries.map(LedgerExport.entryLine).joined()
             if !out.isEmpty { try await write(out) }
             guard let last = entries.last else { break }
             after = last.entry.sequence
-            if entries.count < page { break }
+            if read.count < page { break }
         }
         var cursor: Int64 = 0
         var written: Set<Int64> = []
@@ -47,8 +54,8 @@ extension LedgerAuditRepository {
             guard let last = checkpoints.last, checkpoints.count == page, covered.count == checkpoints.count else { break }
             cursor = last.sequence
         }
-        // The seal signs the head: when it covers the last entry written, it is one more checkpoint.
-        if let seal = try await sealedHead(), seal.sequence <= after, !written.contains(seal.sequence) {
+        // The seal signs the head: one more checkpoint.
+        if let seal, !written.contains(seal.sequence) {
             try await write(try LedgerExport.checkpointLine(seal))
         }
     }
