@@ -40,9 +40,17 @@ public enum TokenKeyFile {
         }
         var keys: [TokenKey] = []
         for entry in file.keys {
-            guard let bytes = Base64.decode(entry.secret), bytes.count >= 32, entry.id.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x2E && $0 < 0x7F })
-            else {
-                throw KeyError(description: "\(path): key \(entry.id) must be base64 of at least 32 bytes, id without dots")
+            // The id is copied into every token and so into its URL (/v1/downloads/v1.<id>.…): a
+            // slash, `%`, `?`, `#` or an empty id there would make every token of a rotation
+            // unusable, and a dot would split it.
+            guard entry.id.utf8.count >= 1, entry.id.utf8.count <= 32, entry.id.utf8.allSatisfy(Self.isIdByte) else {
+                throw KeyError(
+                    description:
+                        "\(path): key id \(LedgerText.escaped(entry.id, maxBytes: 40)) must be 1–32 characters of A–Z a–z 0–9 _ - (it is part of every download URL)"
+                )
+            }
+            guard let bytes = Base64.decode(entry.secret), bytes.count >= 32 else {
+                throw KeyError(description: "\(path): key \(entry.id) must be base64 of at least 32 bytes")
             }
             keys.append(TokenKey(id: entry.id, key: SymmetricKey(data: bytes)))
         }
@@ -50,5 +58,15 @@ public enum TokenKeyFile {
             throw KeyError(description: "\(path): active key \(file.active) is not listed")
         }
         return TokenSigner(active: active, retired: keys.filter { $0.id != file.active })
+    }
+
+    /// A–Z, a–z, 0–9, `_` and `-`: what a key id may hold.
+    static func isIdByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"),
+            UInt8(ascii: "-"):
+            true
+        default: false
+        }
     }
 }

@@ -103,8 +103,18 @@ extension AppReceipt {
         _ bytes: ArraySlice<UInt8>, limits: VerificationLimits, elements: inout Int
     ) throws(VerificationError) -> InAppPurchase {
         var purchase = InAppPurchase()
+        var seen: UInt32 = 0
         try forEachAttribute(of: bytes, "in-app record", trailing: "an in-app record", limits: limits, elements: &elements) {
             (type, value, _) throws(VerificationError) in
+            // As for the payload's own: a second value of an attribute read here would silently
+            // replace the first (an empty 1712 after a refund date would clear it).
+            switch type {
+            case 1701, 1702, 1703, 1704, 1705, 1706, 1708, 1711, 1712, 1719:
+                let bit: UInt32 = 1 << UInt32(type - 1700)
+                guard seen & bit == 0 else { throw VerificationError(.malformed, "in-app attribute \(type) appears twice") }
+                seen |= bit
+            default: break
+            }
             switch type {
             case 1701: purchase.quantity = try integer(value, type)
             case 1702: purchase.productId = try string(value, type)

@@ -67,4 +67,45 @@ import Testing
         #expect(record.cancellationDate == testNow.addingTimeInterval(-7200))
         #expect(record.webOrderLineItemId == 77)
     }
+
+    /// DER of tag and content (short or long form length).
+    static func der(_ tag: UInt8, _ content: [UInt8]) -> [UInt8] {
+        let n = content.count
+        let length: [UInt8] = n < 128 ? [UInt8(n)] : n < 256 ? [0x81, UInt8(n)] : [0x82, UInt8(n >> 8), UInt8(n & 0xFF)]
+        return [tag] + length + content
+    }
+
+    /// A receipt attribute: SEQUENCE { INTEGER type, INTEGER 1, OCTET STRING value }.
+    static func attribute(_ type: Int, _ value: [UInt8]) -> [UInt8] {
+        let typeBytes: [UInt8] = type < 128 ? [UInt8(type)] : [UInt8(type >> 8), UInt8(type & 0xFF)]
+        return der(0x30, der(0x02, typeBytes) + der(0x02, [1]) + der(0x04, value))
+    }
+
+    /// A repeated in-app attribute is refused, as a repeated payload attribute is: the second
+    /// would replace the first (an empty 1712 after a refund date cleared the refund).
+    @Test func aRepeatedInAppAttributeIsMalformed() throws {
+        let refunded = Self.der(0x16, Array("2026-01-02T03:04:05Z".utf8))
+        func payload(_ inApp: [[UInt8]]) -> ArraySlice<UInt8> {
+            let record = Self.der(0x31, inApp.flatMap { $0 })
+            let set = Self.der(0x31, Self.attribute(2, Self.der(0x0C, Array("com.coffer.demo".utf8))) + Self.attribute(17, record))
+            return set[...]
+        }
+        let once = try AppReceipt.decode(
+            payload([
+                Self.attribute(1702, Self.der(0x0C, Array("p".utf8))), Self.attribute(1703, Self.der(0x0C, Array("1".utf8))),
+                Self.attribute(1712, refunded),
+            ]))
+        #expect(once.inApp.first?.cancellationDate != nil)
+        #expect(once.inApp.first?.productId == "p")
+        for (type, first, second) in [(1712, refunded, [UInt8]()), (1702, Self.der(0x0C, Array("cheap".utf8)), Self.der(0x0C, Array("dear".utf8)))] {
+            #expect(throws: VerificationError.self) {
+                _ = try AppReceipt.decode(payload([Self.attribute(type, first), Self.attribute(type, second)]))
+            }
+            do {
+                _ = try AppReceipt.decode(payload([Self.attribute(type, first), Self.attribute(type, second)]))
+            } catch {
+                #expect(error.code == .malformed && error.detail.contains("in-app attribute \(type) appears twice"), "\(error)")
+            }
+        }
+    }
 }

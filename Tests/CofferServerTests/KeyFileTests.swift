@@ -73,4 +73,25 @@ import Testing
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["ledger.key", (young as NSString).lastPathComponent])
     }
+
+    /// A key id is part of every download URL: one with a slash, `%`, `?`, `#`, a dot or
+    /// nothing at all is refused when the file is read, not at the first download.
+    @Test func aTokenKeyIdMustBeSafeInAURL() throws {
+        let directory = try makeTemporaryDirectory(prefix: "coffer-key-ids")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let keys = directory.appendingPathComponent("keys")
+        try FileManager.default.createDirectory(at: keys, withIntermediateDirectories: true)
+        let secret = Data(repeating: 7, count: 32).base64EncodedString()
+        func signer(_ id: String) throws -> TokenSigner {
+            let file: [String: Any] = ["active": id, "keys": [["id": id, "secret": secret]]]
+            try JSONSerialization.data(withJSONObject: file).write(to: keys.appendingPathComponent("download-tokens.json"))
+            return try TokenKeyFile.signer(dataDirectory: directory.path, configured: nil)
+        }
+        for good in ["k1", "2026-11_rotation", String(repeating: "a", count: 32)] {
+            #expect(throws: Never.self) { _ = try signer(good) }
+        }
+        for bad in ["", "k/2", "k%2", "k?2", "k#2", "k.2", "k 2", "ké", String(repeating: "a", count: 33)] {
+            #expect(throws: TokenKeyFile.KeyError.self, "\(bad)") { _ = try signer(bad) }
+        }
+    }
 }

@@ -647,6 +647,33 @@ import Testing
         #expect(try await Self.audit(h).intact)
     }
 
+    /// A refund keyed by the type Apple signed, not the catalogue's of the moment: a season
+    /// pass refunded before its product was catalogued (keyed then as a consumable, by its
+    /// transaction id) still refuses the captured transaction once the product is added.
+    @Test func aRefundBeforeTheProductIsCataloguedStillRefusesIt() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        var spec = TransactionSpec(bundleId: Harness.bundle, productId: "com.coffer.demo.season9", transactionId: "5100")
+        spec.type = "Auto-Renewable Subscription"
+        spec.originalTransactionId = "5100"
+        spec.expiresDate = Date().addingTimeInterval(365 * 86400)
+        let pass = spec
+        try await h.app.test(.router) { client in
+            let refund = try await client.execute(
+                uri: "/v1/notifications", method: .post, headers: Harness.jsonHeaders,
+                body: try Harness.body(["signedPayload": try Harness.ca.mintNotification(type: "REFUND", transaction: pass, now: Date())]))
+            #expect(try Harness.json(refund)["result"] as? String == "notRedeemed")
+            try await h.services.catalogue.putLoggedProduct(
+                Product(
+                    productId: pass.productId, bundleId: Harness.bundle, type: .autoRenewable, assetIds: ["level-1"], title: "Season 9",
+                    updatedAt: Date()))
+            let late = try await Self.post(client, ["signedTransaction": try Harness.ca.mintTransaction(pass, now: Date())])
+            #expect(late.status == .gone, "\(String(decoding: late.body.readableBytesView, as: UTF8.self))")
+            #expect(Harness.code(late) == "revoked")
+        }
+        #expect(try await h.services.ledger.redemptions(AuditFilter()).isEmpty)
+    }
+
     // MARK: 5. Environments are separate key spaces
 
     @Test func environmentsDoNotShareReplayKeysOrRevocations() async throws {

@@ -47,6 +47,25 @@ import Testing
         } == 0
     }
 
+    /// The ACL commands the snippet gives nginx's user: read access to content/ only, and no
+    /// more than passage (x) through the data directory — a recursive grant there would let
+    /// nginx's user read keys/ (the token key mints downloads) and the database.
+    @Test func theAccelACLsReachContentOnly() throws {
+        let commands = try Self.deployFile("coffer_accel_location").split(separator: "\n")
+            .map { $0.drop { $0 == "#" || $0 == " " } }.filter { $0.hasPrefix("setfacl ") && !$0.contains(" -x ") }
+        #expect(commands.count == 3, "\(commands)")
+        for command in commands {
+            let words = command.split(separator: " ")
+            let paths = words.filter { $0.hasPrefix("/") }
+            let grant = words.last { $0.hasPrefix("u:www-data:") }
+            if words.contains("-R") {
+                #expect(paths.allSatisfy { $0 == "/var/lib/coffer/content" || $0.hasPrefix("/var/lib/coffer/content/") }, "\(command)")
+            } else {
+                #expect(paths == ["/var/lib/coffer"] && grant == "u:www-data:x", "\(command)")
+            }
+        }
+    }
+
     @Test(.enabled(if: nginx != nil)) func nginxSendsTheBytesCofferAuthorises() async throws {
         let root = try makeTemporaryDirectory(prefix: "coffer-crash")
         defer { try? FileManager.default.removeItem(at: root) }

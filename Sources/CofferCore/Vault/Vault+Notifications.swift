@@ -59,14 +59,19 @@ extension Vault {
         }
         // The UUID is what makes a retried notification recognisable.
         guard let uuid = notification.notificationUUID else { throw VaultFailure.incomplete("a \(type) notification without a notificationUUID") }
-        // The replay key depends on the product's type; a product no longer in the catalogue is
-        // keyed by its transaction id (what a consumable would be).
-        var productType: ProductType?
-        if let id = transaction.productId { productType = try await storage({ try await catalogue.product(id) })?.type }
+        // The replay key depends on the product's type: the one Apple signed in the transaction,
+        // as a redemption of it is keyed (a signed transaction must match the catalogue's type to
+        // be redeemed) — not the catalogue's of the moment, which a refund arriving before the
+        // product is catalogued, or after it was removed or retyped, would miss the redemption
+        // by. Without a signed type, the catalogue's; without either, the transaction id (what
+        // a consumable's would be).
+        var catalogued: ProductType?
+        if let id = transaction.productId { catalogued = try await storage({ try await catalogue.product(id) })?.type }
         // Subscription state only concerns the auto-renewable products this catalogue sells.
-        if Self.subscriptionTypes.contains(type) && productType != .autoRenewable { return .ignored }
+        if Self.subscriptionTypes.contains(type) && catalogued != .autoRenewable { return .ignored }
         let replayKey = Self.replayKey(
-            type: productType ?? .consumable, transactionId: transactionId, original: original, productId: transaction.productId ?? "")
+            type: transaction.productType.map(ProductType.init) ?? catalogued ?? .consumable, transactionId: transactionId, original: original,
+            productId: transaction.productId ?? "")
         let reason = LedgerText.escaped([type, notification.subtype].compactMap { $0 }.joined(separator: "/"), maxBytes: 128)
         let context = NotificationContext(
             type: type, reason: reason, environment: environment.rawValue, replayKey: replayKey, transactionId: transactionId,
