@@ -51,8 +51,16 @@ final class ChainValidator: Sendable {
     private let chainAnchors: [TrustAnchor]
     private let chainAnchorShapes: [CertificateShape?]
     private let roots: CertificateStore
-    private let cache = Mutex<[CacheKey: ValidatedChain]>([:])
+    private let cache = Mutex<[CacheKey: CachedChain]>([:])
     static let cacheCapacity = 256
+
+    /// A validated chain, and whether it was ever found again: one receipt can be re-encoded
+    /// into hundreds of keys (certificate order, length forms), each validated once, so a full
+    /// table evicts an entry never found again first — a chain players keep presenting stays.
+    struct CachedChain {
+        var chain: ValidatedChain
+        var found = false
+    }
 
     init(anchors: [TrustAnchor]) {
         self.anchors = anchors
@@ -62,14 +70,27 @@ final class ChainValidator: Sendable {
     }
 
     func cached(_ key: CacheKey, at time: Date) -> ValidatedChain? {
-        guard let hit = cache.withLock({ $0[key] }) else { return nil }
+        let hit = cache.withLock { entries -> ValidatedChain? in
+            guard let slot = entries[key] else { return nil }
+            if !slot.found { entries[key]?.found = true }
+            return slot.chain
+        }
+        guard let hit else { return nil }
         return hit.validFrom <= time && time <= hit.validUntil ? hit : nil
     }
 
+    /// Keeps `chain`; a full table first drops one entry never found again (any, if every
+    /// one was): O(capacity) once per miss on a full table.
     func remember(_ chain: ValidatedChain, key: CacheKey) {
         cache.withLock { entries in
-            if entries.count >= Self.cacheCapacity { entries.removeAll(keepingCapacity: true) }
-            entries[key] = chain
+            if entries[key] == nil, entries.count >= Self.cacheCapacity {
+                if let unused = entries.firstIndex(where: { !$0.value.found }) {
+                    entries.remove(at: unused)
+                } else {
+                    entries.remove(at: entries.startIndex)
+                }
+            }
+            entries[key] = CachedChain(chain: chain, found: entries[key]?.found ?? false)
         }
     }
 
