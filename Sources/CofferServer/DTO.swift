@@ -41,9 +41,56 @@ enum JSON {
                 ])
             throw problem
         }
+        guard buffer.withUnsafeReadableBytes({ Self.structure($0, atMost: maxStructure) }) <= maxStructure else {
+            throw Problem(.malformedRequest, "request body is not the expected JSON: more than \(maxStructure) members and elements")
+        }
         do { return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView)) } catch {
             throw Problem(.malformedRequest, "request body is not the expected JSON: \(Self.describe(error))")
         }
+    }
+
+    /// How many objects, arrays, members and elements a body may hold (counted by
+    /// ``structure(_:atMost:)``): the largest expected body (a product's up to 1,000 asset ids)
+    /// needs about 1,010. The body budget counts bytes, but JSONDecoder's parse holds far more
+    /// than the bytes of a body made of small values, even in members nobody reads: an 8 MiB
+    /// `{"x":[0,0,…]}` raised the peak RSS by 198 MB and 708,000 unknown members by 76 MB, in
+    /// 0.23–0.25 s of CPU, against 10 MB and 0.024 s for an 8 MiB receipt string (measured
+    /// 2026-11-29 on this toolchain, `swiftc -O`).
+    static let maxStructure = 4096
+
+    /// The `{`, `[`, `:` and `,` outside strings in `bytes` (each object or array, and each
+    /// member or element after the first, adds one), counted up to `atMost` + 1. Strings are
+    /// skipped with `memchr` to each quote (one ends at a quote after an even run of
+    /// backslashes): an 8 MiB receipt takes 0.09 ms, a byte-by-byte loop took 8.4 ms (a third
+    /// of its decoding) and 5 µs for a 6 KB one (measured 2026-11-29).
+    static func structure(_ bytes: UnsafeRawBufferPointer, atMost limit: Int) -> Int {
+        guard let base = bytes.baseAddress else { return 0 }
+        let n = bytes.count
+        var count = 0
+        var i = 0
+        while i < n {
+            switch bytes[i] {
+            case UInt8(ascii: "\""):
+                var from = i + 1
+                while true {
+                    // Unterminated: the decoder refuses it.
+                    guard from < n, let found = memchr(base + from, Int32(UInt8(ascii: "\"")), n - from) else { return count }
+                    let quote = base.distance(to: UnsafeRawPointer(found))
+                    var backslashes = 0
+                    while quote - 1 - backslashes > i, bytes[quote - 1 - backslashes] == UInt8(ascii: "\\") { backslashes += 1 }
+                    from = quote + 1
+                    if backslashes % 2 == 0 { break }
+                }
+                i = from
+                continue
+            case UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: ":"), UInt8(ascii: ","):
+                count += 1
+                if count > limit { return count }
+            default: break
+            }
+            i += 1
+        }
+        return count
     }
 
     private struct TooLarge: Error {}

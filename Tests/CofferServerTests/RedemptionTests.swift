@@ -1,5 +1,6 @@
 import CofferCore
 import CofferSandbox
+import CofferTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -85,6 +86,87 @@ import Testing
         let rows = try await h.services.ledger.redemptions(AuditFilter())
         #expect(rows.first?.sourceFormat == .signedTransaction)
         #expect(rows.first?.appAccountToken == "7d2f8d32-0000-4000-8000-000000000001")
+    }
+
+    /// A body of many small values is refused before JSONDecoder parses it (its parse holds
+    /// up to 24 times the body's bytes, which the body budget counts): 400, with no attempt
+    /// recorded. Strings may hold any number of the characters counted; a product's 1,000
+    /// asset ids still fit.
+    @Test func aBodyOfManySmallValuesIsRefusedBeforeItIsParsed() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let many = "{\"receipt\":\"AAAA\",\"x\":[" + Array(repeating: "0", count: 5000).joined(separator: ",") + "]}"
+        let keys = "{" + (0..<5000).map { "\"k\($0)\":0" }.joined(separator: ",") + ",\"receipt\":\"AAAA\"}"
+        try await h.app.test(.router) { client in
+            for body in [many, keys] {
+                let response = try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(string: body))
+                #expect(response.status == .badRequest)
+                #expect(Harness.code(response) == "malformedRequest")
+                #expect(
+                    try Harness.json(response)["detail"] as? String == "request body is not the expected JSON: more than 4096 members and elements")
+            }
+            // Counted outside strings only: a receipt of commas and colons is a receipt (refused by its content).
+            let stringy = try Harness.body(["receipt": String(repeating: ",:[{\\\"", count: 2000)])
+            let refused = try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: stringy)
+            let refusedDetail = try Harness.json(refused)["detail"] as? String
+            #expect(refusedDetail?.contains("members and elements") == false, "\(refused.status)")
+            var headers = h.bearer(h.adminKey)
+            headers[.contentType] = "application/json"
+            let assets = (0..<1000).map { "asset-\($0)" }
+            let product = try await client.execute(
+                uri: "/v1/admin/products/com.coffer.demo.big", method: .put, headers: headers,
+                body: try Harness.body(["bundleId": Harness.bundle, "title": "Big", "type": "nonConsumable", "assetIds": assets]))
+            // Decoded, then judged by its content (none of the assets is uploaded).
+            #expect(Harness.code(product) == "unknownAsset", "\(String(decoding: product.body.readableBytesView, as: UTF8.self))")
+        }
+        #expect(try await h.services.ledger.attempts(AuditFilter()).isEmpty)
+    }
+
+    /// The structure count skips strings by jumping from quote to quote: it must agree with a
+    /// byte-by-byte reading on JSON whose strings hold quotes, backslashes (runs of them) and
+    /// the counted characters. Seeded, so a failure repeats.
+    @Test func theStructureCountSkipsExactlyTheStrings() throws {
+        func slow(_ bytes: [UInt8]) -> Int {
+            var count = 0
+            var inString = false
+            var escaped = false
+            for byte in bytes {
+                if inString {
+                    if escaped {
+                        escaped = false
+                    } else if byte == UInt8(ascii: "\\") {
+                        escaped = true
+                    } else if byte == UInt8(ascii: "\"") {
+                        inString = false
+                    }
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = true
+                } else if "{[:,".utf8.contains(byte) {
+                    count += 1
+                }
+            }
+            return count
+        }
+        var rng = SplitMix64(state: 20_261_129)
+        let alphabet = Array("ab,:[{\"\\}]")
+        func text() -> String { String((0..<Int.random(in: 0...12, using: &rng)).map { _ in alphabet.randomElement(using: &rng) ?? "a" }) }
+        func value(_ depth: Int) -> Any {
+            switch Int.random(in: 0..<(depth > 3 ? 2 : 4), using: &rng) {
+            case 0: return text()
+            case 1: return Int.random(in: 0...99, using: &rng)
+            case 2: return (0..<Int.random(in: 0...4, using: &rng)).map { _ in value(depth + 1) }
+            default:
+                return Dictionary((0..<Int.random(in: 0...4, using: &rng)).map { _ in (text(), value(depth + 1)) }, uniquingKeysWith: { a, _ in a })
+            }
+        }
+        for _ in 0..<2000 {
+            let bytes = Array(try JSONSerialization.data(withJSONObject: [text(): value(0)]))
+            let fast = bytes.withUnsafeBytes { JSON.structure($0, atMost: .max - 1) }
+            #expect(fast == slow(bytes), "\(String(decoding: bytes, as: UTF8.self))")
+        }
+        #expect([UInt8]().withUnsafeBytes { JSON.structure($0, atMost: 10) } == 0)
+        #expect(Array(#"{"a":"unterminated,,,"#.utf8).withUnsafeBytes { JSON.structure($0, atMost: 10) } == 2)
     }
 
     @Test func requestErrors() async throws {
