@@ -6,7 +6,8 @@
 #             server carries that load;
 #   redeem  — as fast as CONNECTIONS connections go (saturation: throughput, and the latency
 #             of a full queue);
-#   replay  — the receipts of the paced phase again: every request is a replay (409).
+#   replay  — the receipts of the paced phase again: every request is a replay (409), each
+#             one written to the ledger (--rate-recorded-refusals 0: the budget off).
 #
 #   Benchmarks/load-redemptions.sh                 # 10 s per phase, 32 connections
 #   SECONDS_EACH=20 CONNECTIONS=64 RATE=2500 Benchmarks/load-redemptions.sh
@@ -30,7 +31,7 @@ command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2;
 build_coffer
 rm -rf "$OUT" && mkdir -p "$OUT"
 ports_free "$PORT"
-"$BIN" serve --demo --data-dir "$OUT/data" --port "$PORT" --content content --rate-redemptions 0 --log-level warning >"$OUT/serve.log" 2>&1 &
+"$BIN" serve --demo --data-dir "$OUT/data" --port "$PORT" --content content --rate-redemptions 0 --rate-recorded-refusals 0 --log-level warning >"$OUT/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 wait_healthy "$PORT" "$SERVER"

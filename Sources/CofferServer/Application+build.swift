@@ -56,10 +56,17 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
 
     HealthController(catalogue: d.catalogue, ledgerAudit: d.ledgerAudit, metrics: metrics, highWater: d.ledgerHighWater).add(to: router)
     ConsoleController().add(to: router)
+    // Refusals written to the ledger, per address (an IPv6 /64 as one) and hour.
+    let recordedRefusals = RateLimiter(perHour: c.recordedRefusalsPerHour, burst: c.recordedRefusalsPerHour)
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),
         catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL, refundPolicy: c.refundPolicy,
-        legacyReceipts: c.legacyReceipts)
+        legacyReceipts: c.legacyReceipts,
+        mayRecordRefusal: { [metrics] address in
+            guard recordedRefusals.take(IPAddress.limitKey(address)) != nil else { return true }
+            metrics.refusalsUnrecorded.increment()
+            return false
+        })
     let redemptions = RedemptionController(
         vault: vault, players: d.players, metrics: metrics, jsonBodyLimit: c.jsonBodyLimit, bodyTimeout: c.bodyTimeout)
     redemptions.add(

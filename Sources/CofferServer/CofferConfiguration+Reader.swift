@@ -108,6 +108,8 @@ extension CofferConfiguration {
         redemptionBurst = try await reader.integer(.rateRedemptionBurst, in: 1...) { _ in "rate-redemption-burst must be ≥ 1" } ?? redemptionBurst
         authFailuresPerMinute =
             try await reader.integer(.rateAuthFailures, in: 0...) { _ in "rate-auth-failures must be ≥ 0" } ?? authFailuresPerMinute
+        recordedRefusalsPerHour =
+            try await reader.integer(.rateRecordedRefusals, in: 0...) { _ in "rate-recorded-refusals must be ≥ 0" } ?? recordedRefusalsPerHour
         notificationsPerMinute =
             try await reader.integer(.rateNotifications, in: 0...) { _ in "rate-notifications must be ≥ 0" } ?? notificationsPerMinute
         notificationBurst =

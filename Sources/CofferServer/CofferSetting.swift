@@ -46,6 +46,8 @@ public struct CofferSetting: Sendable, Hashable {
     public static let rateRedemptionBurst = Self(
         "rateRedemptionBurst", .integer, flag: "--rate-redemption-burst", environment: "COFFER_RATE_REDEMPTION_BURST")
     public static let rateAuthFailures = Self("rateAuthFailures", .integer, flag: "--rate-auth-failures", environment: "COFFER_RATE_AUTH_FAILURES")
+    public static let rateRecordedRefusals = Self(
+        "rateRecordedRefusals", .integer, flag: "--rate-recorded-refusals", environment: "COFFER_RATE_RECORDED_REFUSALS")
     public static let rateNotifications = Self(
         "rateNotifications", .integer, flag: "--rate-notifications", environment: "COFFER_RATE_NOTIFICATIONS")
     public static let rateNotificationBurst = Self(
@@ -90,7 +92,8 @@ public struct CofferSetting: Sendable, Hashable {
     /// Every setting, in the README's order.
     public static let all: [CofferSetting] = [
         host, port, dataDirectory, bundleIds, appAppleId, roots, environments, tokenTTL, uploadLimit, logLevel, rateRedemptions,
-        rateRedemptionBurst, rateAuthFailures, rateNotifications, rateNotificationBurst, downloadStallTimeout, downloadsPerAddress, bodyBudget,
+        rateRedemptionBurst, rateAuthFailures, rateRecordedRefusals, rateNotifications, rateNotificationBurst, downloadStallTimeout,
+        downloadsPerAddress, bodyBudget,
         accelRedirect, checkpointEvery, checkpointInterval, ledgerKey, database, databasePoolSize, auditConcurrency, eventLoops, trustedProxies,
         contentStore,
         s3Endpoint,

@@ -18,6 +18,7 @@ public final class CofferMetrics: Sendable {
     let busy: Counter
     let auditInFlight: Gauge
     let auditBusy: Counter
+    let refusalsUnrecorded: Counter
 
     public init() {
         downloads = registry.makeCounter(descriptor: Self.name("downloads_total", "Downloads served (including HEAD and ranges)"))
@@ -36,6 +37,9 @@ public final class CofferMetrics: Sendable {
             descriptor: Self.name("audit_requests_in_flight", "/v1/audit requests reading the database (an export while it reads a page)"))
         auditBusy = registry.makeCounter(
             descriptor: Self.name("audit_busy_total", "/v1/audit requests refused with 503 auditBusy (audit concurrency reached)"))
+        refusalsUnrecorded = registry.makeCounter(
+            descriptor: Self.name(
+                "refusals_unrecorded_total", "Refused redemptions not written to the ledger: their address had used its --rate-recorded-refusals"))
         verificationSeconds = registry.makeDurationHistogram(
             descriptor: Self.name("redemption_seconds", "Time to verify and redeem a purchase"),
             buckets: [

@@ -20,24 +20,34 @@ final class RateLimiter: Sendable {
         var sweeps = 0
     }
 
-    let perMinute: Int
+    /// Tokens a second.
+    let rate: Double
     let burst: Int
     let maxClients: Int
     private let table = Mutex(Table())
 
     /// `perMinute` 0 disables the limiter.
-    init(perMinute: Int, burst: Int, maxClients: Int = 100_000) {
-        self.perMinute = perMinute
+    convenience init(perMinute: Int, burst: Int, maxClients: Int = 100_000) {
+        self.init(perSecond: Double(max(0, perMinute)) / 60, burst: burst, maxClients: maxClients)
+    }
+
+    /// `perHour` tokens an hour, up to `burst` at once; 0 disables the limiter.
+    convenience init(perHour: Int, burst: Int, maxClients: Int = 100_000) {
+        self.init(perSecond: Double(max(0, perHour)) / 3600, burst: burst, maxClients: maxClients)
+    }
+
+    private init(perSecond: Double, burst: Int, maxClients: Int) {
+        self.rate = perSecond
         self.burst = max(1, burst)
         self.maxClients = max(1, maxClients)
     }
 
-    var enabled: Bool { perMinute > 0 }
+    var enabled: Bool { rate > 0 }
 
     /// Takes one token for `client`; returns nil when allowed, else the seconds to wait.
     func take(_ client: String, now: Double = ProcessInfo.processInfo.systemUptime) -> Int? {
         guard enabled else { return nil }
-        let rate = Double(perMinute) / 60
+        let rate = self.rate
         let burst = Double(self.burst)
         return table.withLock { table -> Int? in
             var bucket = table.buckets[client] ?? Bucket(tokens: burst, updated: now)

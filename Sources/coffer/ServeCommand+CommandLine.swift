@@ -21,7 +21,8 @@ extension ServeCommand {
         ]
         let integers: [(CofferSetting, Int?)] = [
             (.port, port), (.appAppleId, appAppleId), (.tokenTTL, tokenTTL), (.uploadLimit, uploadLimit), (.rateRedemptions, rateRedemptions),
-            (.rateRedemptionBurst, rateRedemptionBurst), (.rateAuthFailures, rateAuthFailures), (.rateNotifications, rateNotifications),
+            (.rateRedemptionBurst, rateRedemptionBurst), (.rateAuthFailures, rateAuthFailures), (.rateRecordedRefusals, rateRecordedRefusals),
+            (.rateNotifications, rateNotifications),
             (.rateNotificationBurst, rateNotificationBurst), (.downloadStallTimeout, downloadStallTimeout),
             (.downloadsPerAddress, downloadsPerAddress), (.bodyBudget, bodyBudget), (.checkpointEvery, checkpointEvery),
             (.checkpointInterval, checkpointInterval), (.databasePoolSize, databasePoolSize), (.auditConcurrency, auditConcurrency),

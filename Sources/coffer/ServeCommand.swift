@@ -38,6 +38,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("rate-redemption-burst"), help: "…of which this many at once. Default: 200.") var rateRedemptionBurst: Int?
     @Option(name: .customLong("rate-auth-failures"), help: "Failed authentications per address per minute before 429 (0: unlimited). Default: 20.")
     var rateAuthFailures: Int?
+    @Option(
+        name: .customLong("rate-recorded-refusals"),
+        help:
+            "Refused redemptions recorded in the ledger per client address per hour; beyond them refusals are counted, not written (0: every one). Default: 120."
+    )
+    var rateRecordedRefusals: Int?
     @Option(name: .customLong("rate-notifications"), help: "Notifications per client address per minute (0: unlimited). Default: 600.")
     var rateNotifications: Int?
     @Option(name: .customLong("rate-notification-burst"), help: "…of which this many at once. Default: 600.") var rateNotificationBurst: Int?
@@ -178,6 +184,7 @@ extension ServeCommand {
         var rateRedemptions: Int
         var rateRedemptionBurst: Int
         var rateAuthFailures: Int
+        var rateRecordedRefusals: Int
         var rateNotifications: Int
         var rateNotificationBurst: Int
         var downloadStallTimeout: Int64
@@ -212,6 +219,7 @@ extension ServeCommand {
             environments: c.environments, tokenTTL: Int(c.tokenTTL), uploadLimit: c.uploadLimit, logLevel: c.logLevel.rawValue,
             trustedProxies: c.trustedProxies.sorted(), checkpointEvery: c.checkpointEvery, checkpointInterval: c.checkpointIntervalSeconds,
             rateRedemptions: c.redemptionsPerMinute, rateRedemptionBurst: c.redemptionBurst, rateAuthFailures: c.authFailuresPerMinute,
+            rateRecordedRefusals: c.recordedRefusalsPerHour,
             rateNotifications: c.notificationsPerMinute, rateNotificationBurst: c.notificationBurst,
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },

@@ -55,7 +55,7 @@ struct ConfigurationTableTests {
         "appAppleId": (11, 12, 13), "roots": (["Sandbox=f.pem", "g.pem"], ["Xcode=e.pem"], ["c.pem"]),
         "environments": (["Sandbox", "Production"], ["Xcode"], ["LocalTesting"]), "tokenTTL": (101, 102, 103),
         "uploadLimit": (201, 202, 203), "logLevel": ("trace", "debug", "notice"), "rateRedemptions": (0, 1, 2),
-        "rateRedemptionBurst": (3, 4, 5), "rateAuthFailures": (6, 7, 8), "rateNotifications": (9, 10, 11),
+        "rateRedemptionBurst": (3, 4, 5), "rateAuthFailures": (6, 7, 8), "rateRecordedRefusals": (51, 52, 53), "rateNotifications": (9, 10, 11),
         "rateNotificationBurst": (12, 13, 14), "downloadStallTimeout": (15, 16, 17), "downloadsPerAddress": (18, 19, 20),
         "bodyBudget": (9_000_001, 9_000_002, 9_000_003), "accelRedirect": ("/_f/", "/_e/", "/_c/"),
         "checkpointEvery": (21, 22, 23), "checkpointInterval": (24, 25, 26), "ledgerKey": ("/k/flag.key", "/k/env.key", "/k/file.key"),

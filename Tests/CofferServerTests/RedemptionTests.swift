@@ -169,6 +169,27 @@ import Testing
         #expect(Array(#"{"a":"unterminated,,,"#.utf8).withUnsafeBytes { JSON.structure($0, atMost: 10) } == 2)
     }
 
+    /// Refusals written to the ledger are budgeted per address (each is a chained row for
+    /// good): past `--rate-recorded-refusals` a refusal is answered the same, counted and not
+    /// written; from another address, or with the budget off (0), each is written.
+    @Test func refusalsBeyondAnAddressesBudgetAreCountedNotWritten() async throws {
+        for (budget, written) in [(3, 3), (0, 5)] {
+            let h = try await Harness.make(trustedProxies: ["127.0.0.1"]) { $0.recordedRefusalsPerHour = budget }
+            defer { h.cleanUp() }
+            try await h.app.test(.router) { client in
+                for _ in 0..<5 {
+                    let junk = try await client.execute(
+                        uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: try Harness.body(["receipt": "AAAA"]))
+                    #expect(junk.status == .badRequest && Harness.code(junk) == "malformed")
+                }
+                let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+                #expect(metrics.contains("coffer_refusals_unrecorded_total \(5 - written)"), "\(metrics)")
+            }
+            #expect(try await h.services.ledger.attempts(AuditFilter()).count == written, "budget \(budget)")
+            #expect(try await LedgerHardeningTests.audit(h).intact)
+        }
+    }
+
     @Test func requestErrors() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }

@@ -99,13 +99,19 @@ public struct Vault: Sendable {
     public let tokenTTL: TimeInterval
     public let refundPolicy: RefundPolicy
     public let legacyReceipts: LegacyReceiptPolicy
+    /// Whether a refusal for this client address may be written to the ledger's attempts
+    /// (the server's per-address budget: each is a chained row for good); one that may not
+    /// is answered all the same.
+    public let mayRecordRefusal: @Sendable (_ clientAddress: String) -> Bool
     /// What this instance answered in doubt (a write whose outcome was lost), for the retry.
     let inDoubt = InDoubtRedemptions()
 
     public init(
         verifier: AppStoreVerifier, catalogue: any CatalogueRepository, ledger: any LedgerRepository, tokens: TokenSigner,
-        tokenTTL: TimeInterval = 600, refundPolicy: RefundPolicy = .revokeAny, legacyReceipts: LegacyReceiptPolicy = .accept
+        tokenTTL: TimeInterval = 600, refundPolicy: RefundPolicy = .revokeAny, legacyReceipts: LegacyReceiptPolicy = .accept,
+        mayRecordRefusal: @escaping @Sendable (_ clientAddress: String) -> Bool = { _ in true }
     ) {
+        self.mayRecordRefusal = mayRecordRefusal
         self.verifier = verifier
         self.catalogue = catalogue
         self.ledger = ledger
@@ -146,7 +152,8 @@ public struct Vault: Sendable {
     }
 
     /// Redeems a purchase exactly once. Every refusal is recorded in the ledger's attempts,
-    /// except requests whose own fields are malformed (refused before anything is written).
+    /// except requests whose own fields are malformed (refused before anything is written)
+    /// and those beyond the client address's budget (``mayRecordRefusal``).
     public func redeem(_ request: RedemptionRequest, now: Date) async throws(VaultFailure) -> RedemptionOutcome {
         if let id = request.transactionId, !LedgerText.isIdentifier(id) {
             throw .malformedRequest("transactionId must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
@@ -167,7 +174,7 @@ public struct Vault: Sendable {
             let product = try await product(for: purchase, now: now)
             return try await insert(purchase, of: product, request: request, proofHash: proofHash, now: now, refusalRecorded: &refusalRecorded)
         } catch {
-            if !error.isUnavailable && !refusalRecorded {
+            if !error.isUnavailable && !refusalRecorded && mayRecordRefusal(request.clientAddress) {
                 let attempt = RejectedAttempt(
                     at: now, code: error.code.rawValue, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
                     transactionId: seen.claimed ? LedgerText.claimed(seen.transactionId) : seen.transactionId,
