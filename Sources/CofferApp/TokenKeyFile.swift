@@ -41,12 +41,11 @@ public enum TokenKeyFile {
         var keys: [TokenKey] = []
         for entry in file.keys {
             // The id is copied into every token and so into its URL (/v1/downloads/v1.<id>.…): a
-            // slash, `%`, `?`, `#` or an empty id there would make every token of a rotation
-            // unusable, and a dot would split it.
-            guard entry.id.utf8.count >= 1, entry.id.utf8.count <= 32, entry.id.utf8.allSatisfy(Self.isIdByte) else {
+            // dot would split it, and an empty one names nothing.
+            guard (1...64).contains(entry.id.utf8.count), entry.id.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x2E && $0 < 0x7F }) else {
                 throw KeyError(
                     description:
-                        "\(path): key id \(LedgerText.escaped(entry.id, maxBytes: 40)) must be 1–32 characters of A–Z a–z 0–9 _ - (it is part of every download URL)"
+                        "\(path): key id \(LedgerText.escaped(entry.id, maxBytes: 72)) must be 1–64 printable ASCII characters without spaces or dots"
                 )
             }
             guard let bytes = Base64.decode(entry.secret), bytes.count >= 32 else {
@@ -57,14 +56,24 @@ public enum TokenKeyFile {
         guard let active = keys.first(where: { $0.id == file.active }) else {
             throw KeyError(description: "\(path): active key \(file.active) is not listed")
         }
+        // The active key's id goes into every new token's URL: a slash, `%`, `?` or `#` there
+        // would make every token of a rotation unusable. (A retired key's tokens were issued
+        // already: its id may stay as it was.)
+        guard active.id.utf8.allSatisfy(Self.isIdByte) else {
+            throw KeyError(
+                description:
+                    "\(path): the active key's id \(LedgerText.escaped(active.id, maxBytes: 72)) must be A–Z a–z 0–9 _ - ~ only: it is part of every download URL"
+            )
+        }
         return TokenSigner(active: active, retired: keys.filter { $0.id != file.active })
     }
 
-    /// A–Z, a–z, 0–9, `_` and `-`: what a key id may hold.
+    /// A–Z, a–z, 0–9, `_`, `-` and `~` (RFC 3986's unreserved characters but the dot): what
+    /// the active key's id may hold.
     static func isIdByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"),
-            UInt8(ascii: "-"):
+            UInt8(ascii: "-"), UInt8(ascii: "~"):
             true
         default: false
         }

@@ -51,15 +51,26 @@ final class ChainValidator: Sendable {
     private let chainAnchors: [TrustAnchor]
     private let chainAnchorShapes: [CertificateShape?]
     private let roots: CertificateStore
-    private let cache = Mutex<[CacheKey: CachedChain]>([:])
+    private let cache = Mutex(Cache())
     static let cacheCapacity = 256
 
-    /// A validated chain, and whether it was ever found again: one receipt can be re-encoded
-    /// into hundreds of keys (certificate order, length forms), each validated once, so a full
-    /// table evicts an entry never found again first — a chain players keep presenting stays.
+    /// A validated chain, whether it was ever found again, and when it was last kept or found
+    /// (a tick of ``Cache/clock``).
     struct CachedChain {
         var chain: ValidatedChain
         var found = false
+        var used: UInt64
+    }
+
+    /// The validated chains by key; at most `cacheCapacity`. One receipt can be re-encoded
+    /// into hundreds of keys (certificate order, length forms), each validated once: a full
+    /// table drops the oldest entry never found again, so such a flood evicts only itself
+    /// while a chain players keep presenting stays; when every entry was found again (the
+    /// flood's keys each presented twice), the least recently used goes. O(capacity) once per
+    /// miss on a full table, against a chain validation's milliseconds.
+    struct Cache {
+        var entries: [CacheKey: CachedChain] = [:]
+        var clock: UInt64 = 0
     }
 
     init(anchors: [TrustAnchor]) {
@@ -70,27 +81,31 @@ final class ChainValidator: Sendable {
     }
 
     func cached(_ key: CacheKey, at time: Date) -> ValidatedChain? {
-        let hit = cache.withLock { entries -> ValidatedChain? in
-            guard let slot = entries[key] else { return nil }
-            if !slot.found { entries[key]?.found = true }
-            return slot.chain
+        let hit = cache.withLock { cache -> ValidatedChain? in
+            // One lookup (a key is ~4 KB, compared whole): the marks are set through its index.
+            guard let index = cache.entries.index(forKey: key) else { return nil }
+            cache.clock += 1
+            cache.entries.values[index].found = true
+            cache.entries.values[index].used = cache.clock
+            return cache.entries.values[index].chain
         }
         guard let hit else { return nil }
         return hit.validFrom <= time && time <= hit.validUntil ? hit : nil
     }
 
-    /// Keeps `chain`; a full table first drops one entry never found again (any, if every
-    /// one was): O(capacity) once per miss on a full table.
     func remember(_ chain: ValidatedChain, key: CacheKey) {
-        cache.withLock { entries in
-            if entries[key] == nil, entries.count >= Self.cacheCapacity {
-                if let unused = entries.firstIndex(where: { !$0.value.found }) {
-                    entries.remove(at: unused)
-                } else {
-                    entries.remove(at: entries.startIndex)
+        cache.withLock { cache in
+            cache.clock += 1
+            if cache.entries[key] == nil, cache.entries.count >= Self.cacheCapacity {
+                // Never found again before found, then the oldest: one pass, no copy.
+                if let victim = cache.entries.indices.min(by: {
+                    let (a, b) = (cache.entries.values[$0], cache.entries.values[$1])
+                    return (a.found ? 1 : 0, a.used) < (b.found ? 1 : 0, b.used)
+                }) {
+                    cache.entries.remove(at: victim)
                 }
             }
-            entries[key] = CachedChain(chain: chain, found: entries[key]?.found ?? false)
+            cache.entries[key] = CachedChain(chain: chain, found: cache.entries[key]?.found ?? false, used: cache.clock)
         }
     }
 

@@ -184,7 +184,7 @@ extension PostgresLedger: LedgerAuditRepository, CatalogueLogSource {
             let rows = try await c.column(
                 """
                 SELECT t.sequence FROM \(unescaped: table) t
-                WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = \(kind.rawValue) AND e.row_sequence = t.sequence)
+                WHERE NOT EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = \(kind.rawValue) AND e.row_sequence = t.sequence)
                 ORDER BY t.sequence LIMIT \(limit - found.count)
                 """, Int64.self, logger: logger)
             found += rows.map { (kind: kind, row: $0) }
@@ -353,10 +353,21 @@ extension PostgresLedger {
         return catalogue.finish()
     }
 
-    /// What only the tables show: a row the chain does not hold, two redemptions of one
-    /// purchase, the schema's guarantees altered.
+    /// What only the tables show: an event numbered below the chain's first (its CHECK is the
+    /// owner's to drop; the walk from 1 never reads it, and the rules ignore it), a row the
+    /// chain does not hold, two redemptions of one purchase, the schema's guarantees altered.
     static func tableProblems(_ c: PostgresConnection, logger: Logger) async throws -> [LedgerProblem] {
         var problems: [LedgerProblem] = []
+        let below = try await c.rows(
+            "SELECT sequence, kind, row_sequence FROM ledger_events WHERE sequence < 1 ORDER BY sequence LIMIT 1", logger: logger
+        ) { row in (try row.value("sequence", Int64.self), try row.value("kind", String.self), try row.value("row_sequence", Int64.self)) }
+        if let (sequence, kind, row) = below.first {
+            problems.append(
+                LedgerProblem(
+                    .sequenceBroken, sequence: nil,
+                    "an event numbered \(sequence) (below the chain's first) chains \(LedgerText.escaped(kind, maxBytes: 64)) row \(row): inserted behind the server's back"
+                ))
+        }
         if let stray = try await unchainedRows(c, limit: 1, logger: logger).first {
             problems.append(
                 LedgerProblem(

@@ -16,7 +16,7 @@ extension PostgresLedger {
             return try await c.rows(
                 """
                 SELECT \(unescaped: Redemption.columns) FROM redemptions r WHERE r.redemption_id = \(id)
-                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'redemption' AND e.row_sequence = r.sequence)
+                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'redemption' AND e.row_sequence = r.sequence)
                 """, logger: logger, Redemption.init(row:)
             ).first
         }
@@ -69,7 +69,7 @@ extension PostgresLedger {
                 """
                 SELECT \(unescaped: PurchaseEvent.columns) FROM purchase_events p
                 WHERE p.environment = \(environment) AND p.replay_key = \(replayKey)
-                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
                 ORDER BY p.sequence
                 """, logger: backend.logger, PurchaseEvent.init(row:))
         }

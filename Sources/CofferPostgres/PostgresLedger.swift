@@ -143,7 +143,7 @@ public struct PostgresLedger: LedgerRepository {
             try await c.rows(
                 """
                 SELECT \(unescaped: Redemption.columns) FROM redemptions r WHERE r.grant_hash = \(grantHash)
-                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'redemption' AND e.row_sequence = r.sequence)
+                  AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'redemption' AND e.row_sequence = r.sequence)
                 """, logger: backend.logger, Redemption.init(row:)
             ).first
         }

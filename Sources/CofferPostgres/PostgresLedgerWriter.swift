@@ -372,7 +372,7 @@ enum PostgresReplayRule {
             SELECT p.environment, p.replay_key, p.kind FROM purchase_events p
             WHERE (p.environment, p.replay_key) IN (SELECT * FROM unnest(\(keys.map(\.environment))::text[], \(keys.map(\.key))::text[]))
               AND p.kind = ANY(\(kinds)::text[])
-              AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
+              AND EXISTS (SELECT 1 FROM ledger_events e WHERE e.sequence > 0 AND e.kind = 'purchaseEvent' AND e.row_sequence = p.sequence)
             ORDER BY p.sequence
             """, logger: logger
         ) { row in

@@ -50,10 +50,11 @@ public struct CofferConfiguration: Sendable {
     public var redemptionBurst = 200
     /// Failed authentications per client address per minute before 429 (0: unlimited).
     public var authFailuresPerMinute = 20
-    /// Refused redemptions recorded in the ledger per client address per hour, as many at once
-    /// (0: every one). Beyond them a refusal is answered as ever, counted
-    /// (`coffer_refusals_unrecorded_total`) and not written: each recorded one is a chained,
-    /// append-only row for good, and 20 junk bytes a request cost no verification.
+    /// Refusals of proofs that did not verify recorded in the ledger per client address per
+    /// hour, as many at once (0: every one). Beyond them such a refusal is answered as ever,
+    /// counted (`coffer_refusals_unrecorded_total`) and not written: each recorded one is a
+    /// chained, append-only row for good, and 20 junk bytes a request cost no verification.
+    /// Refusals of verified proofs (replays, revoked purchases…) are always written.
     public var recordedRefusalsPerHour = 120
     /// Notifications (`POST /v1/notifications`) per client address per minute (0: unlimited)…
     /// Apple posts from a handful of addresses, so the default is generous.

@@ -41,6 +41,13 @@ enum JSON {
                 ])
             throw problem
         }
+        // UTF-8 only: JSONDecoder also reads UTF-16 and UTF-32 (with or without a byte-order
+        // mark), whose zero bytes and two-byte escapes the count below would misread — a body
+        // it counts as 2 could decode to millions of values. Valid UTF-8 JSON holds no 0x00
+        // byte; UTF-16 and UTF-32 JSON always does (its first character is ASCII).
+        guard !buffer.withUnsafeReadableBytes({ Self.notUTF8($0) }) else {
+            throw Problem(.malformedRequest, "request body is not the expected JSON: it must be UTF-8")
+        }
         guard buffer.withUnsafeReadableBytes({ Self.structure($0, atMost: maxStructure) }) <= maxStructure else {
             throw Problem(.malformedRequest, "request body is not the expected JSON: more than \(maxStructure) members and elements")
         }
@@ -57,6 +64,14 @@ enum JSON {
     /// 0.23–0.25 s of CPU, against 10 MB and 0.024 s for an 8 MiB receipt string (measured
     /// 2026-11-29 on this toolchain, `swiftc -O`).
     static let maxStructure = 4096
+
+    /// Whether `bytes` holds a 0x00 byte or starts with a UTF-16 byte-order mark (what UTF-16
+    /// and UTF-32 text always does, and UTF-8 JSON never).
+    static func notUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let base = bytes.baseAddress else { return false }
+        if bytes.count >= 2, (bytes[0] == 0xFE && bytes[1] == 0xFF) || (bytes[0] == 0xFF && bytes[1] == 0xFE) { return true }
+        return memchr(base, 0, bytes.count) != nil
+    }
 
     /// The `{`, `[`, `:` and `,` outside strings in `bytes` (each object or array, and each
     /// member or element after the first, adds one), counted up to `atMost` + 1. Strings are

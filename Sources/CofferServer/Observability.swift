@@ -39,7 +39,8 @@ public final class CofferMetrics: Sendable {
             descriptor: Self.name("audit_busy_total", "/v1/audit requests refused with 503 auditBusy (audit concurrency reached)"))
         refusalsUnrecorded = registry.makeCounter(
             descriptor: Self.name(
-                "refusals_unrecorded_total", "Refused redemptions not written to the ledger: their address had used its --rate-recorded-refusals"))
+                "refusals_unrecorded_total",
+                "Refusals of proofs that did not verify not written to the ledger: their address had used its --rate-recorded-refusals"))
         verificationSeconds = registry.makeDurationHistogram(
             descriptor: Self.name("redemption_seconds", "Time to verify and redeem a purchase"),
             buckets: [

@@ -26,6 +26,7 @@ extension ChainStore {
         for table in ["products", "assets"] where kinds[table] != "table" {
             problems.append("\(table) is not a plain table (\(kinds[table] ?? "missing"))")
         }
+        problems += try schemaDrift(db)
         return problems
     }
 }

@@ -39,7 +39,14 @@ extension ChainStore {
             let which = checks.map { "WHEN \($0.condition) THEN '\($0.name)'" }.joined(separator: " ")
             let any = checks.map { "(\($0.condition))" }.joined(separator: " OR ")
             let sql = "SELECT rowid AS r, CASE \(which) END AS c FROM \"\(table)\" WHERE \(any) LIMIT 1"
-            guard let row = try Row.fetchOne(db, sql: sql) else { continue }
+            let found: Row?
+            do { found = try Row.fetchOne(db, sql: sql) } catch {
+                // Rebuilt without rowids, as a view, or without a column the migrations make:
+                // ``schemaDrift(_:)`` names how.
+                problems.append("\(table) cannot be scanned as the migrations made it (\(error.localizedDescription))")
+                continue
+            }
+            guard let row = found else { continue }
             let column: String = row["c"] ?? "?"
             let declared = columns.first { $0.name == column }?.type
             let stored = try String.fetchOne(
@@ -54,9 +61,7 @@ extension ChainStore {
 
     /// The audited tables' columns and declared types, as the migrations make them.
     private static func expectedColumns() throws -> [(table: String, columns: [(name: String, type: String)])] {
-        let pristine = try DatabaseQueue()
-        try CofferDatabase.migrator().migrate(pristine)
-        return try pristine.read { db in
+        try pristine().read { db in
             try auditedTables.map { table in
                 let columns = try Row.fetchAll(db, sql: "PRAGMA table_info(\"\(table)\")").map { row in
                     (name: row["name"] as String? ?? "", type: (row["type"] as String? ?? "").uppercased())
@@ -64,5 +69,60 @@ extension ChainStore {
                 return (table, columns)
             }
         }
+    }
+
+    /// A fresh in-memory database the migrations made.
+    private static func pristine() throws -> DatabaseQueue {
+        let pristine = try DatabaseQueue()
+        try CofferDatabase.migrator().migrate(pristine)
+        return pristine
+    }
+
+    /// How the audited tables differ from what the migrations make: each one's kind (a table
+    /// with rowids), columns (names, declared types, NOT NULL, defaults, keys) and indexes
+    /// (names, uniqueness, columns, collations, order). The rules compare through the file's
+    /// schema: a column whose declared type was edited (`PRAGMA writable_schema`) to INTEGER
+    /// turns the text bound in `WHERE replay_key = ?` into a number that never equals the text
+    /// stored, while every value still reads back, hashes and scans as before.
+    static func schemaDrift(_ db: Database) throws -> [String] {
+        func shape(_ db: Database, _ table: String) throws -> [String] {
+            let kind = try Row.fetchOne(db, sql: "SELECT type, sql FROM sqlite_master WHERE name = ?", arguments: [table])
+            var lines = [
+                "kind \(kind?["type"] as String? ?? "missing")"
+                    + ((kind?["sql"] as String?)?.uppercased().contains("WITHOUT ROWID") == true ? " without rowid" : "")
+            ]
+            lines += try Row.fetchAll(db, sql: "PRAGMA table_xinfo(\"\(table)\")").map { row in
+                let name: String = row["name"] ?? ""
+                let type: String = row["type"] ?? ""
+                let notNull: Int = row["notnull"] ?? 0
+                let pk: Int = row["pk"] ?? 0
+                let hidden: Int = row["hidden"] ?? 0
+                return
+                    "column \(name) \(type.uppercased()) notnull=\(notNull) default=\(row["dflt_value"] as String? ?? "-") pk=\(pk) hidden=\(hidden)"
+            }
+            for index in try Row.fetchAll(db, sql: "PRAGMA index_list(\"\(table)\")").sorted(by: {
+                ($0["name"] as String? ?? "") < ($1["name"] as String? ?? "")
+            }) {
+                let name: String = index["name"] ?? ""
+                let unique: Int = index["unique"] ?? 0
+                let partial: Int = index["partial"] ?? 0
+                let columns = try Row.fetchAll(db, sql: "PRAGMA index_xinfo(\"\(name)\")").filter { ($0["key"] as Int? ?? 0) == 1 }.map { column in
+                    "\(column["name"] as String? ?? "expr") \(column["coll"] as String? ?? "") desc=\(column["desc"] as Int? ?? 0)"
+                }
+                let named = name.hasPrefix("sqlite_autoindex_") ? "autoindex" : name
+                lines.append("index \(named) unique=\(unique) partial=\(partial) (\(columns.joined(separator: ", ")))")
+            }
+            return lines
+        }
+        let expected = try pristine().read { db in try auditedTables.map { try shape(db, $0) } }
+        var problems: [String] = []
+        for (table, want) in zip(auditedTables, expected) {
+            let have = try shape(db, table)
+            if have != want {
+                let differing = Set(have).symmetricDifference(want).sorted().prefix(3).map { LedgerText.escaped($0, maxBytes: 160) }
+                problems.append("\(table) is not as the migrations made it (\(differing.joined(separator: "; ")))")
+            }
+        }
+        return problems
     }
 }

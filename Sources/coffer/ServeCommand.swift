@@ -41,7 +41,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(
         name: .customLong("rate-recorded-refusals"),
         help:
-            "Refused redemptions recorded in the ledger per client address per hour; beyond them refusals are counted, not written (0: every one). Default: 120."
+            "Refusals of proofs that did not verify recorded in the ledger per client address per hour; beyond them they are counted, not written (0: every one). Default: 120."
     )
     var rateRecordedRefusals: Int?
     @Option(name: .customLong("rate-notifications"), help: "Notifications per client address per minute (0: unlimited). Default: 600.")

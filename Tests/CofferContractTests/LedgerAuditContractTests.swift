@@ -30,6 +30,31 @@ struct LedgerAuditContractTests {
         _ = try await storage.ledger.revoke(RevocationContractTests.revocation("2", at: 5), keepUnredeemed: false)
     }
 
+    /// An event numbered below 1 (the database owner dropped its CHECK): verify's walk from 1
+    /// never reads it, so verify names it, and "is this row chained?" ignores it — the forged
+    /// redemption it "chains" grants nothing. (SQLite: LedgerTamperTests.)
+    @Test("an event numbered below 1 is named by verify and chains nothing", arguments: [Backend.postgres])
+    func anEventBelowOneChainsNothing(_ backend: Backend) async throws {
+        try await backend.withStorage(signer: Self.signer) { storage in
+            try await Self.writeOneOfEach(storage)
+            let execute = try #require(storage.execute)
+            try await execute(
+                """
+                ALTER TABLE ledger_events DROP CONSTRAINT ledger_events_sequence_check;
+                INSERT INTO redemptions (sequence, redemption_id, transaction_id, product_id, bundle_id, environment, quantity,
+                  receipt_sha256, source_format, redeemed_at, client_address, status, grant_hash, replay_key)
+                SELECT max(sequence) + 1, 'forged', '999', 'p', 'b', 'Sandbox', 1, '00', 'appReceipt', 0, 'x', 'redeemed', 'chosen', '999'
+                FROM redemptions;
+                INSERT INTO ledger_events (sequence, kind, row_sequence, entry_hash)
+                  SELECT 0, 'redemption', sequence, repeat('0', 64) FROM redemptions WHERE redemption_id = 'forged';
+                """)
+            #expect(try await storage.ledger.redemption(grantHash: "chosen") == nil)
+            let report = try #require(try await storage.audit?(Self.signer.publicKey))
+            #expect(report.problem?.kind == .sequenceBroken, "\(String(describing: report.problem))")
+            #expect(report.problem?.detail.contains("an event numbered 0") == true)
+        }
+    }
+
     /// The export, as `GET /v1/audit/export?kind=ledger` streams it.
     static func export(_ audit: any LedgerAuditRepository, publicKey: Curve25519.Signing.PublicKey?) async throws -> Data {
         var text = ""

@@ -25,4 +25,29 @@ import Testing
         let survivors = (1...(ChainValidator.cacheCapacity * 4)).filter { validator.cached(key($0), at: now) != nil }.count
         #expect(survivors == ChainValidator.cacheCapacity - 1)
     }
+
+    /// Keys found twice cannot hold the table for good: when every entry was found again, each
+    /// loses its mark, and a chain found again since stays while the flood's go.
+    @Test func keysFoundTwiceDoNotPinTheTable() throws {
+        let anchor = try #require(try TrustAnchor.appleRoots(allowSandbox: true).first)
+        let chain = ValidatedChain(
+            anchor: anchor, subjects: ["leaf"], certificates: [anchor.certificate], leafKey: anchor.certificate.publicKey,
+            validFrom: .distantPast, validUntil: .distantFuture)
+        let validator = ChainValidator(anchors: [anchor])
+        func key(_ n: Int) -> CacheKey { CacheKey(Array("chain \(n)".utf8)[...]) }
+        let now = Date()
+        let capacity = ChainValidator.cacheCapacity
+        // The attacker's: every one presented again.
+        for n in 1...capacity {
+            validator.remember(chain, key: key(n))
+            _ = validator.cached(key(n), at: now)
+        }
+        // A new certificate's chain, presented again by players between the flood's misses.
+        validator.remember(chain, key: key(0))
+        for n in (capacity + 1)...(capacity * 3) {
+            #expect(validator.cached(key(0), at: now) != nil, "evicted before miss \(n)")
+            validator.remember(chain, key: key(n))
+        }
+        #expect(validator.cached(key(0), at: now) != nil)
+    }
 }

@@ -74,24 +74,32 @@ import Testing
             try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["ledger.key", (young as NSString).lastPathComponent])
     }
 
-    /// A key id is part of every download URL: one with a slash, `%`, `?`, `#`, a dot or
-    /// nothing at all is refused when the file is read, not at the first download.
+    /// The active key's id is part of every new download URL: one with a slash, `%`, `?`, `#`,
+    /// a dot or nothing at all is refused when the file is read, not at the first download. A
+    /// retired key's id may stay as it was (its tokens were issued already), but no key's may
+    /// hold a dot or a space, or be empty or over 64 characters.
     @Test func aTokenKeyIdMustBeSafeInAURL() throws {
         let directory = try makeTemporaryDirectory(prefix: "coffer-key-ids")
         defer { try? FileManager.default.removeItem(at: directory) }
         let keys = directory.appendingPathComponent("keys")
         try FileManager.default.createDirectory(at: keys, withIntermediateDirectories: true)
         let secret = Data(repeating: 7, count: 32).base64EncodedString()
-        func signer(_ id: String) throws -> TokenSigner {
-            let file: [String: Any] = ["active": id, "keys": [["id": id, "secret": secret]]]
+        func signer(_ id: String, retired: String? = nil) throws -> TokenSigner {
+            let entries = [["id": id, "secret": secret]] + (retired.map { [["id": $0, "secret": secret]] } ?? [])
+            let file: [String: Any] = ["active": id, "keys": entries]
             try JSONSerialization.data(withJSONObject: file).write(to: keys.appendingPathComponent("download-tokens.json"))
             return try TokenKeyFile.signer(dataDirectory: directory.path, configured: nil)
         }
-        for good in ["k1", "2026-11_rotation", String(repeating: "a", count: 32)] {
+        for good in ["k1", "2026-11_rotation~b", "7c9e6679-7425-40de-944b-e07c4f1e2a3d", String(repeating: "a", count: 64)] {
             #expect(throws: Never.self) { _ = try signer(good) }
         }
-        for bad in ["", "k/2", "k%2", "k?2", "k#2", "k.2", "k 2", "ké", String(repeating: "a", count: 33)] {
+        for bad in ["", "k/2", "k%2", "k?2", "k#2", "k.2", "k 2", "ké", "k:2", String(repeating: "a", count: 65)] {
             #expect(throws: TokenKeyFile.KeyError.self, "\(bad)") { _ = try signer(bad) }
+        }
+        // Retired: kept as it was, but never empty, dotted, spaced or over 64.
+        #expect(throws: Never.self) { _ = try signer("k2", retired: "old:key/1") }
+        for bad in ["", "k.1", "k 1", String(repeating: "a", count: 65)] {
+            #expect(throws: TokenKeyFile.KeyError.self, "retired \(bad)") { _ = try signer("k2", retired: bad) }
         }
     }
 }

@@ -195,6 +195,20 @@ import Testing
         defer { number.2.cleanUp() }
         #expect(number.0.problem?.detail.contains("quantity holds a text value") == true, "\(String(describing: number.0.problem))")
 
+        // A declared type edited (writable_schema): text bound in `WHERE transaction_id = ?`
+        // becomes a number that never equals the text stored; the values all read back the same.
+        let retyped = try await tampered(
+            """
+            PRAGMA writable_schema = ON;
+            UPDATE sqlite_master SET sql = replace(sql, 'transaction_id TEXT NOT NULL', 'transaction_id INTEGER NOT NULL') WHERE name = 'redemptions';
+            PRAGMA writable_schema = OFF;
+            """)
+        defer { retyped.2.cleanUp() }
+        #expect(retyped.0.problem?.kind == .schemaAltered, "\(String(describing: retyped.0.problem))")
+        #expect(retyped.0.problem?.detail.contains("redemptions is not as the migrations made it") == true)
+        #expect(retyped.0.problem?.detail.contains("column transaction_id INTEGER") == true)
+        #expect(retyped.1.status == 1)
+
         // A redemption with a grant of the forger's choosing, "chained" by an event at −1.
         let below = try await tampered(
             """

@@ -98,6 +98,16 @@ import Testing
         let many = "{\"receipt\":\"AAAA\",\"x\":[" + Array(repeating: "0", count: 5000).joined(separator: ",") + "]}"
         let keys = "{" + (0..<5000).map { "\"k\($0)\":0" }.joined(separator: ",") + ",\"receipt\":\"AAAA\"}"
         try await h.app.test(.router) { client in
+            // UTF-16 and UTF-32, which JSONDecoder reads too: refused as not UTF-8 (the count would
+            // misread them: in UTF-16 an escaped quote's backslash is not the byte before it).
+            let tricky = "{\"receipt\":\"\\\"\",\"x\":[" + Array(repeating: "0", count: 5000).joined(separator: ",") + "]}"
+            for encoding in [String.Encoding.utf16LittleEndian, .utf16BigEndian, .utf16, .utf32LittleEndian] {
+                let data = try #require(tricky.data(using: encoding))
+                let response = try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(bytes: data))
+                #expect(response.status == .badRequest && Harness.code(response) == "malformedRequest", "\(encoding)")
+                #expect(try Harness.json(response)["detail"] as? String == "request body is not the expected JSON: it must be UTF-8")
+            }
             for body in [many, keys] {
                 let response = try await client.execute(
                     uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: ByteBuffer(string: body))
@@ -169,9 +179,10 @@ import Testing
         #expect(Array(#"{"a":"unterminated,,,"#.utf8).withUnsafeBytes { JSON.structure($0, atMost: 10) } == 2)
     }
 
-    /// Refusals written to the ledger are budgeted per address (each is a chained row for
-    /// good): past `--rate-recorded-refusals` a refusal is answered the same, counted and not
-    /// written; from another address, or with the budget off (0), each is written.
+    /// Refusals of proofs that did not verify are budgeted per address (each is a chained row
+    /// for good): past `--rate-recorded-refusals` one is answered the same, counted and not
+    /// written; with the budget off (0), each is written. A verified proof's refusal (an
+    /// unknown product, a replay) is written whatever the budget: junk first cannot hide it.
     @Test func refusalsBeyondAnAddressesBudgetAreCountedNotWritten() async throws {
         for (budget, written) in [(3, 3), (0, 5)] {
             let h = try await Harness.make(trustedProxies: ["127.0.0.1"]) { $0.recordedRefusalsPerHour = budget }
@@ -184,8 +195,14 @@ import Testing
                 }
                 let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
                 #expect(metrics.contains("coffer_refusals_unrecorded_total \(5 - written)"), "\(metrics)")
+                let unknown = try await client.execute(
+                    uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders,
+                    body: try Harness.body(["receipt": try Harness.receipt("77", product: "com.coffer.demo.unknown")]))
+                #expect(Harness.code(unknown) == "unknownProduct")
             }
-            #expect(try await h.services.ledger.attempts(AuditFilter()).count == written, "budget \(budget)")
+            let attempts = try await h.services.ledger.attempts(AuditFilter())
+            #expect(attempts.count == written + 1, "budget \(budget)")
+            #expect(attempts.last?.code == "unknownProduct")
             #expect(try await LedgerHardeningTests.audit(h).intact)
         }
     }

@@ -92,6 +92,8 @@ public struct LedgerAudit: Sendable {
     private var previous = LedgerChain.genesis
     private var expected: Int64 = 1
     private var lastVerifiedCheckpoint: Int64 = 0
+    /// The last pinned checkpoint the chain reached (with a key, each pin is signed by it).
+    private var lastPinned: Int64 = 0
     private var pinned: [Int64: LedgerCheckpoint] = [:]
     private var maxPinned: Int64 = 0
     /// A public key was given: the checkpoints are read.
@@ -177,6 +179,7 @@ public struct LedgerAudit: Sendable {
         if let pin = pinned[entry.sequence] {
             if pin.entryHash == hex {
                 report.pinnedVerified += 1
+                lastPinned = entry.sequence
             } else {
                 fail(
                     .checkpointMismatch, entry.sequence,
@@ -222,13 +225,14 @@ public struct LedgerAudit: Sendable {
 
     /// An export's rule for its end, with a key: the export ends at a signature (the seal it
     /// read before its entries, or a checkpoint), so entries after the last signed checkpoint
-    /// are vouched for by nothing — rows appended behind the servers' backs, exported by an
+    /// (in the file, or pinned by the auditor) are vouched for by nothing — rows appended behind the servers' backs, exported by an
     /// honest server whose seal still covers only the head before them. (A signed checkpoint or
     /// a pin beyond the end is ``finish()``'s `truncated`.)
     public mutating func checkExportEnd() {
         let last = report.lastSequence
-        guard hasKey, last > report.lastCheckpoint ?? 0, maxCheckpoint <= last, maxPinned <= last else { return }
-        let from = Self.after(report.lastCheckpoint ?? 0)
+        let vouched = max(report.lastCheckpoint ?? 0, lastPinned)
+        guard hasKey, last > vouched, maxCheckpoint <= last, maxPinned <= last else { return }
+        let from = Self.after(vouched)
         fail(
             .unsealed, from,
             "entries \(from)–\(last) come after the export's last signature: nothing vouches for them (appended behind the servers' backs; an export written before 2026-11-29 could also end so while the ledger grew: export it again)"

@@ -99,9 +99,10 @@ public struct Vault: Sendable {
     public let tokenTTL: TimeInterval
     public let refundPolicy: RefundPolicy
     public let legacyReceipts: LegacyReceiptPolicy
-    /// Whether a refusal for this client address may be written to the ledger's attempts
-    /// (the server's per-address budget: each is a chained row for good); one that may not
-    /// is answered all the same.
+    /// Whether the refusal of a proof that did not verify, from this client address, may be
+    /// written to the ledger's attempts (the server's per-address budget: each is a chained
+    /// row for good, and junk costs its sender nothing); one that may not is answered all the
+    /// same. Refusals of verified proofs are always written.
     public let mayRecordRefusal: @Sendable (_ clientAddress: String) -> Bool
     /// What this instance answered in doubt (a write whose outcome was lost), for the retry.
     let inDoubt = InDoubtRedemptions()
@@ -153,7 +154,7 @@ public struct Vault: Sendable {
 
     /// Redeems a purchase exactly once. Every refusal is recorded in the ledger's attempts,
     /// except requests whose own fields are malformed (refused before anything is written)
-    /// and those beyond the client address's budget (``mayRecordRefusal``).
+    /// and those of proofs that did not verify beyond the address's budget (``mayRecordRefusal``).
     public func redeem(_ request: RedemptionRequest, now: Date) async throws(VaultFailure) -> RedemptionOutcome {
         if let id = request.transactionId, !LedgerText.isIdentifier(id) {
             throw .malformedRequest("transactionId must be 1–\(LedgerText.maxIdentifierBytes) bytes without control characters")
@@ -174,7 +175,9 @@ public struct Vault: Sendable {
             let product = try await product(for: purchase, now: now)
             return try await insert(purchase, of: product, request: request, proofHash: proofHash, now: now, refusalRecorded: &refusalRecorded)
         } catch {
-            if !error.isUnavailable && !refusalRecorded && mayRecordRefusal(request.clientAddress) {
+            // A proof that did not verify is charged to its address's budget; a verified one's
+            // refusal (a replay, a revoked or another player's purchase) is always recorded.
+            if !error.isUnavailable && !refusalRecorded && (!seen.claimed || mayRecordRefusal(request.clientAddress)) {
                 let attempt = RejectedAttempt(
                     at: now, code: error.code.rawValue, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
                     transactionId: seen.claimed ? LedgerText.claimed(seen.transactionId) : seen.transactionId,
