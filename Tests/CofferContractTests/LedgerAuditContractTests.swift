@@ -33,6 +33,25 @@ struct LedgerAuditContractTests {
     /// An event numbered below 1 (the database owner dropped its CHECK): verify's walk from 1
     /// never reads it, so verify names it, and "is this row chained?" ignores it — the forged
     /// redemption it "chains" grants nothing. (SQLite: LedgerTamperTests.)
+    /// An export's end must be under a signature: one whose checkpoint lines were stripped is
+    /// `unsealed`, unless the auditor's pinned checkpoint (the seal, saved earlier) covers it.
+    @Test("an export's last entries are vouched for by a pinned checkpoint too", arguments: Backend.allCases)
+    func aPinnedCheckpointVouchesForAnExportsEnd(_ backend: Backend) async throws {
+        try await backend.withStorage(signer: Self.signer) { storage in
+            try await Self.writeOneOfEach(storage)
+            let data = try await Self.export(storage.ledgerAudit, publicKey: Self.signer.publicKey)
+            let seal = try #require(try await storage.ledgerAudit.sealedHead())
+            let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").filter { !$0.hasPrefix(#"{"checkpoint""#) }
+            #expect(lines.count == 1 + 5)
+            let stripped = Data((lines.joined(separator: "\n") + "\n").utf8)
+            let bare = LedgerExport.verify(stripped, publicKey: Self.signer.publicKey)
+            #expect(bare.problem?.kind == .unsealed && bare.problem?.sequence == 1, "\(String(describing: bare.problem))")
+            let pinned = LedgerExport.verify(stripped, publicKey: Self.signer.publicKey, pinned: [seal])
+            #expect(pinned.intact, "\(String(describing: pinned.problem))")
+            #expect(pinned.pinnedVerified == 1)
+        }
+    }
+
     @Test("an event numbered below 1 is named by verify and chains nothing", arguments: [Backend.postgres])
     func anEventBelowOneChainsNothing(_ backend: Backend) async throws {
         try await backend.withStorage(signer: Self.signer) { storage in
