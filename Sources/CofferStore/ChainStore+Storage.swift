@@ -71,12 +71,15 @@ extension ChainStore {
         }
     }
 
-    /// A fresh in-memory database the migrations made.
-    private static func pristine() throws -> DatabaseQueue {
+    /// A fresh in-memory database the migrations made: made once per process (the storage
+    /// scan and the schema comparison read it at every verify and start-up).
+    private static let migrated = Result { () throws -> DatabaseQueue in
         let pristine = try DatabaseQueue()
         try CofferDatabase.migrator().migrate(pristine)
         return pristine
     }
+
+    private static func pristine() throws -> DatabaseQueue { try migrated.get() }
 
     /// How the audited tables differ from what the migrations make: each one's kind (a table
     /// with rowids), columns (names, declared types, NOT NULL, defaults, keys) and indexes

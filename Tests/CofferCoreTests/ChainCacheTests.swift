@@ -7,47 +7,48 @@ import Testing
 /// receipt's re-encodings (each a new key, each validated once) cannot push out the chains
 /// players keep presenting — as clearing the whole table did.
 @Suite struct ChainCacheTests {
-    @Test func aFullCacheDropsEntriesNeverFoundAgainFirst() throws {
+    /// A validator and one chain (any chain: the cache only keeps it), valid at all times.
+    static func validator() throws -> (ChainValidator, ValidatedChain) {
         let anchor = try #require(try TrustAnchor.appleRoots(allowSandbox: true).first)
         let chain = ValidatedChain(
             anchor: anchor, subjects: ["leaf"], certificates: [anchor.certificate], leafKey: anchor.certificate.publicKey,
             validFrom: .distantPast, validUntil: .distantFuture)
-        let validator = ChainValidator(anchors: [anchor])
-        func key(_ n: Int) -> CacheKey { CacheKey(Array("chain \(n)".utf8)[...]) }
+        return (ChainValidator(anchors: [anchor]), chain)
+    }
+
+    static func key(_ n: Int) -> CacheKey { CacheKey(Array("chain \(n)".utf8)[...]) }
+
+    @Test func aFullCacheDropsEntriesNeverFoundAgainFirst() throws {
+        let (validator, chain) = try Self.validator()
         let now = Date()
-        validator.remember(chain, key: key(0))
-        #expect(validator.cached(key(0), at: now) != nil)
+        validator.remember(chain, key: Self.key(0))
+        #expect(validator.cached(Self.key(0), at: now) != nil)
         // A flood of keys never presented again, far past the table's size.
-        for n in 1...(ChainValidator.cacheCapacity * 4) { validator.remember(chain, key: key(n)) }
-        #expect(validator.cached(key(0), at: now) != nil, "the chain found again was evicted")
+        for n in 1...(ChainValidator.cacheCapacity * 4) { validator.remember(chain, key: Self.key(n)) }
+        #expect(validator.cached(Self.key(0), at: now) != nil, "the chain found again was evicted")
         // The table stays bounded, and the flood's newest entry is there.
-        #expect(validator.cached(key(ChainValidator.cacheCapacity * 4), at: now) != nil)
-        let survivors = (1...(ChainValidator.cacheCapacity * 4)).filter { validator.cached(key($0), at: now) != nil }.count
+        #expect(validator.cached(Self.key(ChainValidator.cacheCapacity * 4), at: now) != nil)
+        let survivors = (1...(ChainValidator.cacheCapacity * 4)).filter { validator.cached(Self.key($0), at: now) != nil }.count
         #expect(survivors == ChainValidator.cacheCapacity - 1)
     }
 
-    /// Keys found twice cannot hold the table for good: when every entry was found again, each
-    /// loses its mark, and a chain found again since stays while the flood's go.
+    /// Keys found twice cannot hold the table for good: when every entry was found again, the
+    /// least recently used goes, and a chain found again since stays while the flood's go.
     @Test func keysFoundTwiceDoNotPinTheTable() throws {
-        let anchor = try #require(try TrustAnchor.appleRoots(allowSandbox: true).first)
-        let chain = ValidatedChain(
-            anchor: anchor, subjects: ["leaf"], certificates: [anchor.certificate], leafKey: anchor.certificate.publicKey,
-            validFrom: .distantPast, validUntil: .distantFuture)
-        let validator = ChainValidator(anchors: [anchor])
-        func key(_ n: Int) -> CacheKey { CacheKey(Array("chain \(n)".utf8)[...]) }
+        let (validator, chain) = try Self.validator()
         let now = Date()
         let capacity = ChainValidator.cacheCapacity
         // The attacker's: every one presented again.
         for n in 1...capacity {
-            validator.remember(chain, key: key(n))
-            _ = validator.cached(key(n), at: now)
+            validator.remember(chain, key: Self.key(n))
+            _ = validator.cached(Self.key(n), at: now)
         }
         // A new certificate's chain, presented again by players between the flood's misses.
-        validator.remember(chain, key: key(0))
+        validator.remember(chain, key: Self.key(0))
         for n in (capacity + 1)...(capacity * 3) {
-            #expect(validator.cached(key(0), at: now) != nil, "evicted before miss \(n)")
-            validator.remember(chain, key: key(n))
+            #expect(validator.cached(Self.key(0), at: now) != nil, "evicted before miss \(n)")
+            validator.remember(chain, key: Self.key(n))
         }
-        #expect(validator.cached(key(0), at: now) != nil)
+        #expect(validator.cached(Self.key(0), at: now) != nil)
     }
 }

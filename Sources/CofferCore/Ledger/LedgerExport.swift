@@ -35,8 +35,9 @@ public enum LedgerExport {
         ("entry", ["sequence", "kind", "row", "fields", "entryHash"]),
     ]
 
-    /// The names of a JSON object's members.
-    struct Keys: Decodable {
+    /// A line and the names of its members, from one parse.
+    struct ParsedLine: Decodable {
+        let line: Line
         let names: Set<String>
 
         struct Name: CodingKey {
@@ -46,7 +47,10 @@ public enum LedgerExport {
             init?(intValue: Int) { nil }
         }
 
-        init(from decoder: any Decoder) throws { names = Set(try decoder.container(keyedBy: Name.self).allKeys.map(\.stringValue)) }
+        init(from decoder: any Decoder) throws {
+            line = try Line(from: decoder)
+            names = Set(try decoder.container(keyedBy: Name.self).allKeys.map(\.stringValue))
+        }
     }
 
     /// What is wrong with line `number` whose members are `names`, if anything.
@@ -98,16 +102,15 @@ public enum LedgerExport {
         var number = 0
         for raw in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
             number += 1
-            let decoder = JSONDecoder()
-            guard let line = try? decoder.decode(Line.self, from: Data(raw)), let keys = try? decoder.decode(Keys.self, from: Data(raw)) else {
+            guard let parsed = try? JSONDecoder().decode(ParsedLine.self, from: Data(raw)) else {
                 if unreadable == nil { unreadable = LedgerProblem(.unreadable, sequence: nil, "line \(number) is not a ledger export line") }
                 continue
             }
-            if let problem = shapeProblem(keys.names, number: number) {
+            if let problem = shapeProblem(parsed.names, number: number) {
                 if unreadable == nil { unreadable = LedgerProblem(.unreadable, sequence: nil, problem) }
                 continue
             }
-            lines.append((number, line))
+            lines.append((number, parsed.line))
         }
         var key = publicKey
         if let header = lines.first?.1, header.format != nil {
