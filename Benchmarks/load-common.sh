@@ -118,14 +118,19 @@ print("disk flush p50 %.2f ms, p99 %.2f ms, max %.1f ms; %d of %d over 20 ms, %d
 PY
 }
 
-# build_disk_stalls: builds Benchmarks/disk_stalls.c into .build-release/ (before the phases:
-# a compiler running during one would take its cores) and sets DISK_STALLS.
-build_disk_stalls() {
-    DISK_STALLS=$PWD/.build-release/disk_stalls
-    if [ ! -x "$DISK_STALLS" ] || [ Benchmarks/disk_stalls.c -nt "$DISK_STALLS" ]; then
-        mkdir -p "$(dirname "$DISK_STALLS")"
-        cc -O2 -o "$DISK_STALLS" Benchmarks/disk_stalls.c || { echo "disk_stalls.c did not build: no device line" >&2; DISK_STALLS=; }
-    fi
+# build_probes: builds Benchmarks/disk_stalls.c and Benchmarks/host_stalls.c into
+# .build-release/ (before the phases: a compiler running during one would take its cores)
+# and sets DISK_STALLS and HOST_STALLS (empty for one that did not build: its line then says so).
+build_probes() {
+    local name var
+    for name in disk_stalls host_stalls; do
+        var=$(echo "$name" | tr a-z A-Z)
+        printf -v "$var" '%s' "$PWD/.build-release/$name"
+        if [ ! -x "${!var}" ] || [ "Benchmarks/$name.c" -nt "${!var}" ]; then
+            mkdir -p .build-release
+            cc -O2 -o "${!var}" "Benchmarks/$name.c" || { echo "$name.c did not build: no line of it" >&2; printf -v "$var" '%s' ""; }
+        fi
+    done
 }
 
 # disk_watch SECONDS DIR: while a phase runs, the stalls of the block device holding DIR, seen
@@ -136,7 +141,7 @@ build_disk_stalls() {
 # 20 ms in all (each span a lower bound); or why it could not (DIR not on a block device).
 disk_watch() {
     local seconds=$1 dir=$2 dev major minor
-    [ -x "${DISK_STALLS:-}" ] || { echo "disk device: disk_stalls was not built (build_disk_stalls)"; return 0; }
+    [ -x "${DISK_STALLS:-}" ] || { echo "disk device: disk_stalls was not built (build_probes)"; return 0; }
     dev=$(stat -c '%d' "$dir")
     major=$(((dev >> 8) & 0xfff))
     minor=$(((dev & 0xff) | ((dev >> 12) & 0xfff00)))
@@ -145,6 +150,18 @@ disk_watch() {
         return 0
     fi
     "$DISK_STALLS" "/sys/dev/block/$major:$minor/stat" "$seconds"
+}
+
+# host_watch SECONDS: while a phase runs, the spans in which this machine ran nothing of ours
+# (Benchmarks/host_stalls.c, see build_probes): a thread at real-time priority (as root)
+# that sleeps 1 ms at a time and counts the wake-ups over 20 ms late, with the time the
+# hypervisor took the CPUs away for (steal) around them. A busy server delays it not at all
+# (it preempts every normal task), so a late wake-up is the kernel's or the hypervisor's, and
+# a stall the servers' clients saw with none here was the servers' (or PostgreSQL's, or the
+# disk's: see disk_probe). Prints one line.
+host_watch() {
+    [ -x "${HOST_STALLS:-}" ] || { echo "host: host_stalls was not built (build_probes)"; return 0; }
+    "$HOST_STALLS" "$1"
 }
 
 # field NAME FILE: the value after the first "NAME:" in a wrk output file.

@@ -59,7 +59,7 @@ half=$((C / 2))
 [ "$half" -ge 1 ] || { echo "CONNECTIONS must be at least 2" >&2; exit 2; }
 
 build_coffer
-build_disk_stalls
+build_probes
 scripts/postgres-throwaway.sh stop "$OUT/cluster" 2>/dev/null || true
 rm -rf "$OUT" && mkdir -p "$OUT"
 SERVERS=()
@@ -93,6 +93,8 @@ phase() {
     local probe=$!
     disk_watch "$S" "$OUT" >"$OUT/$name-device.txt" &
     local watch=$!
+    host_watch "$S" >"$OUT/$name-host.txt" &
+    local host=$!
     run_wrk "$OUT/$name-a.txt" "$port_a" "$OUT/bodies-1.ndjson" "$start" 0 $((rate / 2)) "$half" &
     local a=$!
     run_wrk "$OUT/$name-b.txt" "$port_b" "$OUT/bodies-2.ndjson" "$start" 0 $((rate / 2)) "$half"
@@ -100,6 +102,7 @@ phase() {
     echo "$name end $(date -u +%T.%3N)" >>"$OUT/phases.txt"
     wait "$probe" || echo "disk probe failed" >"$OUT/$name-disk.txt"
     wait "$watch" || echo "disk device: disk_stalls failed" >"$OUT/$name-device.txt"
+    wait "$host" || echo "host: host_stalls failed" >"$OUT/$name-host.txt"
     coffer_used=$(spent "$coffer_before" "$(ticks "${SERVERS[@]}")")
     pg_used=$(spent "$pg_before" "$(ticks $(postgres_pids "$OUT/cluster"))")
     local ra rb
@@ -130,6 +133,7 @@ phase() {
         "$(awk -v used="$pg_used" -v n=$((ra + rb)) -v s="$S" 'BEGIN{print used/(n*s)*1000}')"
     printf '%-10s %s\n' "" "$(cat "$OUT/$name-disk.txt")"
     printf '%-10s %s\n' "" "$(cat "$OUT/$name-device.txt")"
+    printf '%-10s %s\n' "" "$(cat "$OUT/$name-host.txt")"
 }
 
 # 1. SQLite: the reference.
@@ -164,11 +168,14 @@ else
         warm_wal "$URL" "$warm"
         echo "WAL: $warm segments written and checkpointed for reuse (WARM_WAL=0: a cold cluster); $(psql "$URL" -qAtX -c "SELECT count(*) FROM pg_ls_waldir()") in pg_wal" >&2
     fi
-    # PG_LOG=1: the server logs every statement slower than 10 ms and every autovacuum run
-    # (kept in $OUT/postgres.log), to find what a slow percentile waited for.
+    # PG_LOG=1: the server logs every statement slower than 10 ms, every autovacuum run, every
+    # checkpoint and every wait of over 50 ms for a lock — the chain's lock among them, with the
+    # process that held it (deadlock_timeout: when the wait is logged) — kept in
+    # $OUT/postgres.log, to find what a slow percentile waited for.
     if [ "${PG_LOG:-0}" = 1 ]; then
         psql "$URL" -qAtX -c "ALTER SYSTEM SET log_min_duration_statement = '10ms'" -c "ALTER SYSTEM SET log_autovacuum_min_duration = 0" \
-            -c "ALTER SYSTEM SET log_checkpoints = on" -c "SELECT pg_reload_conf()" >/dev/null
+            -c "ALTER SYSTEM SET log_checkpoints = on" -c "ALTER SYSTEM SET log_lock_waits = on" -c "ALTER SYSTEM SET deadlock_timeout = '50ms'" \
+            -c "SELECT pg_reload_conf()" >/dev/null
     fi
 fi
 mkdir -p "$OUT/shared"
