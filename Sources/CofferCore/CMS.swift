@@ -86,7 +86,7 @@ struct SignedDataEnvelope {
     var isBER: Bool
 
     /// Most certificates accepted in one envelope (Apple's carry 3, Xcode's 1).
-    static let maxCertificates = 8
+    static let maxCertificates = 5
 
     /// Parses a ContentInfo holding SignedData, in DER or BER.
     ///

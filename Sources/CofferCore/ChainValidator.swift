@@ -24,6 +24,11 @@ struct ReceivedCertificate {
 
     /// `configured`: byte for byte a trust anchor the operator gave (see ``CertificateShape``).
     init(_ der: ArraySlice<UInt8>, _ what: @autoclosure () -> String, configured: Bool = false) throws(VerificationError) {
+        // Apple's certificates are 0.6–1.6 KB; a received one is parsed whole before any
+        // signature is checked, and a 4 MiB one could hold a million ASN.1 elements.
+        guard configured || der.count <= Self.maxBytes else {
+            throw VerificationError(.limitExceeded, "\(what()) of \(der.count) bytes (at most \(Self.maxBytes))")
+        }
         self.der = der
         do { shape = try CertificateShape(der, configured: configured) } catch { throw VerificationError(.malformed, "\(what()): \(error.detail)") }
         guard let certificate = try? Certificate(derEncoded: Array(der)) else {
@@ -32,7 +37,11 @@ struct ReceivedCertificate {
         self.certificate = certificate
     }
 
-    var name: String { certificate.commonName ?? certificate.subject.description }
+    /// Largest certificate accepted from a receipt or a JWS.
+    static let maxBytes = 16 * 1024
+
+    /// Its common name, else its subject, for error details: at most 200 characters.
+    var name: String { String((certificate.commonName ?? certificate.subject.description).prefix(200)) }
 }
 
 /// Validates signing chains against the configured anchors, at a given time, and caches
@@ -54,24 +63,35 @@ final class ChainValidator: Sendable {
     private let cache = Mutex(Cache())
     static let cacheCapacity = 256
 
-    /// A validated chain, whether it was ever found again, and when it was last kept or found
-    /// (a tick of ``Cache/clock``).
+    /// A validated chain under its key, whether it was ever found again, and when it was last
+    /// kept or found (a tick of ``Cache/clock``).
     struct CachedChain {
+        var key: CacheKey
         var chain: ValidatedChain
         var found = false
         var used: UInt64
     }
 
-    /// The validated chains by key; at most `cacheCapacity`. One receipt can be re-encoded
-    /// into hundreds of keys (certificate order, length forms), each validated once: a full
-    /// table drops the oldest entry never found again, so such a flood evicts only itself
-    /// while a chain players keep presenting stays; when every entry was found again (the
-    /// flood's keys each presented twice), the least recently used goes. O(capacity) once per
-    /// miss on a full table, against a chain validation's milliseconds.
+    /// The validated chains, at most `cacheCapacity`, in buckets by their key's hash; a
+    /// bucket holds at most `bucketCapacity`. One receipt can be re-encoded into hundreds of
+    /// keys (certificate order, length forms), and a JWS header padded around a real Apple
+    /// chain into as many as its length allows, each validated once: a full table drops the
+    /// oldest entry never found again, so such a flood evicts only itself while a chain
+    /// players keep presenting stays; when every entry was found again (the flood's keys each
+    /// presented twice), the least recently used goes. O(capacity) once per miss on a full
+    /// table, against a chain validation's milliseconds.
+    ///
+    /// The buckets bound what keys that share a hash cost: ``CacheKey`` hashes a few windows
+    /// of its bytes, so keys that differ only between them (such padded headers) collide,
+    /// and in one table of 256 they made every lookup compare each of them whole under the
+    /// lock. A new key for a full bucket replaces that bucket's entry never found again, else
+    /// its least recently used.
     struct Cache {
-        var entries: [CacheKey: CachedChain] = [:]
+        var buckets: [Int: [CachedChain]] = [:]
+        var count = 0
         var clock: UInt64 = 0
     }
+    static let bucketCapacity = 4
 
     init(anchors: [TrustAnchor]) {
         self.anchors = anchors
@@ -81,32 +101,68 @@ final class ChainValidator: Sendable {
     }
 
     func cached(_ key: CacheKey, at time: Date) -> ValidatedChain? {
+        let hash = key.hashValue
         let hit = cache.withLock { cache -> ValidatedChain? in
-            // One lookup (a key is ~4 KB, compared whole): the marks are set through its index.
-            guard let index = cache.entries.index(forKey: key) else { return nil }
+            // The marks are set in place, through the bucket's index.
+            guard let bucket = cache.buckets.index(forKey: hash),
+                let index = cache.buckets.values[bucket].firstIndex(where: { $0.key == key })
+            else { return nil }
             cache.clock += 1
-            cache.entries.values[index].found = true
-            cache.entries.values[index].used = cache.clock
-            return cache.entries.values[index].chain
+            cache.buckets.values[bucket][index].found = true
+            cache.buckets.values[bucket][index].used = cache.clock
+            return cache.buckets.values[bucket][index].chain
         }
         guard let hit else { return nil }
         return hit.validFrom <= time && time <= hit.validUntil ? hit : nil
     }
 
     func remember(_ chain: ValidatedChain, key: CacheKey) {
+        let hash = key.hashValue
         cache.withLock { cache in
             cache.clock += 1
-            if cache.entries[key] == nil, cache.entries.count >= Self.cacheCapacity {
-                // Never found again before found, then the oldest: one pass, no copy.
-                if let victim = cache.entries.indices.min(by: {
-                    let (a, b) = (cache.entries.values[$0], cache.entries.values[$1])
-                    return (a.found ? 1 : 0, a.used) < (b.found ? 1 : 0, b.used)
-                }) {
-                    cache.entries.remove(at: victim)
+            let entry = CachedChain(key: key, chain: chain, used: cache.clock)
+            if let bucket = cache.buckets.index(forKey: hash) {
+                if let index = cache.buckets.values[bucket].firstIndex(where: { $0.key == key }) {
+                    cache.buckets.values[bucket][index].chain = chain
+                    cache.buckets.values[bucket][index].used = cache.clock
+                    return
+                }
+                if cache.buckets.values[bucket].count >= Self.bucketCapacity {
+                    if let victim = Self.victim(in: cache.buckets.values[bucket]) { cache.buckets.values[bucket][victim] = entry }
+                    return
                 }
             }
-            cache.entries[key] = CachedChain(chain: chain, found: cache.entries[key]?.found ?? false, used: cache.clock)
+            if cache.count >= Self.cacheCapacity {
+                // Never found again before found, then the oldest: one pass, no copy.
+                var chosen: (bucket: Dictionary<Int, [CachedChain]>.Index, index: Int)?
+                for bucket in cache.buckets.indices {
+                    guard let index = Self.victim(in: cache.buckets.values[bucket]) else { continue }
+                    if let current = chosen,
+                        !Self.evictsBefore(cache.buckets.values[bucket][index], cache.buckets.values[current.bucket][current.index])
+                    {
+                        continue
+                    }
+                    chosen = (bucket, index)
+                }
+                if let chosen {
+                    cache.buckets.values[chosen.bucket].remove(at: chosen.index)
+                    if cache.buckets.values[chosen.bucket].isEmpty { cache.buckets.remove(at: chosen.bucket) }
+                    cache.count -= 1
+                }
+            }
+            cache.buckets[hash, default: []].append(entry)
+            cache.count += 1
         }
+    }
+
+    /// Whether `a` goes before `b`: one never found again before one found, then the older.
+    private static func evictsBefore(_ a: CachedChain, _ b: CachedChain) -> Bool {
+        (a.found ? 1 : 0, a.used) < (b.found ? 1 : 0, b.used)
+    }
+
+    /// The entry of `bucket` to evict first.
+    private static func victim(in bucket: [CachedChain]) -> Int? {
+        bucket.indices.min { evictsBefore(bucket[$0], bucket[$1]) }
     }
 
     /// The direct-signing anchor that is exactly this certificate, if any.
@@ -336,8 +392,9 @@ struct CertificateShape {
 /// Equality is a `memcmp` of the whole key. The hash covers the length and five 64-byte
 /// windows (start, quarters, end) rather than all ~4 KB: hashing and comparing the whole key
 /// was 7% of a small receipt's verification. Collisions cost a compare, never a wrong
-/// answer, and only validated chains are ever stored (at most `cacheCapacity`), so inputs
-/// an attacker chooses cannot fill the table with colliding keys.
+/// answer. Keys that differ only between the windows collide, and someone can make hundreds
+/// that validate (a JWS header padded around a real chain): the cache keeps at most
+/// ``ChainValidator/bucketCapacity`` keys of one hash.
 struct CacheKey: Hashable, Sendable {
     var bytes: [UInt8]
 

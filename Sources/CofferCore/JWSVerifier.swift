@@ -49,6 +49,11 @@ extension AppStoreVerifier {
         }
     }
 
+    /// Longest JWS header segment accepted (base64url characters).
+    static let maxHeaderCharacters = 16 * 1024
+    /// Longest JWS payload segment accepted (base64url characters).
+    static let maxPayloadCharacters = 128 * 1024
+
     private func verifyJWS(
         _ text: ArraySlice<UInt8>, now: Date, validateAt: Date?, nested: Bool, into evidence: inout Evidence
     ) async throws(VerificationError) {
@@ -56,6 +61,16 @@ extension AppStoreVerifier {
             throw VerificationError(.limitExceeded, "JWS of \(text.count) characters")
         }
         let jws = try CompactJWS(text)
+        // Apple's header (alg and three certificates) is ~4.4 KB and a notification's payload,
+        // two signed JWS inside, ~14 KB: the limits are a few times those. Without them a 4 MiB
+        // JWS could pad its header around a real Apple chain, which validates and is cached by
+        // those bytes, or fill its payload with JSON decoded twice before anything is checked.
+        guard jws.header.count <= Self.maxHeaderCharacters else {
+            throw VerificationError(.limitExceeded, "JWS header of \(jws.header.count) characters (at most \(Self.maxHeaderCharacters))")
+        }
+        guard jws.payload.count <= Self.maxPayloadCharacters else {
+            throw VerificationError(.limitExceeded, "JWS payload of \(jws.payload.count) characters (at most \(Self.maxPayloadCharacters))")
+        }
 
         // Payload first (unverified) so that we know the kind and the signing date.
         guard let payload = Base64.decode(bytes: jws.payload, url: true) else {

@@ -68,6 +68,8 @@ public struct ReceiptEncoding: Sendable {
     public var unsignedAttributes = false
     /// Carry the intermediate twice.
     public var duplicateIntermediate = false
+    /// Carry these DER elements too, after the root (each must be refused).
+    public var extraCertificates: [[UInt8]] = []
     public init() {}
 }
 
@@ -145,6 +147,7 @@ extension SandboxCA {
         var certificates: [ASN1Value] = [.raw(try Self.der(receiptSigner)), .raw(try Self.der(intermediate))]
         if encoding.duplicateIntermediate { certificates.append(.raw(try Self.der(intermediate))) }
         certificates.append(.raw(try Self.der(root)))
+        certificates += encoding.extraCertificates.map { .raw($0) }
         var signedDataFields: [ASN1Value] = [
             .integer(encoding.signedDataVersion),
             .set([.sequence([.oid(encoding.digest.oid), .null])] + encoding.extraDigestAlgorithms.map { .sequence([.oid($0.oid), .null]) }),

@@ -51,4 +51,38 @@ import Testing
         }
         #expect(validator.cached(Self.key(0), at: now) != nil)
     }
+
+    /// A key of 4,000 bytes that differs from the others only at bytes 100 and 101, outside
+    /// every window ``CacheKey`` hashes: all such keys share one hash, as a JWS header padded
+    /// around a real Apple chain can.
+    static func colliding(_ n: Int) -> CacheKey {
+        var bytes = (0..<4000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        bytes[100] = UInt8(truncatingIfNeeded: n)
+        bytes[101] = UInt8(truncatingIfNeeded: n >> 8)
+        return CacheKey(bytes[...])
+    }
+
+    /// Keys that share a hash hold at most a bucket's few entries: a flood of them cannot make
+    /// every lookup compare hundreds of keys whole under the cache's lock, and the chain
+    /// players keep presenting (a key of the same hash, found again) stays.
+    @Test func keysSharingAHashHoldOneBucket() throws {
+        let (validator, chain) = try Self.validator()
+        let now = Date()
+        let flood = ChainValidator.cacheCapacity * 2
+        #expect(Set((0...flood).map { Self.colliding($0).hashValue }).count == 1)
+        validator.remember(chain, key: Self.colliding(0))
+        #expect(validator.cached(Self.colliding(0), at: now) != nil)
+        for n in 1...flood {
+            validator.remember(chain, key: Self.colliding(n))
+            _ = validator.cached(Self.colliding(0), at: now)
+        }
+        #expect(validator.cached(Self.colliding(0), at: now) != nil, "the chain found again was evicted")
+        let survivors = (1...flood).filter { validator.cached(Self.colliding($0), at: now) != nil }.count
+        #expect(survivors == ChainValidator.bucketCapacity - 1)
+        // Keys of other hashes still fill the rest of the table.
+        for n in 1...ChainValidator.cacheCapacity { validator.remember(chain, key: Self.key(n)) }
+        let others = (1...ChainValidator.cacheCapacity).filter { validator.cached(Self.key($0), at: now) != nil }.count
+        #expect(others == ChainValidator.cacheCapacity - ChainValidator.bucketCapacity)
+        #expect(validator.cached(Self.colliding(0), at: now) != nil)
+    }
 }

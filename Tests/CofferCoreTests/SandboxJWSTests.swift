@@ -53,6 +53,30 @@ import Testing
         expectInvalid(try await sandboxVerifier().verify(try mint(encoding), now: testNow), .chainUntrusted)
     }
 
+    /// A header padded around a valid chain (cached by its bytes) and a payload of JSON
+    /// decoded before any check are refused by their length: over 16 KiB and 128 KiB.
+    @Test func oversizedHeaderAndPayloadAreRejected() async throws {
+        let parts = String(decoding: try mint(), as: UTF8.self).split(separator: ".").map(String.init)
+        let header = try #require(Base64.decodeURL(parts[0]))
+        let payload = try #require(Base64.decodeURL(parts[1]))
+        func padded(_ json: [UInt8], _ count: Int) -> String {
+            Base64.encodeURL(Array(json.dropLast()) + Array(#","pad":""#.utf8) + Array(repeating: 0x61, count: count) + Array(#""}"#.utf8))
+        }
+        func result(_ jws: String) async throws -> VerificationResult {
+            try await sandboxVerifier().verify(Array(jws.utf8), now: testNow)
+        }
+        let bigHeader = try await result([padded(header, 13_000), parts[1], parts[2]].joined(separator: "."))
+        #expect(bigHeader.error?.code == .limitExceeded, "\(bigHeader.error.map { "\($0)" } ?? "valid")")
+        let bigPayload = try await result([parts[0], padded(payload, 100_000), parts[2]].joined(separator: "."))
+        #expect(bigPayload.error?.code == .limitExceeded, "\(bigPayload.error.map { "\($0)" } ?? "valid")")
+        // Under the limits the same padding is read, and the signature (over the unpadded
+        // bytes) does not verify.
+        let header9k = try await result([padded(header, 6_000), parts[1], parts[2]].joined(separator: "."))
+        #expect(header9k.error?.code == .signatureInvalid, "\(header9k.error.map { "\($0)" } ?? "valid")")
+        let payload90k = try await result([parts[0], padded(payload, 90_000), parts[2]].joined(separator: "."))
+        #expect(payload90k.error?.code == .signatureInvalid, "\(payload90k.error.map { "\($0)" } ?? "valid")")
+    }
+
     @Test func missingX5CIsRejected() async throws {
         var encoding = JWSEncoding()
         encoding.chain = .none

@@ -155,6 +155,24 @@ import Testing
         expectInvalid(await verifier.verify(try mint(), now: testNow), .limitExceeded)
     }
 
+    /// A certificate is parsed whole before any signature is checked: one of over 16 KiB (a
+    /// SEQUENCE holding one OCTET STRING, 20,004 bytes in all) is refused by its size, and a
+    /// receipt carrying more than Apple's three and two spares by its count.
+    @Test func oversizedCertificatesAndTooManyAreRejected() async throws {
+        var encoding = ReceiptEncoding()
+        encoding.extraCertificates = [[0x30, 0x82, 0x4E, 0x20, 0x04, 0x82, 0x4E, 0x1C] + Array(repeating: 0x05, count: 19_996)]
+        let big = try await sandboxVerifier().verify(try mint(encoding: encoding), now: testNow)
+        #expect(big.error?.code == .limitExceeded, "\(big.error.map { "\($0)" } ?? "valid")")
+        #expect(big.error?.detail.contains("20004 bytes") == true, "\(big.error.map { "\($0)" } ?? "valid")")
+        // Under the size limit, the same element is looked at and refused for what it is.
+        encoding.extraCertificates = [[0x30, 0x82, 0x3E, 0x80, 0x04, 0x82, 0x3E, 0x7C] + Array(repeating: 0x05, count: 15_996)]
+        let small = try await sandboxVerifier().verify(try mint(encoding: encoding), now: testNow)
+        #expect(small.error?.code == .malformed, "\(small.error.map { "\($0)" } ?? "valid")")
+        encoding.extraCertificates = Array(repeating: [0x30, 0x00], count: 3)
+        let many = try await sandboxVerifier().verify(try mint(encoding: encoding), now: testNow)
+        #expect(many.error?.code == .limitExceeded, "\(many.error.map { "\($0)" } ?? "valid")")
+    }
+
     @Test func tooManyInAppRecordsIsRejected() async throws {
         var limits = VerificationLimits()
         limits.maxInAppRecords = 3

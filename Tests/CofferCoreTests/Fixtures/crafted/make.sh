@@ -27,6 +27,12 @@ openssl x509 -req -in "$work/leaf.csr" -CA "$work/int1.pem" -CAkey "$work/K.pem"
   -extfile "$work/leaf.ext" -out "$work/leaf.pem" 2>/dev/null
 openssl cms -sign -nodetach -binary -noattr -md sha256 -in payload.der -signer "$work/leaf.pem" -inkey "$work/L.pem" \
   -certfile "$work/ints.pem" -outform DER -out issuer-maze.der
+# issuer-maze-4.der: the same leaf with four of the seven (a receipt may carry at most five
+# certificates: the eight above are refused by their count before any is parsed). The one in
+# the repository was cut from issuer-maze.der (the certificates lie outside the signed bytes).
+sed -n '/BEGIN/,/END/p' "$work/int1.pem" "$work/int2.pem" "$work/int3.pem" "$work/int4.pem" > "$work/ints4.pem"
+openssl cms -sign -nodetach -binary -noattr -md sha256 -in payload.der -signer "$work/leaf.pem" -inkey "$work/L.pem" \
+  -certfile "$work/ints4.pem" -outform DER -out issuer-maze-4.der
 
 # rsa8192-signer.der: a receipt signed by a self-issued leaf with an 8192-bit RSA key (one
 # verification costs ~16 times one of Apple's 2048-bit keys).
