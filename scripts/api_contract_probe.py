@@ -211,6 +211,25 @@ class Probe:
     def call(self, label, method, path, expect=None, key=None, **kwargs):
         return self.check(label, method, path, self.request(method, path, key=key, **kwargs), expect)
 
+    def items(self, path, **kwargs):
+        """The `items` of a 200 JSON page at `path` (unchecked: for polling), else []."""
+        r = self.request("GET", path, **kwargs)
+        try:
+            body = r.json() if r.status_code == 200 else {}
+        except ValueError:
+            return []
+        return (body.get("items") or []) if isinstance(body, dict) else []
+
+    @staticmethod
+    def poll(condition, seconds, interval=0.25):
+        """Whether `condition()` held within `seconds`, asked every `interval` s: a bounded wait, not a guessed sleep."""
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(interval)
+        return True
+
     def coffer(self, *args):
         return subprocess.run([self.args.coffer, *args], check=True, capture_output=True, text=True).stdout.strip()
 
@@ -370,7 +389,12 @@ class Probe:
         self.call("the admin log with a bad limit", "GET", "/v1/admin/audit-log?limit=0", 400, key=admin)
 
         print("api-contract probe: audit")
-        time.sleep(2.5)  # delivery evidence is written once a second; a checkpoint every second
+        # Delivery evidence is written once a second, a checkpoint every second: wait until both are
+        # there (30 s at most, shared); the loop below fails on whichever is still empty.
+        deadline = time.monotonic() + 30
+        for path in ("deliveries", "checkpoints"):
+            has_items = lambda: bool(self.items(f"/v1/audit/{path}", key=auditor))
+            self.poll(has_items, max(0.0, deadline - time.monotonic()))
         for path in ("redemptions", "attempts", "revocations", "events", "deliveries", "checkpoints"):
             first = self.call(f"audit {path}", "GET", f"/v1/audit/{path}", 200, key=auditor)
             if first.status_code == 200 and not first.json().get("items"):
@@ -451,9 +475,14 @@ class Probe:
         call("its renewal", "POST", "/v1/redemptions", 200, bearer=ta, json={"signedTransaction": season("3101", original="3100", account=alice, expires="7200")})
         call("a season pass for bob's account, by alice", "POST", "/v1/redemptions", 422, bearer=ta,
              json={"signedTransaction": season("3200", account=bob)})
-        short = season("3300", account=bob, expires="4")
+        # 15 s to redeem it however slow the machine; then wait (bounded) until bob's entitlements
+        # show it lapsed, rather than sleeping past its end.
+        short = season("3300", account=bob, expires="15")
         call("a season pass about to lapse", "POST", "/v1/redemptions", 201, bearer=tb, json={"signedTransaction": short})
-        time.sleep(5)
+        lapsed = lambda: any(i.get("transactionId") == "3300" and i.get("state") == "expired"
+                             for i in self.items("/v1/entitlements", base=base, headers={"Authorization": f"Bearer {tb}"}))
+        if not self.poll(lapsed, 60, interval=0.5):
+            self.fail("the season pass lapses", "bob's entitlements did not show transaction 3300 expired within 60 s")
         call("restoring the lapsed pass", "POST", "/v1/redemptions", 403, bearer=tb, json={"signedTransaction": short})
         listed = call("alice's entitlements", "GET", "/v1/entitlements", 200, bearer=ta)
         if listed.status_code == 200 and len(listed.json().get("items", [])) != 2:

@@ -12,7 +12,7 @@ import Testing
 
 /// The real `coffer serve` process, killed with SIGKILL mid-storm and mid-upload, then
 /// restarted on the same data directory; and stopped with SIGTERM mid-request.
-@Suite(.serialized) struct CrashSafetyTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct CrashSafetyTests {
     /// A `coffer serve --demo` child process on a free port.
     final class Server: @unchecked Sendable {
         // @unchecked: `process`, `port`, `adminKey` and `log` are set once in init and
@@ -47,8 +47,13 @@ import Testing
                     found = (port, String(text[keyRange.upperBound...].prefix { !$0.isWhitespace }))
                     break
                 }
-                try await Task.sleep(for: .milliseconds(100))
+                do { try await Task.sleep(for: .milliseconds(100)) } catch {
+                    Server.reap(process)
+                    throw error
+                }
             }
+            // Not started in time: stop the child so the failing #require below cannot leak it.
+            if found == nil { Server.reap(process) }
             let (port, key) = try #require(found, "the server did not start: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
             self.port = port
             self.adminKey = key
@@ -61,6 +66,16 @@ import Testing
 
         func kill(_ signal: Int32) { Glibc.kill(process.processIdentifier, signal) }
 
+        /// Kills the child if it still runs and waits for its exit: for a `defer`, so that a
+        /// failing `#require` (or a test's time limit) cannot leak a running server.
+        func stop() { Server.reap(process) }
+
+        static func reap(_ process: Process) {
+            guard process.isRunning else { return }
+            Glibc.kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+
         func waitForExit(seconds: Int) async throws -> Int32 {
             for _ in 0..<(seconds * 20) where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
             try #require(!process.isRunning, "the server did not exit")
@@ -72,9 +87,13 @@ import Testing
     actor Queue {
         var items: [(String, String)]
         var acknowledged: [String] = []
+        /// Workers still redeeming: each one stops when the queue is empty or its client fails.
+        var working = 0
         init(_ items: [(String, String)]) { self.items = items }
         func next() -> (String, String)? { items.popLast() }
         func acknowledge(_ id: String) { acknowledged.append(id) }
+        func started() { working += 1 }
+        func stopped() { working -= 1 }
     }
 
     @Test func sigkillDuringARedemptionStormLosesNoAcknowledgedRedemption() async throws {
@@ -82,6 +101,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
+        defer { server.stop() }
         // 600 unique sandbox receipts, minted with the server's own demo CA.
         let receipts = root.appendingPathComponent("receipts")
         let mint = try await CofferExecutable.run([
@@ -97,6 +117,7 @@ import Testing
         let queue = Queue(items)
         let port = server.port
         // 16 clients redeem as fast as they can; the server is killed once 150 were acknowledged.
+        for _ in 0..<16 { await queue.started() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<16 {
                 group.addTask {
@@ -107,13 +128,25 @@ import Testing
                         guard
                             let response = try? await client.execute(
                                 .init("/v1/redemptions", method: .post, headers: [.contentType: "application/json"], body: ByteBuffer(string: body)))
-                        else { return }
+                        else { break }
                         if response.status == .created { await queue.acknowledge(id) }
                     }
+                    await queue.stopped()
                 }
             }
             group.addTask {
-                while await queue.acknowledged.count < 150 { try await Task.sleep(for: .milliseconds(5)) }
+                // Until 150 are acknowledged — unless every worker stopped or the deadline passed,
+                // which fails the test here instead of hanging it.
+                let deadline = ContinuousClock.now + .seconds(120)
+                while await queue.acknowledged.count < 150, await queue.working > 0, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                let count = await queue.acknowledged.count
+                if count < 150, await queue.working > 0 {
+                    Issue.record("only \(count) of 150 redemptions acknowledged within 120 s")
+                } else if count < 150 {
+                    Issue.record("every worker stopped (queue empty or a client error) after \(count) of 150 acknowledgements")
+                }
                 server.kill(SIGKILL)
             }
             try await group.waitForAll()
@@ -125,6 +158,7 @@ import Testing
 
         // Restart: every acknowledged redemption is in the ledger, and the chain verifies.
         let restarted = try await Server(dataDirectory: data)
+        defer { restarted.stop() }
         let db = try DatabaseQueue(path: data.appendingPathComponent("coffer.sqlite").path)
         let stored = Set(try await db.read { try String.fetchAll($0, sql: "SELECT transaction_id FROM redemptions") })
         #expect(acknowledged.isSubset(of: stored), "lost: \(acknowledged.subtracting(stored).sorted().prefix(10))")
@@ -139,6 +173,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
+        defer { server.stop() }
         let connection = try RawConnection(port: server.port)
         await connection.send(
             "PUT /v1/admin/assets/big-level HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.adminKey)\r\nContent-Length: 67108864\r\n\r\n")
@@ -156,6 +191,7 @@ import Testing
         #expect(try await server.waitForExit(seconds: 10) == SIGKILL)
 
         let restarted = try await Server(dataDirectory: data)
+        defer { restarted.stop() }
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: temporary.path)) ?? []).isEmpty, "temporary files cleaned at start")
         let log = (try? String(contentsOf: restarted.log, encoding: .utf8)) ?? ""
         #expect(log.contains("partial upload"), "the clean-up is logged")
@@ -174,6 +210,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: root) }
         let data = root.appendingPathComponent("data")
         let server = try await Server(dataDirectory: data)
+        defer { server.stop() }
         // A redemption so the ledger has an entry after the last periodic checkpoint.
         let receipt = try await CofferExecutable.run([
             "sandbox", "receipt", "--dir", data.appendingPathComponent("sandbox").path, "--bundle-id", "com.coffer.demo",

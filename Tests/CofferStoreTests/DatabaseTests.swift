@@ -123,29 +123,43 @@ struct DatabaseTests {
     @Test("the schema enforces CHECK, NOT NULL and UNIQUE constraints")
     func schemaConstraints() async throws {
         try await withDatabase { db throws in
-            let invalid = [
+            // Every column named: a row of the wrong width fails on its column count, whatever its values.
+            let product = "INSERT INTO products (product_id, bundle_id, type, asset_ids, title, updated_at, family_shareable, duration_seconds)"
+            let asset = "INSERT INTO assets (asset_id, version, name, content_type, size, sha256, created_at)"
+            // The column lists are right: a valid row goes in.
+            try db.execute(sql: "\(product) VALUES ('valid', 'b', 'consumable', '[]', 't', 0, 0, NULL)")
+            let invalid: [(sql: String, code: ResultCode)] = [
                 // unknown product type
-                "INSERT INTO products VALUES ('p', 'b', 'subscription', '[]', 't', 0)",
+                ("\(product) VALUES ('p', 'b', 'subscription', '[]', 't', 0, 0, NULL)", .SQLITE_CONSTRAINT_CHECK),
                 // asset_ids is not a JSON array
-                "INSERT INTO products VALUES ('p', 'b', 'consumable', '{\"a\":1}', 't', 0)",
+                ("\(product) VALUES ('p', 'b', 'consumable', '{\"a\":1}', 't', 0, 0, NULL)", .SQLITE_CONSTRAINT_CHECK),
                 // NULL primary key
-                "INSERT INTO products VALUES (NULL, 'b', 'consumable', '[]', 't', 0)",
+                ("\(product) VALUES (NULL, 'b', 'consumable', '[]', 't', 0, 0, NULL)", .SQLITE_CONSTRAINT_NOTNULL),
+                // the valid row's product id again
+                ("\(product) VALUES ('valid', 'b', 'consumable', '[]', 't', 0, 0, NULL)", .SQLITE_CONSTRAINT_PRIMARYKEY),
                 // version 0, negative size, short digest
-                "INSERT INTO assets VALUES ('a', 0, 'n', 'c', 1, '\(fakeHash("x"))', 0)",
-                "INSERT INTO assets VALUES ('a', 1, 'n', 'c', -1, '\(fakeHash("x"))', 0)",
-                "INSERT INTO assets VALUES ('a', 1, 'n', 'c', 1, 'abc', 0)",
+                ("\(asset) VALUES ('a', 0, 'n', 'c', 1, '\(fakeHash("x"))', 0)", .SQLITE_CONSTRAINT_CHECK),
+                ("\(asset) VALUES ('a', 1, 'n', 'c', -1, '\(fakeHash("x"))', 0)", .SQLITE_CONSTRAINT_CHECK),
+                ("\(asset) VALUES ('a', 1, 'n', 'c', 1, 'abc', 0)", .SQLITE_CONSTRAINT_CHECK),
                 // unknown source format
-                """
-                INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
-                source_format, redeemed_at, client_address, status, grant_hash) VALUES ('r', 't', 'p', 'b', 'e', 1, 'h', 'jws', 0, 'c', 's', 'g')
-                """,
+                (
+                    """
+                    INSERT INTO redemptions (redemption_id, transaction_id, product_id, bundle_id, environment, quantity, receipt_sha256,
+                    source_format, redeemed_at, client_address, status, grant_hash) VALUES ('r', 't', 'p', 'b', 'e', 1, 'h', 'jws', 0, 'c', 's', 'g')
+                    """, .SQLITE_CONSTRAINT_CHECK
+                ),
                 // unknown role
-                "INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at) VALUES ('k', 'n', 'root', 'h', 0, NULL)",
+                (
+                    "INSERT INTO api_keys (key_id, name, role, secret_hash, created_at, revoked_at) VALUES ('k', 'n', 'root', 'h', 0, NULL)",
+                    .SQLITE_CONSTRAINT_CHECK
+                ),
             ]
-            for sql in invalid {
-                #expect(throws: (any Error).self, "\(sql)") { try db.execute(sql: sql) }
+            for (sql, code) in invalid {
+                // The constraint named, not any error: a wrong column count or a typo is an error too.
+                let error = #expect(throws: DatabaseError.self, "\(sql)") { try db.execute(sql: sql) }
+                #expect(error?.extendedResultCode == code, "\(sql): \(String(describing: error))")
             }
-            #expect(try db.fetchInt(sql: "SELECT (SELECT COUNT(*) FROM products) + (SELECT COUNT(*) FROM assets)") == 0)
+            #expect(try db.fetchInt(sql: "SELECT (SELECT COUNT(*) FROM products) + (SELECT COUNT(*) FROM assets)") == 1, "only the valid row")
 
             let catalogue = SQLiteCatalogue(db)
             await #expect(throws: (any Error).self) {
