@@ -10,6 +10,8 @@ struct AdminController {
     let catalogue: any CatalogueRepository
     let adminLog: any AdminLogRepository
     let content: any ContentStore
+    /// To look the request's key up again when a long upload ends.
+    let keys: any KeyRepository
     /// Uploads in progress.
     let uploads: Gate
     /// Largest asset upload, bytes.
@@ -143,12 +145,29 @@ struct AdminController {
             await writer.abort()
             throw error
         }
+        // The key was checked when the request began, and an upload can last as long as its
+        // client keeps sending: a key revoked since (`coffer keys revoke`, a leak being
+        // contained) makes no new version. The bytes stay unreferenced (`coffer content gc`).
+        try await checkKeyStillLive(context)
         let entry = entry(context, .assetUpload, target: assetId, detail: "")
         let asset = try await catalogue.addAssetVersion(
             assetId: assetId, name: name, contentType: contentType, size: stored.size, sha256: stored.sha256, at: entry.at,
             logging: { asset in Self.uploadEntry(entry, asset) })
         note(context, Self.uploadEntry(entry, asset))
         return try JSON.response(asset, status: .created)
+    }
+
+    /// 401 when the request's key has been revoked (or removed) since it was checked.
+    func checkKeyStillLive(_ context: CofferRequestContext) async throws {
+        guard let identity = context.identity else { throw Problem(.unauthenticated, "send Authorization: Bearer <key>") }
+        let current: APIKey?
+        do { current = try await keys.key(secretHash: identity.secretHash) } catch {
+            throw Problem.unavailable(internalDetail: "key lookup failed: \(error)")
+        }
+        guard let current, current.keyId == identity.keyId, current.revokedAt == nil else {
+            context.logger.notice("upload refused: its key was revoked while it was sent", metadata: ["key": "\(identity.displayName)"])
+            throw Problem(.unauthenticated, "the key was revoked during the upload", headers: [.wwwAuthenticate: "Bearer"])
+        }
     }
 
     /// The admin-log entry of an action by this request's key: the repositories store it in

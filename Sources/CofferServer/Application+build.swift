@@ -88,7 +88,8 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
         APIKeyMiddleware(keys: d.keys, ledgerKey: d.ledgerSigner.publicKey, roles: roles, failures: authFailures, metrics: metrics)
     }
     AdminController(
-        vault: vault, catalogue: d.catalogue, adminLog: d.adminLog, content: d.content, uploads: runtime.uploads, uploadLimit: c.uploadLimit,
+        vault: vault, catalogue: d.catalogue, adminLog: d.adminLog, content: d.content, keys: d.keys, uploads: runtime.uploads,
+        uploadLimit: c.uploadLimit,
         bodyTimeout: c.bodyTimeout, bundleIds: c.bundleIds
     ).add(
         to: router.group("/v1/admin").add(

@@ -279,6 +279,31 @@ final class RawConnection: @unchecked Sendable {
         }
     }
 
+    /// A key is checked when a request begins, and an upload lasts as long as its client keeps
+    /// sending: one revoked meanwhile (a leaked key being contained) adds no asset version.
+    @Test func anUploadWhoseKeyIsRevokedMeanwhileMakesNoVersion() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let admin = try #require(try await h.services.keys.key(secretHash: APIKeys.hash(h.adminKey)))
+        try await h.app.test(.live) { client in
+            let port = try #require(client.port)
+            let stalled = try RawConnection(port: port)
+            await stalled.send(
+                "PUT /v1/admin/assets/level-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(h.adminKey)\r\nContent-Length: 10000\r\n\r\n"
+                    + String(repeating: "x", count: 5000))
+            let deadline = ContinuousClock.now + .seconds(20)
+            while h.runtime.uploadsInProgress == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(h.runtime.uploadsInProgress == 1)
+            #expect(try await h.services.keys.revoke(keyId: admin.keyId, at: Date()))
+            await stalled.send(String(repeating: "x", count: 5000))
+            let done = await stalled.receive(seconds: 10)
+            #expect(done.hasPrefix("HTTP/1.1 401"), "\(done.prefix(200))")
+            #expect(done.contains("revoked during the upload"), "\(done.prefix(400))")
+            let asset = try await h.services.catalogue.asset("level-1")
+            #expect(asset?.size == Int64(h.levelBytes.count), "a version was added: \(String(describing: asset))")
+        }
+    }
+
     @Test func declaredOversizedBodiesAreRefusedBeforeReading() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }
