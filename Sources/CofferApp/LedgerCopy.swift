@@ -4,10 +4,20 @@ import CofferStore
 import Crypto
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// `coffer ledger copy`: a data directory's SQLite ledger — chain, checkpoints, seal, attempts,
 /// revocations, admin log, keys, catalogue and content pins — into an empty PostgreSQL database, in one
 /// transaction, every row with its sequence number and values; then the copy is verified with
 /// `publicKey`, as the original is. The upgrade path for a deployment that outgrew one box.
+/// The command copies from a ``Snapshot`` it has verified and checked against the high-water
+/// mark (``checkHighWater(dataDirectory:publicKey:ledger:)``).
 public enum LedgerCopy {
     /// What was copied, and the copy's audit.
     public struct Summary: Sendable {
@@ -16,6 +26,46 @@ public enum LedgerCopy {
     }
 
     static let page = 1000
+
+    /// A consistent copy of a data directory's SQLite database, in a temporary directory only
+    /// this user can read (the ledger holds client addresses): what the copy audits first is
+    /// exactly what it copies, whatever the file's holder or a server still running writes to
+    /// the original meanwhile. `remove()` deletes it.
+    public struct Snapshot: Sendable {
+        public let database: CofferDatabase
+        let directory: URL
+
+        /// Refuses a database whose schema is not exactly this binary's (as `ledger verify` does).
+        public init(of path: String) throws {
+            let source = try CofferDatabase(readOnlyPath: path)
+            let template = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-copy-XXXXXX").path
+            var buffer = Array(template.utf8CString)
+            guard let made = mkdtemp(&buffer) else { throw POSIXError(.EACCES) }
+            directory = URL(fileURLWithPath: String(cString: made))
+            let file = directory.appendingPathComponent("coffer.sqlite").path
+            do {
+                try source.backup(to: file)
+                database = try CofferDatabase(path: file)
+            } catch {
+                try? FileManager.default.removeItem(at: directory)
+                throw error
+            }
+        }
+
+        public func remove() {
+            try? database.close()
+            try? FileManager.default.removeItem(at: directory)
+        }
+    }
+
+    /// Refuses a ledger behind its data directory's high-water mark (a backup restored over
+    /// the box's newer ledger), as `serve` does: copied, it would verify and serve again what
+    /// the newer one had refused.
+    public static func checkHighWater(dataDirectory: String, publicKey: Curve25519.Signing.PublicKey, ledger database: CofferDatabase)
+        async throws
+    {
+        try await LedgerHighWaterFile(path: DataDirectory(dataDirectory).ledgerHighWater, key: publicKey).check(SQLiteLedger(database))
+    }
 
     public static func copy(from database: CofferDatabase, to backend: PostgresBackend, publicKey: Curve25519.Signing.PublicKey) async throws
         -> Summary

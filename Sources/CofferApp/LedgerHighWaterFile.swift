@@ -23,8 +23,12 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
 
     /// The mark of `configuration`'s data directory, raised only to seals `signer` made.
     init(_ configuration: CofferConfiguration, signer: LedgerSigner) {
-        path = DataDirectory(configuration.dataDirectory).ledgerHighWater
-        key = signer.publicKey
+        self.init(path: DataDirectory(configuration.dataDirectory).ledgerHighWater, key: signer.publicKey)
+    }
+
+    init(path: String, key: Curve25519.Signing.PublicKey) {
+        self.path = path
+        self.key = key
     }
 
     /// The mark, or nil when there is no such file. A file that cannot be read or is not a

@@ -152,7 +152,7 @@ public struct PostgresImporter {
 extension PostgresBackend {
     static let importedTables = [
         "products", "assets", "api_keys", "redemptions", "attempts", "revocations", "admin_actions", "ledger_events", "ledger_checkpoints",
-        "ledger_head", "purchase_events", "deliveries",
+        "ledger_head", "purchase_events", "deliveries", "content_pins",
     ]
 
     /// Runs `body` in one transaction over an empty, migrated database (``PostgresStoreError/notEmpty(_:)``

@@ -48,7 +48,10 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         self.port = components.port ?? 5432
         self.database = database
         self.sslMode = .prefer
+        var seen: Set<String> = []
         for item in components.queryItems ?? [] {
+            // libpq lets the last one win: `?sslmode=verify-full&sslmode=disable` would be plain text.
+            guard seen.insert(item.name).inserted else { throw .repeated(item.name) }
             switch item.name {
             case "sslmode":
                 guard let mode = item.value.flatMap(SSLMode.init(rawValue:)) else { throw .sslMode(item.value ?? "") }
@@ -166,6 +169,7 @@ public enum PostgresURLError: Error, Sendable, Hashable, CustomStringConvertible
     case rootCertificate(String, String)
     case empty(String)
     case socketDirectory(String)
+    case repeated(String)
 
     public var description: String {
         switch self {
@@ -178,6 +182,7 @@ public enum PostgresURLError: Error, Sendable, Hashable, CustomStringConvertible
         case .port(let port): "port \(port) is out of range"
         case .rootCertificate(let path, let error): "sslrootcert \(path): \(error)"
         case .empty(let name): "URL parameter '\(name)' is empty"
+        case .repeated(let name): "URL parameter '\(name)' is given more than once"
         case .socketDirectory(let value):
             "host=\(value) is not a socket directory (an absolute path such as /run/postgresql); give a TCP host as postgres://USER@HOST/DB"
         }

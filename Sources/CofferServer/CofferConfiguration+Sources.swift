@@ -12,6 +12,7 @@ extension CofferConfiguration {
     /// subcommands) and hands over the values, so a flag that was not given is absent here,
     /// and a repeatable flag given no times is absent too (never an empty list).
     public static func reader(commandLine: InMemoryProvider, environment: [String: String]) async throws -> ConfigReader {
+        try CofferEnvironment.checkNames(environment)
         var providers: [any ConfigProvider] = [commandLine] + CofferEnvironment.providers(environment)
         // The file's own path comes from the flag or the environment only.
         if let path = try await ConfigReader(providers: providers).fetchString(forKey: ConfigKey(CofferSetting.config.key)) {

@@ -11,6 +11,26 @@ import Foundation
 /// so list values are normalised before it sees them, and the empty lists — which no string
 /// can spell for it — come from a small in-memory provider in front of it.
 enum CofferEnvironment {
+    /// `COFFER_*` variables that are not server settings: the client's (`COFFER_KEY`,
+    /// `COFFER_SERVER`, `COFFER_URL`), the console's and the scripts' (`COFFER_CONSOLE_DIR`,
+    /// `COFFER_BIN`, `COFFER_TEST_…`).
+    static let otherVariables: Set<String> = ["COFFER_KEY", "COFFER_SERVER", "COFFER_URL", "COFFER_CONSOLE_DIR", "COFFER_BIN"]
+
+    /// Refuses a `COFFER_*` variable that names no setting: the flags are singular where the
+    /// variables are plural (`--trusted-proxy`, `COFFER_TRUSTED_PROXIES`), and a misspelt one was
+    /// ignored — `COFFER_TRUSTED_PROXY` left every client with nginx's address, `COFFER_LEGACY_RECEIPT`
+    /// kept legacy receipts accepted — while unknown config-file keys were already refused.
+    static func checkNames(_ environment: [String: String]) throws {
+        let known = Set(CofferSetting.all.map(\.environmentVariable)).union(otherVariables)
+        let unknown = environment.keys.filter { $0.hasPrefix("COFFER_") && !$0.hasPrefix("COFFER_TEST_") && !known.contains($0) }.sorted()
+        guard let first = unknown.first else { return }
+        let near = known.filter { $0.hasPrefix(first) || first.hasPrefix($0) || $0.hasPrefix(String(first.dropLast())) }.sorted()
+        throw CofferConfigurationError(
+            "unknown environment variable\(unknown.count == 1 ? "" : "s") \(unknown.joined(separator: ", "))"
+                + (near.isEmpty ? "" : " (did you mean \(near.joined(separator: " or "))?)")
+                + "; every setting's variable is listed in the README's configuration table")
+    }
+
     /// Highest precedence first.
     static func providers(_ environment: [String: String]) -> [any ConfigProvider] {
         var variables = environment

@@ -61,6 +61,14 @@ public final class CofferDatabase: Sendable {
         self.pool = pool
     }
 
+    /// Writes a copy of the database as it is in one read transaction (SQLite's online backup)
+    /// to a new file at `path`: a consistent snapshot, whatever writes the server makes meanwhile.
+    public func backup(to path: String) throws {
+        let target = try DatabaseQueue(path: path)
+        try pool.backup(to: target)
+        try target.close()
+    }
+
     /// Copies the WAL into the database file and truncates it, then closes every connection.
     /// Call once, at shutdown, after the last request. (The pool's read-only readers cannot
     /// checkpoint when they close last, so the writer does it explicitly first.)

@@ -65,8 +65,11 @@ struct KeyStores {
     var signer: LedgerSigner
 
     /// Runs `body` over the key stores of `database` (when given) or of `dataDir`. The ledger key
-    /// is never created here unless the ledger is new (a first `keys create` before the first
-    /// `serve`): a stray key would sign what the server's key never saw.
+    /// is never created here unless the ledger is a new SQLite one (a first `keys create` before
+    /// the first `serve`): a stray key would sign what the server's key never saw. On PostgreSQL
+    /// never: the instances may already run on the empty ledger with their own key (in their
+    /// data directory or a systemd credential), and a key made here would seal the shared
+    /// chain with another key, which every instance then refuses.
     static func with<T>(dataDir: String, ledgerKey: String?, database: String?, allowNew: Bool, _ body: (KeyStores) async throws -> T)
         async throws -> T
     {
@@ -82,14 +85,14 @@ struct KeyStores {
             let key = try signer(create: allowNew && isNew)
             return try await body(KeyStores(keys: SQLiteKeys(db, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
+        let key: LedgerSigner
+        do { key = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer } catch {
+            throw UsageError(
+                "\(error): on PostgreSQL, keys are signed with the instances' ledger key — pass it with --ledger-key (or the data directory "
+                    + "holding it with --data-dir); none is made here")
+        }
         return try await DatabaseOption.with(database, migrate: true) { backend in
-            // New only when nothing is chained yet: a chain without a seal (copied in) is not new.
-            let isNew = try await PostgresLedger(backend).chainedEntries(after: 0, limit: 1).isEmpty
-            if allowNew && isNew {
-                try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            }
-            let key = try signer(create: allowNew && isNew)
-            return try await body(KeyStores(keys: PostgresKeys(backend, checkpoints: CheckpointPolicy(signer: key)), signer: key))
+            try await body(KeyStores(keys: PostgresKeys(backend, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
     }
 }

@@ -182,11 +182,21 @@ struct LedgerCommand: AsyncParsableCommand {
             let path = DataDirectory(fromDataDir).database
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
             let key = try Verify.serverKey(dataDir: fromDataDir, ledgerKey: ledgerKey)
-            let database: CofferDatabase
-            do { database = try CofferDatabase(readOnlyPath: path) } catch { throw UsageError("cannot open \(path) read-only: \(error)") }
+            // One snapshot, audited and then copied: nothing written to the file between the two
+            // (by its holder, or by a server still running) reaches the copy unverified.
+            let snapshot: LedgerCopy.Snapshot
+            do { snapshot = try LedgerCopy.Snapshot(of: path) } catch { throw UsageError("cannot snapshot \(path): \(error)") }
+            defer { snapshot.remove() }
+            let database = snapshot.database
             let source = try await SQLiteLedger(database).audit(publicKey: key)
             guard source.intact else {
                 print("refused: the source ledger does not verify:\n" + Verify.text(source))
+                throw ExitCode(1)
+            }
+            do { try await LedgerCopy.checkHighWater(dataDirectory: fromDataDir, publicKey: key, ledger: database) } catch let error
+                as LedgerStartupError
+            {
+                print("refused: \(error)")
                 throw ExitCode(1)
             }
             let summary: LedgerCopy.Summary

@@ -213,6 +213,15 @@ extension ServeCommand {
         var demo: Bool
     }
 
+    /// `endpoint` with any user and password in it replaced by `***` (the server refuses such
+    /// an endpoint, but --print-config shows the settings before that check).
+    static func withoutUserInfo(_ endpoint: String) -> String {
+        guard var components = URLComponents(string: endpoint), components.user != nil || components.password != nil else { return endpoint }
+        components.user = "***"
+        components.password = nil
+        return components.string ?? "***"
+    }
+
     func printResolved(_ c: CofferConfiguration) throws {
         let resolved = Resolved(
             host: c.host, port: c.port, dataDirectory: c.dataDirectory, bundleIds: c.bundleIds.sorted(), appAppleId: c.appAppleId, roots: c.roots,
@@ -224,7 +233,7 @@ extension ServeCommand {
             downloadStallTimeout: c.downloadStallTimeoutSeconds, downloadsPerAddress: c.maxDownloadsPerAddress, bodyBudget: c.bodyBudgetBytes,
             accelRedirect: c.accelRedirectPrefix, ledgerKey: c.ledgerKeyFile, database: try c.databaseURL.map { try PostgresURL($0).description },
             databasePoolSize: c.databasePoolSize, auditConcurrency: c.auditConcurrency, eventLoops: c.eventLoops,
-            contentStore: c.contentStore, s3Endpoint: c.s3Endpoint,
+            contentStore: c.contentStore, s3Endpoint: c.s3Endpoint.map(Self.withoutUserInfo),
             s3Region: c.s3Region,
             s3PartSize: c.s3PartSize, contentCacheSize: c.contentCacheSize, downloadMode: c.downloadMode.rawValue, playerKeys: c.playerKeyFiles,
             playerIssuer: c.playerIssuer,

@@ -40,6 +40,9 @@ import Testing
             // Against the system's roots with no host name checked, any certificate from a
             // public authority would do: verify-ca names its authority.
             ("postgres://u@h/d?sslmode=verify-ca", .missing("sslrootcert=FILE, which sslmode=verify-ca checks the server's certificate against")),
+            // The last would win, as in libpq: a verified connection quietly made plain text.
+            ("postgres://u@h/d?sslmode=verify-full&sslmode=disable", .repeated("sslmode")),
+            ("postgres://u@h/d?sslrootcert=/a.pem&sslmode=verify-ca&sslrootcert=/b.pem", .repeated("sslrootcert")),
         ]
         for (text, expected) in cases {
             #expect(throws: expected, "\(text)") { try PostgresURL(text) }

@@ -285,6 +285,22 @@ import Testing
                 == 0)
         #expect(try await CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a", "--token-ttl", "1"], environment: [:]).status == 2)
         #expect(try await CofferExecutable.run(["serve", "--print-config", "--bundle-id", "a"], environment: ["COFFER_PORT": "eighty"]).status == 2)
+        // A misspelt variable is refused, with the one meant; the client's and tests' are not settings.
+        let misspelt = try await CofferExecutable.run(
+            ["serve", "--print-config", "--bundle-id", "a"], environment: ["COFFER_TRUSTED_PROXY": "127.0.0.1"])
+        #expect(misspelt.status == 2)
+        #expect(misspelt.stderr.contains("COFFER_TRUSTED_PROXY (did you mean COFFER_TRUSTED_PROXIES?)"), "\(misspelt.stderr)")
+        #expect(
+            try await CofferExecutable.run(
+                ["serve", "--print-config", "--bundle-id", "a"], environment: ["COFFER_KEY": "k", "COFFER_SERVER": "s", "COFFER_TEST_X": "1"]
+            ).status == 0)
+        // --print-config never shows a secret in an S3 endpoint (the server refuses such an endpoint later).
+        let endpoint = try await CofferExecutable.run(
+            ["serve", "--print-config", "--bundle-id", "a", "--content-store", "s3://game"],
+            environment: ["COFFER_S3_ENDPOINT": "https://AKID:SECRET@minio.example:9000"])
+        #expect(endpoint.status == 0, "\(endpoint.stderr)")
+        #expect(!endpoint.stdout.contains("SECRET") && !endpoint.stdout.contains("AKID"), "\(endpoint.stdout)")
+        #expect(endpoint.stdout.contains("minio.example:9000"), "\(endpoint.stdout)")
         let noBundle = try await CofferExecutable.run(["serve", "--data-dir", dir.appendingPathComponent("d").path], environment: [:])
         #expect(noBundle.status == 2)
         #expect(noBundle.stderr.contains("no bundle id"))

@@ -168,4 +168,41 @@ import Testing
             try await cluster.psql("SELECT action FROM admin_actions ORDER BY sequence DESC LIMIT 2", database: database)
                 == "ledger.adopt\nproduct.put")
     }
+
+    /// A box's older ledger — a backup restored over the newer one, which verifies on its own —
+    /// is refused by the copy as `serve` refuses it: it is behind the data directory's
+    /// high-water mark. Nothing reaches the database.
+    @Test func aLedgerBehindItsHighWaterMarkIsNotCopied() async throws {
+        let root = try makeTemporaryDirectory(prefix: "coffer-copy-behind")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        let file = data.appendingPathComponent("coffer.sqlite")
+        let backup = root.appendingPathComponent("backup.sqlite")
+        var minted: [(String, String)] = []
+        for index in 0..<2 {
+            let box = try await Server(dataDirectory: data)
+            defer { box.stop() }
+            // The receipts, once the demo made its sandbox CA.
+            if minted.isEmpty { minted = try await ScaleOutTests.receipts(data, first: 7300, count: 2) }
+            let (id, body) = minted[index]
+            let client = ObjectStoreScaleOutTests.client(box)
+            #expect(try await ScaleOutTests.redeem(client, body).status == .created, "\(id)")
+            try await client.shutdown()
+            box.kill(SIGTERM)
+            #expect(try await box.waitForExit(seconds: 30) == 0)
+            if index == 0 { try FileManager.default.copyItem(at: file, to: backup) }
+        }
+        // The older ledger put back (stopped cleanly, it is all in the main file).
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file.path + suffix) }
+        try FileManager.default.copyItem(at: backup, to: file)
+        #expect(try await Self.verified([], data: data).hasPrefix("ledger intact"), "the backup verifies on its own")
+        let cluster = try await PostgresCluster.shared()
+        let url = try await cluster.createDatabase()
+        let database = String(url.split(separator: "/").last?.split(separator: "?").first ?? "")
+        let copy = try await CofferExecutable.run(["ledger", "copy", "--from-data-dir", data.path, "--to-database", url])
+        #expect(copy.status == 1, "\(copy.stdout)\(copy.stderr)")
+        #expect(copy.stdout.contains("refused:") && copy.stdout.contains("high-water"), "\(copy.stdout)")
+        // Refused before the target was touched: not even migrated.
+        #expect(try await cluster.psql("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'", database: database) == "0")
+    }
 }

@@ -38,6 +38,25 @@ import Testing
                 body: ByteBuffer(string: "{\"signedPayload\":\"\(payload)\"}")))
     }
 
+    /// `keys create --database` without the instances' ledger key makes none: on an empty
+    /// shared ledger a key made here would seal the chain with a key no instance holds.
+    @Test func keysCreateOnPostgreSQLNeverMakesALedgerKey() async throws {
+        let root = try makeTemporaryDirectory(prefix: "coffer-keys-pg")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("data")
+        let url = try await PostgresCluster.shared().createDatabase()
+        #expect(try await CofferExecutable.run(["migrate", "--database", url]).status == 0)
+        let created = try await CofferExecutable.run([
+            "keys", "create", "--database", url, "--data-dir", data.path, "--role", "admin", "--name", "no key",
+        ])
+        #expect(created.status == 2, "\(created.stdout)\(created.stderr)")
+        #expect(created.stderr.contains("--ledger-key"), "\(created.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: data.appendingPathComponent("keys/ledger-signing.key").path))
+        let entries = try await PostgresCluster.shared().psql(
+            "SELECT count(*) FROM ledger_events", database: String(url.split(separator: "/").last?.split(separator: "?").first ?? ""))
+        #expect(entries == "0")
+    }
+
     @Test func theApplicationRoleRunsAnInstanceAndTheAuditRoleVerifies() async throws {
         // A cluster of its own: the file names the database `coffer` and its roles are the cluster's.
         let cluster = try await PostgresCluster.start()
