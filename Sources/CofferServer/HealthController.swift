@@ -64,15 +64,26 @@ struct HealthController {
 }
 
 /// One computation at a time, its value shared with every caller until it is `maxAge` old
-/// (counted from its start): callers that arrive while it runs wait for it.
+/// (counted from its start): callers that arrive while it runs wait for it, however long it
+/// takes — a slow database must not make a flood of probes start one check per `maxAge`,
+/// each holding a pooled connection.
 actor SharedOutcome<Value: Sendable> {
     private var last: (started: ContinuousClock.Instant, task: Task<Value, Never>)?
+    private var running = false
+    /// Callers that waited for, or took, a computation another started (tests wait on it).
+    private(set) var joined = 0
 
     func value(maxAge: Duration, _ compute: @escaping @Sendable () async -> Value) async -> Value {
         let now = ContinuousClock.now
-        if let last, now - last.started < maxAge { return await last.task.value }
+        if let last, running || now - last.started < maxAge {
+            joined += 1
+            return await last.task.value
+        }
         let task = Task { await compute() }
         last = (now, task)
-        return await task.value
+        running = true
+        let value = await task.value
+        if last?.task == task { running = false }
+        return value
     }
 }

@@ -1,6 +1,10 @@
 import ArgumentParser
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 @main
 struct Coffer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -45,20 +49,38 @@ enum IO {
         return [UInt8](data)
     }
 
-    /// Writes a file atomically with the given permissions.
+    /// Writes a file atomically with the given permissions: a new file beside it, created with
+    /// `mode` (so a key is never readable by others, not even for a moment, as it was while
+    /// `Data.write(.atomic)` made the file with the umask's mode and it was changed after),
+    /// flushed, then renamed over `path`.
     static func write(_ bytes: [UInt8], to path: String, mode: Int = 0o644) throws {
         let url = URL(fileURLWithPath: path)
-        do {
-            try Data(bytes).write(to: url, options: .atomic)
-            try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path)
-        } catch {
-            throw UsageError("cannot write \(path): \(error.localizedDescription)")
+        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString).tmp").path
+        func failed(_ what: String) -> UsageError { UsageError("cannot write \(path): \(what): \(String(cString: strerror(errno)))") }
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode_t(mode))
+        guard fd >= 0 else { throw failed("create") }
+        var done = false
+        defer {
+            close(fd)
+            if !done { unlink(temporary) }
         }
+        // The umask may have taken bits away: the mode asked for, exactly.
+        guard fchmod(fd, mode_t(mode)) == 0 else { throw failed("chmod") }
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if written < 0 && errno == EINTR { continue }
+            guard written > 0 else { throw failed("write") }
+            offset += written
+        }
+        guard fsync(fd) == 0 else { throw failed("fsync") }
+        guard rename(temporary, path) == 0 else { throw failed("rename") }
+        done = true
     }
 
-    /// Writes to `path`, or to standard output when nil.
-    static func output(_ bytes: [UInt8], to path: String?) throws {
-        if let path { try write(bytes, to: path) } else { FileHandle.standardOutput.write(Data(bytes)) }
+    /// Writes to `path` (`mode`), or to standard output when nil.
+    static func output(_ bytes: [UInt8], to path: String?, mode: Int = 0o644) throws {
+        if let path { try write(bytes, to: path, mode: mode) } else { FileHandle.standardOutput.write(Data(bytes)) }
     }
 
     static func date(_ text: String?, _ flag: String) throws -> Date? {

@@ -151,7 +151,8 @@ struct LedgerCommand: AsyncParsableCommand {
                 try await DatabaseOption.with(database) { backend in
                     try await PostgresLedger(backend).export(publicKey: key, now: Date()) { text += $0 }
                 }
-                return try IO.output(Array(text.utf8), to: out)
+                // 0600: the export holds client addresses.
+                return try IO.output(Array(text.utf8), to: out, mode: 0o600)
             }
             let path = DataDirectory(dataDir).database
             guard FileManager.default.fileExists(atPath: path) else { throw UsageError("no database at \(path)") }
@@ -160,7 +161,7 @@ struct LedgerCommand: AsyncParsableCommand {
             do { database = try CofferDatabase(readOnlyPath: path) } catch { throw UsageError("cannot open \(path) read-only: \(error)") }
             var text = ""
             try await SQLiteLedger(database).export(publicKey: key, now: Date()) { text += $0 }
-            try IO.output(Array(text.utf8), to: out)
+            try IO.output(Array(text.utf8), to: out, mode: 0o600)
         }
     }
 

@@ -99,6 +99,13 @@ import Testing
         #expect(try await CofferExecutable.run(["sandbox", "init", "--dir", ca]).status == 2, "never silently overwrites a CA")
         let keyMode = try FileManager.default.attributesOfItem(atPath: ca + "/receipt-signer-key.pem")[.posixPermissions] as? Int
         #expect(keyMode == 0o600)
+        // Replaced: each file written whole beside the old one with its mode, then renamed over it.
+        let before = try Data(contentsOf: URL(fileURLWithPath: ca + "/receipt-signer-key.pem"))
+        #expect(try await CofferExecutable.run(["sandbox", "init", "--dir", ca, "--force"]).status == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: ca + "/receipt-signer-key.pem")) != before)
+        #expect(try FileManager.default.attributesOfItem(atPath: ca + "/receipt-signer-key.pem")[.posixPermissions] as? Int == 0o600)
+        #expect(try FileManager.default.attributesOfItem(atPath: ca + "/root.pem")[.posixPermissions] as? Int == 0o644)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: ca).filter { $0.hasSuffix(".tmp") }.isEmpty, "no file left half-written")
 
         let receipt = dir.appendingPathComponent("r.der").path
         let mint = try await CofferExecutable.run([

@@ -344,6 +344,8 @@ import Testing
         // The CLI's own export of the same database verifies too.
         let cliExport = dir.appendingPathComponent("cli.ndjson")
         #expect(try await CofferExecutable.run(["ledger", "export", "--data-dir", h.directory.path, "--out", cliExport.path]).status == 0)
+        #expect(
+            try FileManager.default.attributesOfItem(atPath: cliExport.path)[.posixPermissions] as? Int == 0o600, "an export holds client addresses")
         let publicKey = try await CofferExecutable.run(["ledger", "public-key", "--data-dir", h.directory.path])
         #expect(publicKey.stdout == pem)
         #expect(try await CofferExecutable.run(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)
