@@ -312,6 +312,8 @@ extension NginxAccelTests {
             ("/etc/nginx/coffer_proxy_params", repo.appendingPathComponent("deploy/coffer_proxy_params").path),
             ("/etc/nginx/coffer_accel_location", repo.appendingPathComponent("deploy/coffer_accel_location").path),
             ("/var/log/nginx/coffer.log", accessLog.path),
+            // The redemption rate, down to what a test can reach without timing: 3 at once, then 429.
+            ("rate=20r/s", "rate=1r/m"), ("burst=200 nodelay", "burst=2 nodelay"),
         ] {
             try #require(deploy.contains(from), "deploy/nginx.conf no longer has \(from)")
             deploy = deploy.replacingOccurrences(of: from, with: to)
@@ -367,6 +369,16 @@ extension NginxAccelTests {
                 body: ByteBuffer(string: "{\"receipt\":\"\(receipt.stdout.trimmingCharacters(in: .whitespacesAndNewlines))\"}")))
         #expect(redeemed.status == .created)
         #expect(redeemed.headers[HTTPField.Name("Strict-Transport-Security")!] == "max-age=31536000", "the server block's HSTS")
+        // nginx's per-address redemption limit: the burst passes to Coffer (400 for junk), then 429.
+        var statuses: [HTTPResponse.Status] = []
+        for _ in 0..<3 {
+            let junk = try await client.execute(
+                .init(
+                    "/v1/redemptions", method: .post, authority: "localhost", headers: [.contentType: "application/json"],
+                    body: ByteBuffer(string: "{}")))
+            statuses.append(junk.status)
+        }
+        #expect(statuses == [.badRequest, .badRequest, .tooManyRequests], "\(statuses)")
         let object = try #require(
             try JSONSerialization.jsonObject(with: Data(redeemed.body?.readableBytesView ?? ByteBuffer().readableBytesView)) as? [String: Any])
         let url = try #require(((object["assets"] as? [[String: Any]])?.first)?["url"] as? String)
