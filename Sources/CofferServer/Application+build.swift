@@ -58,12 +58,21 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     ConsoleController().add(to: router)
     // Refusals written to the ledger, per address (an IPv6 /64 as one) and hour.
     let recordedRefusals = RateLimiter(perHour: c.recordedRefusalsPerHour, burst: c.recordedRefusalsPerHour)
+    // Refusals of one verified purchase written to the ledger, from every address, an hour
+    // (off with the address budget: --rate-recorded-refusals 0 records every refusal).
+    let purchaseBudget = c.recordedRefusalsPerHour == 0 ? 0 : CofferConfiguration.recordedRefusalsPerPurchasePerHour
+    let recordedPurchaseRefusals = RateLimiter(perHour: purchaseBudget, burst: purchaseBudget)
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),
         catalogue: d.catalogue, ledger: d.ledger, tokens: d.tokens, tokenTTL: c.tokenTTL, refundPolicy: c.refundPolicy,
         legacyReceipts: c.legacyReceipts,
         mayRecordRefusal: { [metrics] address in
             guard recordedRefusals.take(IPAddress.limitKey(address)) != nil else { return true }
+            metrics.refusalsUnrecorded.increment()
+            return false
+        },
+        mayRecordPurchaseRefusal: { [metrics] transactionId, spend in
+            if spend ? recordedPurchaseRefusals.take(transactionId) == nil : recordedPurchaseRefusals.allows(transactionId) { return true }
             metrics.refusalsUnrecorded.increment()
             return false
         })

@@ -54,8 +54,13 @@ public struct CofferConfiguration: Sendable {
     /// hour, as many at once (0: every one). Beyond them such a refusal is answered as ever,
     /// counted (`coffer_refusals_unrecorded_total`) and not written: each recorded one is a
     /// chained, append-only row for good, and 20 junk bytes a request cost no verification.
-    /// Refusals of verified proofs (replays, revoked purchases…) are always written.
+    /// Refusals of verified proofs (replays, revoked purchases…) have their own budget, per
+    /// purchase (``recordedRefusalsPerPurchasePerHour``).
     public var recordedRefusalsPerHour = 120
+    /// Refusals of one verified purchase (by transaction id, from any address) written to the
+    /// ledger an hour; off when `recordedRefusalsPerHour` is 0. Beyond it they are answered
+    /// alike and counted (`coffer_refusals_unrecorded_total`).
+    public static let recordedRefusalsPerPurchasePerHour = 60
     /// Notifications (`POST /v1/notifications`) per client address per minute (0: unlimited)…
     /// Apple posts from a handful of addresses, so the default is generous.
     public var notificationsPerMinute = 600

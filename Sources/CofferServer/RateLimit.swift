@@ -68,6 +68,18 @@ final class RateLimiter: Sendable {
         }
     }
 
+    /// Whether `client` has a token now, taking none and tracking nothing new (a client never
+    /// seen has a full bucket).
+    func allows(_ client: String, now: Double = ProcessInfo.processInfo.systemUptime) -> Bool {
+        guard enabled else { return true }
+        let rate = self.rate
+        let burst = Double(self.burst)
+        return table.withLock { table in
+            guard let bucket = table.buckets[client] else { return true }
+            return min(burst, bucket.tokens + (now - bucket.updated) * rate) >= 1
+        }
+    }
+
     var trackedClients: Int { table.withLock { $0.buckets.count } }
     var sweeps: Int { table.withLock { $0.sweeps } }
 

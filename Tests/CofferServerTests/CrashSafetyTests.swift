@@ -38,7 +38,9 @@ import Testing
             if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
             try process.run()
             var found: (Int, String)?
-            for _ in 0..<200 {
+            // Up to 60 s (a debug build makes the demo's RSA CA on a busy machine), no longer
+            // than the child lives.
+            for _ in 0..<600 {
                 let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
                 if let range = text.range(of: "Server started and listening on 127.0.0.1:"),
                     let port = Int(text[range.upperBound...].prefix { $0.isNumber }),
@@ -47,6 +49,7 @@ import Testing
                     found = (port, String(text[keyRange.upperBound...].prefix { !$0.isWhitespace }))
                     break
                 }
+                if !process.isRunning { break }
                 do { try await Task.sleep(for: .milliseconds(100)) } catch {
                     Server.reap(process)
                     throw error

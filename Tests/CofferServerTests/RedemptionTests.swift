@@ -207,6 +207,33 @@ import Testing
         }
     }
 
+    /// One real purchase replayed over and over (from a botnet, say) adds at most its budget of
+    /// chained rows an hour: the rest are refused alike and counted. Off, every one is written.
+    @Test func replaysOfOnePurchaseBeyondItsBudgetAreCountedNotWritten() async throws {
+        let budget = CofferConfiguration.recordedRefusalsPerPurchasePerHour
+        for (perAddress, written) in [(120, budget), (0, budget + 5)] {
+            let h = try await Harness.make { $0.recordedRefusalsPerHour = perAddress }
+            defer { h.cleanUp() }
+            try await h.app.test(.router) { client in
+                let body = try Harness.body(["receipt": try Harness.receipt("9100")])
+                let first = try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: body)
+                #expect(first.status == .created)
+                for _ in 0..<(budget + 5) {
+                    let replay = try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: body)
+                    #expect(replay.status == .conflict && Harness.code(replay) == "alreadyRedeemed")
+                }
+                let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+                #expect(metrics.contains("coffer_refusals_unrecorded_total \(budget + 5 - written)"), "\(metrics)")
+            }
+            var filter = AuditFilter()
+            filter.limit = 1000
+            let attempts = try await h.services.ledger.attempts(filter)
+            #expect(attempts.count == written, "per-address budget \(perAddress)")
+            #expect(attempts.allSatisfy { $0.code == "alreadyRedeemed" && $0.transactionId == "9100" })
+            #expect(try await LedgerHardeningTests.audit(h).intact)
+        }
+    }
+
     @Test func requestErrors() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }

@@ -102,17 +102,25 @@ public struct Vault: Sendable {
     /// Whether the refusal of a proof that did not verify, from this client address, may be
     /// written to the ledger's attempts (the server's per-address budget: each is a chained
     /// row for good, and junk costs its sender nothing); one that may not is answered all the
-    /// same. Refusals of verified proofs are always written.
+    /// same.
     public let mayRecordRefusal: @Sendable (_ clientAddress: String) -> Bool
+    /// Whether a refusal of a verified purchase (a replay, a revoked or unknown product…) may
+    /// be written, by its transaction id, from whatever address: `spend` false asks only,
+    /// before the write that may refuse it (a redemption spends nothing); true spends one.
+    /// One real purchase replayed from many addresses would otherwise add a chained row per
+    /// replay, for good; its first ones per hour are what an auditor needs.
+    public let mayRecordPurchaseRefusal: @Sendable (_ transactionId: String, _ spend: Bool) -> Bool
     /// What this instance answered in doubt (a write whose outcome was lost), for the retry.
     let inDoubt = InDoubtRedemptions()
 
     public init(
         verifier: AppStoreVerifier, catalogue: any CatalogueRepository, ledger: any LedgerRepository, tokens: TokenSigner,
         tokenTTL: TimeInterval = 600, refundPolicy: RefundPolicy = .revokeAny, legacyReceipts: LegacyReceiptPolicy = .accept,
-        mayRecordRefusal: @escaping @Sendable (_ clientAddress: String) -> Bool = { _ in true }
+        mayRecordRefusal: @escaping @Sendable (_ clientAddress: String) -> Bool = { _ in true },
+        mayRecordPurchaseRefusal: @escaping @Sendable (_ transactionId: String, _ spend: Bool) -> Bool = { _, _ in true }
     ) {
         self.mayRecordRefusal = mayRecordRefusal
+        self.mayRecordPurchaseRefusal = mayRecordPurchaseRefusal
         self.verifier = verifier
         self.catalogue = catalogue
         self.ledger = ledger
@@ -176,8 +184,11 @@ public struct Vault: Sendable {
             return try await insert(purchase, of: product, request: request, proofHash: proofHash, now: now, refusalRecorded: &refusalRecorded)
         } catch {
             // A proof that did not verify is charged to its address's budget; a verified one's
-            // refusal (a replay, a revoked or another player's purchase) is always recorded.
-            if !error.isUnavailable && !refusalRecorded && (!seen.claimed || mayRecordRefusal(request.clientAddress)) {
+            // refusal (a replay, a revoked or another player's purchase) to its purchase's.
+            if !error.isUnavailable && !refusalRecorded
+                && (seen.claimed
+                    ? mayRecordRefusal(request.clientAddress) : mayRecordPurchaseRefusal(seen.transactionId ?? "", true))
+            {
                 let attempt = RejectedAttempt(
                     at: now, code: error.code.rawValue, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
                     transactionId: seen.claimed ? LedgerText.claimed(seen.transactionId) : seen.transactionId,
@@ -276,8 +287,10 @@ public struct Vault: Sendable {
         // When a replay may still be a restore or a renewal, its attempt is not recorded with the
         // refused insert: the outcome depends on the row that won (recorded then, if refused).
         let refusals = InsertRefusals(replay: attempt(.alreadyRedeemed, replayDetail), revoked: attempt(.revoked, revokedDetail))
+        // Asked, not spent: most inserts insert. Spent below when this one was refused.
+        let recordsRefusal = !looksAgain && mayRecordPurchaseRefusal(purchase.transactionId, false)
         let inserted: LedgerInsertOutcome
-        do { inserted = try await ledger.insert(row, refusals: looksAgain ? nil : refusals) } catch let doubt as LedgerWriteInDoubt {
+        do { inserted = try await ledger.insert(row, refusals: recordsRefusal ? refusals : nil) } catch let doubt as LedgerWriteInDoubt {
             // Only a row the write would have inserted (not one it refused as a replay).
             if doubt.redemptionIds.contains(row.redemptionId) { inDoubt.keep(row, grant: grant, until: now.addingTimeInterval(tokenTTL), now: now) }
             throw VaultFailure(.storageUnavailable, "storage failed: \(doubt)")
@@ -289,15 +302,24 @@ public struct Vault: Sendable {
             if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
                 return try await again(existing, purchase, of: product, assets: assets, request: request, now: now)
             }
-            refusalRecorded = !looksAgain
+            refusalRecorded = refused(looksAgain: looksAgain, recorded: recordsRefusal, transactionId: purchase.transactionId)
             throw VaultFailure(.alreadyRedeemed, replayDetail)
         case .revoked:
-            refusalRecorded = !looksAgain
+            refusalRecorded = refused(looksAgain: looksAgain, recorded: recordsRefusal, transactionId: purchase.transactionId)
             throw VaultFailure(.revoked, revokedDetail)
         case .inserted(let stored):
             return RedemptionOutcome(
                 redemption: stored, grant: grant, assets: issue(assets, for: stored, now: now, endsAt: endsAt), entitlementEndsAt: endsAt)
         }
+    }
+
+    /// After the insert refused a purchase: whether its refusal is dealt with (written with
+    /// the insert, spending the purchase's budget, or over budget and not to be written); false
+    /// when the outcome still had to be looked at (a restore), so the caller records it.
+    private func refused(looksAgain: Bool, recorded: Bool, transactionId: String) -> Bool {
+        if looksAgain { return false }
+        if recorded { _ = mayRecordPurchaseRefusal(transactionId, true) }
+        return true
     }
 
     /// The redemption this instance answered in doubt for this purchase, if the ledger holds
