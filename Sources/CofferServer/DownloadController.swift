@@ -103,7 +103,7 @@ struct DownloadController {
             if !head { record(claims, sent: 0, finished: true, whole: true) }
             return Response(status: status, headers: headers, body: .init())
         }
-        var watch = try watch(context)
+        var watch = try watch(context, redemptionId: claims.redemptionId)
         if let deliveries {
             let whole = length == size
             let now = Date()
@@ -223,13 +223,18 @@ struct DownloadController {
         }
     }
 
-    /// One of the client address's download slots and the stall watchdog's settings; 429
-    /// `tooManyDownloads` when the address has none left.
-    func watch(_ context: CofferRequestContext) throws -> FileStream.Watch {
-        guard let slot = slots.acquire(context.limitKey) else {
+    /// One of the client address's and the purchase's download slots and the stall
+    /// watchdog's settings; 429 `tooManyDownloads` when either has none left.
+    func watch(_ context: CofferRequestContext, redemptionId: String) throws -> FileStream.Watch {
+        let slot: DownloadSlot
+        switch slots.acquire(context.limitKey, redemptionId: redemptionId) {
+        case .success(let acquired): slot = acquired
+        case .failure(let refusal):
             metrics.rateLimited(route: "downloads")
-            context.logger.notice("too many downloads", metadata: ["client": "\(context.clientAddress)", "limit": "\(slots.perAddress)"])
-            throw Problem.tooManyDownloads(slots.perAddress)
+            let of = refusal == .address ? "address" : "purchase"
+            context.logger.notice(
+                "too many downloads", metadata: ["client": "\(context.clientAddress)", "of": "\(of)", "limit": "\(slots.perAddress)"])
+            throw Problem.tooManyDownloads(slots.perAddress, of: refusal == .address ? "from this address" : "of this purchase")
         }
         let client = context.clientAddress
         let logger = context.logger

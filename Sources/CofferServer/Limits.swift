@@ -130,13 +130,21 @@ struct BodyBudgetMiddleware: RouterMiddleware {
     }
 }
 
-/// Downloads in progress per client address (``CofferConfiguration/maxDownloadsPerAddress``).
-/// A slot is held from the moment a streamed response is created until its body ends — or,
-/// if the body never runs, until the response is dropped (``DownloadSlot`` releases on deinit).
+/// Downloads in progress per client address (``CofferConfiguration/maxDownloadsPerAddress``),
+/// and as many per purchase (its redemption, from every address together): a token works from
+/// any address, so one purchase's tokens spread over a hundred addresses would otherwise hold
+/// a hundred times the slots, each a socket, a file and a megabyte of buffers for as long as
+/// its reader takes. A slot is held from the moment a streamed response is created until its
+/// body ends — or, if the body never runs, until the response is dropped (``DownloadSlot``
+/// releases on deinit).
 final class DownloadSlots: Sendable {
     /// 0: unlimited (still counted, for the `coffer_downloads_in_flight` gauge).
     let perAddress: Int
-    private let counts = Mutex<[String: Int]>([:])
+    struct Counts {
+        var byAddress: [String: Int] = [:]
+        var byRedemption: [String: Int] = [:]
+    }
+    private let counts = Mutex(Counts())
     private let metrics: CofferMetrics?
 
     init(perAddress: Int, metrics: CofferMetrics? = nil) {
@@ -144,42 +152,56 @@ final class DownloadSlots: Sendable {
         self.metrics = metrics
     }
 
-    /// A slot for `address`, or nil when it already has `perAddress` downloads in progress.
-    func acquire(_ address: String) -> DownloadSlot? {
-        let ok = counts.withLock { counts -> Bool in
-            let n = counts[address, default: 0]
-            guard perAddress == 0 || n < perAddress else { return false }
-            counts[address] = n + 1
-            return true
+    /// Why a slot was refused.
+    enum Refusal: Error { case address, purchase }
+
+    /// A slot for `address` and the purchase `redemptionId`, or why not: one of them already
+    /// has `perAddress` downloads in progress.
+    func acquire(_ address: String, redemptionId: String) -> Result<DownloadSlot, Refusal> {
+        let refusal = counts.withLock { counts -> Refusal? in
+            let byAddress = counts.byAddress[address, default: 0]
+            let byRedemption = counts.byRedemption[redemptionId, default: 0]
+            if perAddress > 0 && byAddress >= perAddress { return .address }
+            if perAddress > 0 && byRedemption >= perAddress { return .purchase }
+            counts.byAddress[address] = byAddress + 1
+            counts.byRedemption[redemptionId] = byRedemption + 1
+            return nil
         }
-        guard ok else { return nil }
+        if let refusal { return .failure(refusal) }
         metrics?.downloadsInFlight.increment()
-        return DownloadSlot(slots: self, address: address)
+        return .success(DownloadSlot(slots: self, address: address, redemptionId: redemptionId))
     }
 
-    fileprivate func release(_ address: String) {
+    fileprivate func release(_ address: String, _ redemptionId: String) {
         counts.withLock { counts in
-            let n = counts[address, default: 0] - 1
-            counts[address] = n > 0 ? n : nil
+            let n = counts.byAddress[address, default: 0] - 1
+            counts.byAddress[address] = n > 0 ? n : nil
+            let r = counts.byRedemption[redemptionId, default: 0] - 1
+            counts.byRedemption[redemptionId] = r > 0 ? r : nil
         }
         metrics?.downloadsInFlight.decrement()
     }
 
     /// Downloads in progress for `address` (all addresses when nil).
     func inProgress(_ address: String? = nil) -> Int {
-        counts.withLock { counts in address.map { counts[$0, default: 0] } ?? counts.values.reduce(0, +) }
+        counts.withLock { counts in address.map { counts.byAddress[$0, default: 0] } ?? counts.byAddress.values.reduce(0, +) }
     }
+
+    /// Downloads in progress of the purchase `redemptionId`.
+    func inProgress(redemptionId: String) -> Int { counts.withLock { $0.byRedemption[redemptionId, default: 0] } }
 }
 
 /// One download's place in ``DownloadSlots``; released exactly once.
 final class DownloadSlot: Sendable {
     private let slots: DownloadSlots
     private let address: String
+    private let redemptionId: String
     private let released = Mutex(false)
 
-    fileprivate init(slots: DownloadSlots, address: String) {
+    fileprivate init(slots: DownloadSlots, address: String, redemptionId: String) {
         self.slots = slots
         self.address = address
+        self.redemptionId = redemptionId
     }
 
     func release() {
@@ -187,16 +209,16 @@ final class DownloadSlot: Sendable {
             defer { released = true }
             return !released
         }
-        if first { slots.release(address) }
+        if first { slots.release(address, redemptionId) }
     }
 
     deinit { release() }
 }
 
 extension Problem {
-    static func tooManyDownloads(_ limit: Int) -> Problem {
+    static func tooManyDownloads(_ limit: Int, of what: String = "from this address") -> Problem {
         Problem(
-            .tooManyDownloads, "\(limit) downloads from this address are in progress; retry when one has finished",
+            .tooManyDownloads, "\(limit) downloads \(what) are in progress; retry when one has finished",
             headers: [.retryAfter: "2"])
     }
 }

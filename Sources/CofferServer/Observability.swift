@@ -103,5 +103,11 @@ struct RequestLogMiddleware: RouterMiddleware {
         return response
     }
 
-    static func redacted(_ path: String) -> String { PathPolicy.redacted(path) }
+    /// The redacted path, at most 256 bytes of it (a request line may be 16 KiB: a flood of
+    /// them would otherwise write the log one byte per byte received).
+    static func redacted(_ path: String) -> String {
+        let full = PathPolicy.redacted(path)
+        guard full.utf8.count > 256 else { return full }
+        return String(decoding: full.utf8.prefix(256), as: UTF8.self) + "…(\(full.utf8.count) bytes)"
+    }
 }

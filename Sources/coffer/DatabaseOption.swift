@@ -16,6 +16,15 @@ enum DatabaseOption {
         var url: PostgresURL
         do { url = try PostgresURL(text) } catch { throw UsageError("--database: \(error)") }
         if url.password == nil, let password = ProcessInfo.processInfo.environment["PGPASSWORD"], !password.isEmpty { url.password = password }
+        // As `serve` warns: below verify-full, whoever sits between can answer the TLS request
+        // with "no TLS" (prefer) or any certificate (require), then ask for the password in
+        // clear — the owner's, for migrate and copy.
+        if !url.isLocal && url.sslMode != .verifyFull {
+            FileHandle.standardError.write(
+                Data(
+                    ("warning: the database is on another machine and sslmode is \(url.sslMode.rawValue): use sslmode=verify-full (and "
+                        + "sslrootcert), or whoever sits between can read the password and alter the ledger\n").utf8))
+        }
         return url
     }
 

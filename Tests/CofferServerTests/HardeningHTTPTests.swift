@@ -384,6 +384,10 @@ extension Harness {
         #expect(PathPolicy.redacted("/v1/admin/products/com.coffer.demo.levelpack1") == "/v1/admin/products/com.coffer.demo.levelpack1")
         #expect(Problem.instance("//v1/downloads/\(token)") == nil, "a non-canonical path is never echoed")
         #expect(Problem.instance("/v1/downloads/\(token)") == "/v1/downloads/<redacted>")
+        // The request log keeps 256 bytes of a path, and says how long it was.
+        let long = "/v1/" + String(repeating: "a/", count: 4000)
+        #expect(RequestLogMiddleware.redacted(long) == String(long.prefix(256)) + "…(8004 bytes)")
+        #expect(RequestLogMiddleware.redacted("/v1/downloads/\(token)") == "/v1/downloads/<redacted>")
     }
 
     /// Every spelling of a download URL but the canonical one is refused before routing (400
