@@ -5,8 +5,9 @@
 // because the servers kept the cores busy), counts each wake-up later than 20 ms. Beside each
 // late wake-up it reads the time the hypervisor took the virtual CPUs away for (steal, the
 // 8th field of /proc/stat's "cpu" line, summed over all of them) from just before the sleep to
-// just after: the machine was paused, not slow. Costs one /proc/stat read (~7 µs) and one
-// wake-up every ~1 ms (Benchmarks/load-common.sh, host_watch).
+// just after: the machine was paused, not slow. Costs one /proc/stat read (~7 µs here; more
+// on a machine with many CPUs) and one wake-up every ~1 ms (Benchmarks/load-common.sh,
+// host_watch).
 //
 // A late wake-up's span is what it overslept: from when it should have woken (1 ms after the
 // sleep began) to when it ran. Without SCHED_FIFO (not root, or RLIMIT_RTPRIO 0) the thread
@@ -66,8 +67,9 @@ int main(int argc, char **argv) {
     int over = 0;
     struct timeval longest_at = {0, 0};
     struct timespec interval = {0, 1000000};
+    double before = steal_begin;
     for (;;) {
-        double before = steal_ms(fd, hz), asleep = now();
+        double asleep = now();
         nanosleep(&interval, NULL);
         double woke = now(), after = steal_ms(fd, hz);
         double late = (woke - asleep) * 1000 - 1;
@@ -80,6 +82,7 @@ int main(int argc, char **argv) {
             longest = late;
             gettimeofday(&longest_at, NULL);
         }
+        before = after;
         if (woke > begin + seconds) break;
     }
     double steal_end = steal_ms(fd, hz);

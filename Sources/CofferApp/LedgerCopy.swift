@@ -17,7 +17,7 @@ import Foundation
 /// transaction, every row with its sequence number and values; then the copy is verified with
 /// `publicKey`, as the original is. The upgrade path for a deployment that outgrew one box.
 /// The command copies from a ``Snapshot`` it has verified and checked against the high-water
-/// mark (``checkHighWater(dataDirectory:publicKey:ledger:)``).
+/// mark (``Snapshot/checkHighWater()``).
 public enum LedgerCopy {
     /// What was copied, and the copy's audit.
     public struct Summary: Sendable {
@@ -27,44 +27,51 @@ public enum LedgerCopy {
 
     static let page = 1000
 
-    /// A consistent copy of a data directory's SQLite database, in a temporary directory only
-    /// this user can read (the ledger holds client addresses): what the copy audits first is
-    /// exactly what it copies, whatever the file's holder or a server still running writes to
-    /// the original meanwhile. `remove()` deletes it.
+    /// A consistent copy of a data directory's SQLite database, in a new directory only this
+    /// user can read (the ledger holds client addresses) under `$TMPDIR` (set it to a disk with
+    /// room for a copy of `coffer.sqlite`): what the copy audits first is exactly what it copies,
+    /// whatever the file's holder or a server still running writes to the original meanwhile.
+    /// The data directory's high-water mark is read before the snapshot is taken, so a server
+    /// sealing meanwhile cannot make an honest copy look rolled back. `remove()` deletes it.
     public struct Snapshot: Sendable {
         public let database: CofferDatabase
         let directory: URL
+        let highWater: LedgerHighWaterFile
+        let mark: LedgerHighWater?
 
         /// Refuses a database whose schema is not exactly this binary's (as `ledger verify` does).
-        public init(of path: String) throws {
+        public init(dataDirectory: String, publicKey: Curve25519.Signing.PublicKey) throws {
+            let path = DataDirectory(dataDirectory).database
+            highWater = LedgerHighWaterFile(path: DataDirectory(dataDirectory).ledgerHighWater, key: publicKey)
+            mark = try highWater.read()
             let source = try CofferDatabase(readOnlyPath: path)
             let template = FileManager.default.temporaryDirectory.appendingPathComponent("coffer-copy-XXXXXX").path
             var buffer = Array(template.utf8CString)
-            guard let made = mkdtemp(&buffer) else { throw POSIXError(.EACCES) }
+            guard let made = mkdtemp(&buffer) else {
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO, userInfo: [NSFilePathErrorKey: template])
+            }
             directory = URL(fileURLWithPath: String(cString: made))
             let file = directory.appendingPathComponent("coffer.sqlite").path
             do {
                 try source.backup(to: file)
-                database = try CofferDatabase(path: file)
+                database = try CofferDatabase(currentPath: file)
             } catch {
                 try? FileManager.default.removeItem(at: directory)
                 throw error
             }
         }
 
+        /// Refuses a ledger behind the data directory's high-water mark as it was before the
+        /// snapshot (a backup restored over the box's newer ledger), as `serve` does: copied, it
+        /// would verify and serve again what the newer one had refused.
+        public func checkHighWater() async throws {
+            try await highWater.check(SQLiteLedger(database), against: mark)
+        }
+
         public func remove() {
             try? database.close()
             try? FileManager.default.removeItem(at: directory)
         }
-    }
-
-    /// Refuses a ledger behind its data directory's high-water mark (a backup restored over
-    /// the box's newer ledger), as `serve` does: copied, it would verify and serve again what
-    /// the newer one had refused.
-    public static func checkHighWater(dataDirectory: String, publicKey: Curve25519.Signing.PublicKey, ledger database: CofferDatabase)
-        async throws
-    {
-        try await LedgerHighWaterFile(path: DataDirectory(dataDirectory).ledgerHighWater, key: publicKey).check(SQLiteLedger(database))
     }
 
     public static func copy(from database: CofferDatabase, to backend: PostgresBackend, publicKey: Curve25519.Signing.PublicKey) async throws

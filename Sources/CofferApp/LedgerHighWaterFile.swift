@@ -48,7 +48,12 @@ struct LedgerHighWaterFile: LedgerHighWaterMark {
     }
 
     func check(_ ledger: any LedgerAuditRepository) async throws {
-        guard let mark = try read(), mark.sequence > 0 else { return }
+        try await check(ledger, against: try read())
+    }
+
+    /// Whether `ledger` holds `mark` (read earlier: `ledger copy` reads it before its snapshot).
+    func check(_ ledger: any LedgerAuditRepository, against mark: LedgerHighWater?) async throws {
+        guard let mark, mark.sequence > 0 else { return }
         let there = try await ledger.chainedEntries(after: mark.sequence - 1, limit: 1).first
         let hash = there?.entry.sequence == mark.sequence ? there?.entryHash : nil
         guard var problem = mark.problem(hashThere: hash) else { return }

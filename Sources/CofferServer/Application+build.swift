@@ -71,10 +71,16 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
             metrics.refusalsUnrecorded.increment()
             return false
         },
-        mayRecordPurchaseRefusal: { [metrics] transactionId, spend in
-            if spend ? recordedPurchaseRefusals.take(transactionId) == nil : recordedPurchaseRefusals.allows(transactionId) { return true }
-            metrics.refusalsUnrecorded.increment()
-            return false
+        purchaseRefusals: { [metrics] transactionId, operation in
+            switch operation {
+            case .giveBack:
+                recordedPurchaseRefusals.giveBack(transactionId)
+                return true
+            case .take:
+                guard recordedPurchaseRefusals.take(transactionId) != nil else { return true }
+                metrics.refusalsUnrecorded.increment()
+                return false
+            }
         })
     let redemptions = RedemptionController(
         vault: vault, players: d.players, metrics: metrics, jsonBodyLimit: c.jsonBodyLimit, bodyTimeout: c.bodyTimeout)

@@ -68,15 +68,14 @@ final class RateLimiter: Sendable {
         }
     }
 
-    /// Whether `client` has a token now, taking none and tracking nothing new (a client never
-    /// seen has a full bucket).
-    func allows(_ client: String, now: Double = ProcessInfo.processInfo.systemUptime) -> Bool {
-        guard enabled else { return true }
-        let rate = self.rate
+    /// Gives back one token `client` took (what it was for did not happen), up to `burst`.
+    func giveBack(_ client: String) {
+        guard enabled else { return }
         let burst = Double(self.burst)
-        return table.withLock { table in
-            guard let bucket = table.buckets[client] else { return true }
-            return min(burst, bucket.tokens + (now - bucket.updated) * rate) >= 1
+        table.withLock { table in
+            guard var bucket = table.buckets[client] else { return }
+            bucket.tokens = min(burst, bucket.tokens + 1)
+            table.buckets[client] = bucket
         }
     }
 

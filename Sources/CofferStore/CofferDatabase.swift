@@ -42,6 +42,16 @@ public final class CofferDatabase: Sendable {
         self.pool = pool
     }
 
+    /// Opens an existing database whose schema is exactly this binary's, for reading and
+    /// writing, applying no migration (``StoreError/schemaOutdated(missing:)`` otherwise): for the
+    /// tools that change a database a server uses (keys, content gc, ledger adopt), so that a
+    /// newer binary never migrates a live database under an older server. `coffer migrate`
+    /// (and `serve`) migrate, on purpose.
+    public convenience init(currentPath path: String) throws {
+        _ = try CofferDatabase(readOnlyPath: path)
+        try self.init(path: path)
+    }
+
     /// Opens an existing database for reading only: no migration runs, no write is possible
     /// (`SQLITE_OPEN_READONLY`), so auditing a database never changes it. Works while the
     /// server runs. Throws when the schema is not exactly the one this binary knows.

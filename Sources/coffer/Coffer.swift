@@ -3,7 +3,18 @@ import Foundation
 
 #if canImport(Glibc)
     import Glibc
+#elseif canImport(Darwin)
+    import Darwin
 #endif
+
+/// write(2) (IO's own `write` hides the C function's name).
+private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
+    #if canImport(Glibc)
+        Glibc.write(fd, buffer, count)
+    #else
+        Darwin.write(fd, buffer, count)
+    #endif
+}
 
 @main
 struct Coffer: AsyncParsableCommand {
@@ -57,6 +68,12 @@ enum IO {
         let url = URL(fileURLWithPath: path)
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString).tmp").path
         func failed(_ what: String) -> UsageError { UsageError("cannot write \(path): \(what): \(String(cString: strerror(errno)))") }
+        // What is there is replaced, never written through: a device or a link (`--out /dev/stdout`)
+        // would be replaced by a file. Standard output is the default (no --out).
+        var existing = stat()
+        if lstat(path, &existing) == 0, existing.st_mode & S_IFMT != S_IFREG {
+            throw UsageError("cannot write \(path): it is not a regular file (leave out --out to write to standard output)")
+        }
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode_t(mode))
         guard fd >= 0 else { throw failed("create") }
         var done = false
@@ -68,7 +85,7 @@ enum IO {
         guard fchmod(fd, mode_t(mode)) == 0 else { throw failed("chmod") }
         var offset = 0
         while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            let written = bytes[offset...].withUnsafeBytes { systemWrite(fd, $0.baseAddress, $0.count) }
             if written < 0 && errno == EINTR { continue }
             guard written > 0 else { throw failed("write") }
             offset += written
@@ -76,6 +93,12 @@ enum IO {
         guard fsync(fd) == 0 else { throw failed("fsync") }
         guard rename(temporary, path) == 0 else { throw failed("rename") }
         done = true
+        // The rename itself, flushed: after a power loss the file is there (or the old one is).
+        let directory = open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            _ = fsync(directory)
+            close(directory)
+        }
     }
 
     /// Writes to `path` (`mode`), or to standard output when nil.

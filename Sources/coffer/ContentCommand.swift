@@ -36,7 +36,8 @@ struct ContentStoreOptions: ParsableArguments {
         guard FileManager.default.fileExists(atPath: path) else {
             throw UsageError("no catalogue at \(path): pass --data-dir (or --database) of the server whose content this is")
         }
-        let database = try CofferDatabase(path: path)
+        let database: CofferDatabase
+        do { database = try CofferDatabase(currentPath: path) } catch let error as StoreError { throw UsageError("\(path): \(error)") }
         defer { try? database.close() }
         return try await body(SQLiteCatalogue(database))
     }

@@ -90,7 +90,12 @@ struct KeyStores {
         guard let database else {
             let path = DataDirectory(dataDir).database
             let isNew = !FileManager.default.fileExists(atPath: path)
-            let db = try CofferDatabase(path: path)
+            // A new ledger is made here (keys create before the first serve); an existing one is
+            // never migrated by a key command (a newer binary beside an older server).
+            let db: CofferDatabase
+            do { db = isNew ? try CofferDatabase(path: path) : try CofferDatabase(currentPath: path) } catch let error as StoreError {
+                throw UsageError("\(path): \(error)")
+            }
             let key = try signer(create: allowNew && isNew)
             return try await body(KeyStores(keys: SQLiteKeys(db, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
@@ -100,7 +105,7 @@ struct KeyStores {
                 "\(error): on PostgreSQL, keys are signed with the instances' ledger key — pass it with --ledger-key (or the data directory "
                     + "holding it with --data-dir); none is made here")
         }
-        return try await DatabaseOption.with(database, migrate: true) { backend in
+        return try await DatabaseOption.with(database) { backend in
             try await body(KeyStores(keys: PostgresKeys(backend, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }
     }

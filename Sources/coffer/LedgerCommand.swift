@@ -186,7 +186,10 @@ struct LedgerCommand: AsyncParsableCommand {
             // One snapshot, audited and then copied: nothing written to the file between the two
             // (by its holder, or by a server still running) reaches the copy unverified.
             let snapshot: LedgerCopy.Snapshot
-            do { snapshot = try LedgerCopy.Snapshot(of: path) } catch { throw UsageError("cannot snapshot \(path): \(error)") }
+            do { snapshot = try LedgerCopy.Snapshot(dataDirectory: fromDataDir, publicKey: key) } catch let error as LedgerStartupError {
+                print("refused: \(error)")
+                throw ExitCode(1)
+            } catch { throw UsageError("cannot snapshot \(path): \(error)") }
             defer { snapshot.remove() }
             let database = snapshot.database
             let source = try await SQLiteLedger(database).audit(publicKey: key)
@@ -194,7 +197,7 @@ struct LedgerCommand: AsyncParsableCommand {
                 print("refused: the source ledger does not verify:\n" + Verify.text(source))
                 throw ExitCode(1)
             }
-            do { try await LedgerCopy.checkHighWater(dataDirectory: fromDataDir, publicKey: key, ledger: database) } catch let error
+            do { try await snapshot.checkHighWater() } catch let error
                 as LedgerStartupError
             {
                 print("refused: \(error)")
@@ -259,7 +262,9 @@ struct LedgerCommand: AsyncParsableCommand {
             do { signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer } catch {
                 throw UsageError("\(error): pass the server's key with --ledger-key")
             }
-            let ledger = SQLiteLedger(try CofferDatabase(path: path), checkpoints: CheckpointPolicy(signer: signer))
+            let database: CofferDatabase
+            do { database = try CofferDatabase(currentPath: path) } catch let error as StoreError { throw UsageError("\(path): \(error)") }
+            let ledger = SQLiteLedger(database, checkpoints: CheckpointPolicy(signer: signer))
             let adoption: SQLiteLedger.Adoption
             do {
                 adoption = try await ledger.adopt(

@@ -216,6 +216,12 @@ extension ServeCommand {
     /// `endpoint` with any user and password in it replaced by `***` (the server refuses such
     /// an endpoint, but --print-config shows the settings before that check).
     static func withoutUserInfo(_ endpoint: String) -> String {
+        // Anything between the scheme and the last "@" first (a password with a space, "/" or
+        // "#" in it does not parse as user info), then what URLComponents finds.
+        if let at = endpoint.lastIndex(of: "@") {
+            let start = endpoint.range(of: "://").map(\.upperBound) ?? endpoint.startIndex
+            if start <= at { return String(endpoint[..<start]) + "***" + String(endpoint[at...]) }
+        }
         guard var components = URLComponents(string: endpoint), components.user != nil || components.password != nil else { return endpoint }
         components.user = "***"
         components.password = nil

@@ -308,6 +308,11 @@ import Testing
         #expect(endpoint.status == 0, "\(endpoint.stderr)")
         #expect(!endpoint.stdout.contains("SECRET") && !endpoint.stdout.contains("AKID"), "\(endpoint.stdout)")
         #expect(endpoint.stdout.contains("minio.example:9000"), "\(endpoint.stdout)")
+        // A password URLComponents cannot parse as one (a "#", a space) is hidden all the same.
+        let unparsed = try await CofferExecutable.run(
+            ["serve", "--print-config", "--bundle-id", "a", "--content-store", "s3://game"],
+            environment: ["COFFER_S3_ENDPOINT": "https://AKID:SE#C RET@minio.example:9000"])
+        #expect(!unparsed.stdout.contains("SE#C") && !unparsed.stdout.contains("RET@") && !unparsed.stdout.contains("AKID"), "\(unparsed.stdout)")
         let noBundle = try await CofferExecutable.run(["serve", "--data-dir", dir.appendingPathComponent("d").path], environment: [:])
         #expect(noBundle.status == 2)
         #expect(noBundle.stderr.contains("no bundle id"))

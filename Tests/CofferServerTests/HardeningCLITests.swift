@@ -102,6 +102,28 @@ import Testing
         #expect(help.stdout.contains("stdin") && help.stdout.contains("--key"))
     }
 
+    /// A key command never migrates a database a server uses: a newer binary beside an older
+    /// server would leave it refusing to start. One behind a migration is refused, untouched.
+    @Test func keyCommandsRefuseADatabaseBehindAMigration() async throws {
+        let h = try await Harness.make()
+        defer { h.cleanUp() }
+        let file = h.directory.appendingPathComponent("coffer.sqlite").path
+        let db = try DatabaseQueue(path: file)
+        let last = try await db.write { db in
+            let name = try String.fetchOne(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY rowid DESC LIMIT 1") ?? ""
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = ?", arguments: [name])
+            return name
+        }
+        let created = try await CofferExecutable.run(["keys", "create", "--data-dir", h.directory.path, "--role", "auditor", "--name", "late"])
+        #expect(created.status == 2, "\(created.stdout)\(created.stderr)")
+        #expect(created.stderr.contains("run coffer migrate first"), "\(created.stderr)")
+        let gc = try await CofferExecutable.run(["content", "gc", "--data-dir", h.directory.path])
+        #expect(gc.status == 2 && gc.stderr.contains("run coffer migrate first"), "\(gc.stdout)\(gc.stderr)")
+        #expect(try await db.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM grdb_migrations WHERE identifier = ?", arguments: [last]) } == 0)
+        #expect(try await db.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM api_keys WHERE name = 'late'") } == 0)
+        try db.close()
+    }
+
     /// `coffer serve --host ::` (dual stack, as many deployments bind): an IPv4 client is the
     /// peer `::ffff:127.0.0.1`, which must match `--trusted-proxy 127.0.0.1` — its
     /// X-Forwarded-For reaches the ledger — and the peer itself is recorded as `127.0.0.1`.

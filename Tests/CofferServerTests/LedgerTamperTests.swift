@@ -346,6 +346,9 @@ import Testing
         #expect(try await CofferExecutable.run(["ledger", "export", "--data-dir", h.directory.path, "--out", cliExport.path]).status == 0)
         #expect(
             try FileManager.default.attributesOfItem(atPath: cliExport.path)[.posixPermissions] as? Int == 0o600, "an export holds client addresses")
+        // A device is never replaced by a file (standard output is the default).
+        let device = try await CofferExecutable.run(["ledger", "export", "--data-dir", h.directory.path, "--out", "/dev/null"])
+        #expect(device.status == 2 && device.stderr.contains("not a regular file"), "\(device.stderr)")
         let publicKey = try await CofferExecutable.run(["ledger", "public-key", "--data-dir", h.directory.path])
         #expect(publicKey.stdout == pem)
         #expect(try await CofferExecutable.run(["ledger", "verify", "--export", cliExport.path, "--public-key", keyFile.path]).status == 0)

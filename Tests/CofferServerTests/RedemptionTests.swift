@@ -234,6 +234,28 @@ import Testing
         }
     }
 
+    /// Replays arriving together (one batch of the ledger's writer) each take from the budget
+    /// before the write: asked only, every one would have been told yes and written.
+    @Test func concurrentReplaysOfOnePurchaseStayWithinItsBudget() async throws {
+        let budget = CofferConfiguration.recordedRefusalsPerPurchasePerHour
+        let h = try await Harness.make { $0.redemptionsPerMinute = 0 }
+        defer { h.cleanUp() }
+        try await h.app.test(.router) { client in
+            let body = try Harness.body(["receipt": try Harness.receipt("9200")])
+            #expect(try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: body).status == .created)
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for _ in 0..<200 {
+                    group.addTask { try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: body).status }
+                }
+                return try await group.reduce(into: [HTTPResponse.Status]()) { $0.append($1) }
+            }
+            #expect(statuses.allSatisfy { $0 == .conflict }, "\(Set(statuses.map(\.code)))")
+        }
+        var filter = AuditFilter()
+        filter.limit = 1000
+        #expect(try await h.services.ledger.attempts(filter).count == budget)
+    }
+
     @Test func requestErrors() async throws {
         let h = try await Harness.make()
         defer { h.cleanUp() }

@@ -90,6 +90,9 @@ public struct RedemptionRequest: Sendable {
 
 /// The vault's rules: verify, pick the transaction, check the catalogue, redeem once, hand
 /// out short-lived tokens. Storage is behind protocols; time is passed in.
+/// What ``Vault/purchaseRefusals`` is asked to do.
+public enum RefusalBudgetOperation: Sendable { case take, giveBack }
+
 public struct Vault: Sendable {
     public let verifier: AppStoreVerifier
     public let catalogue: any CatalogueRepository
@@ -104,12 +107,13 @@ public struct Vault: Sendable {
     /// row for good, and junk costs its sender nothing); one that may not is answered all the
     /// same.
     public let mayRecordRefusal: @Sendable (_ clientAddress: String) -> Bool
-    /// Whether a refusal of a verified purchase (a replay, a revoked or unknown product…) may
-    /// be written, by its transaction id, from whatever address: `spend` false asks only,
-    /// before the write that may refuse it (a redemption spends nothing); true spends one.
-    /// One real purchase replayed from many addresses would otherwise add a chained row per
-    /// replay, for good; its first ones per hour are what an auditor needs.
-    public let mayRecordPurchaseRefusal: @Sendable (_ transactionId: String, _ spend: Bool) -> Bool
+    /// The budget of refusals of a verified purchase (a replay, a revoked or unknown product…)
+    /// written to the ledger, by its transaction id, from whatever address: `.take` spends one
+    /// and says whether one was left — before the write that may refuse it, so that replays
+    /// arriving together cannot all be told yes — and `.giveBack` returns it when that write
+    /// inserted instead. One real purchase replayed from many addresses would otherwise add a
+    /// chained row per replay, for good; its first ones per hour are what an auditor needs.
+    public let purchaseRefusals: @Sendable (_ transactionId: String, _ operation: RefusalBudgetOperation) -> Bool
     /// What this instance answered in doubt (a write whose outcome was lost), for the retry.
     let inDoubt = InDoubtRedemptions()
 
@@ -117,10 +121,10 @@ public struct Vault: Sendable {
         verifier: AppStoreVerifier, catalogue: any CatalogueRepository, ledger: any LedgerRepository, tokens: TokenSigner,
         tokenTTL: TimeInterval = 600, refundPolicy: RefundPolicy = .revokeAny, legacyReceipts: LegacyReceiptPolicy = .accept,
         mayRecordRefusal: @escaping @Sendable (_ clientAddress: String) -> Bool = { _ in true },
-        mayRecordPurchaseRefusal: @escaping @Sendable (_ transactionId: String, _ spend: Bool) -> Bool = { _, _ in true }
+        purchaseRefusals: @escaping @Sendable (_ transactionId: String, _ operation: RefusalBudgetOperation) -> Bool = { _, _ in true }
     ) {
         self.mayRecordRefusal = mayRecordRefusal
-        self.mayRecordPurchaseRefusal = mayRecordPurchaseRefusal
+        self.purchaseRefusals = purchaseRefusals
         self.verifier = verifier
         self.catalogue = catalogue
         self.ledger = ledger
@@ -187,7 +191,7 @@ public struct Vault: Sendable {
             // refusal (a replay, a revoked or another player's purchase) to its purchase's.
             if !error.isUnavailable && !refusalRecorded
                 && (seen.claimed
-                    ? mayRecordRefusal(request.clientAddress) : mayRecordPurchaseRefusal(seen.transactionId ?? "", true))
+                    ? mayRecordRefusal(request.clientAddress) : purchaseRefusals(seen.transactionId ?? "", .take))
             {
                 let attempt = RejectedAttempt(
                     at: now, code: error.code.rawValue, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
@@ -287,8 +291,8 @@ public struct Vault: Sendable {
         // When a replay may still be a restore or a renewal, its attempt is not recorded with the
         // refused insert: the outcome depends on the row that won (recorded then, if refused).
         let refusals = InsertRefusals(replay: attempt(.alreadyRedeemed, replayDetail), revoked: attempt(.revoked, revokedDetail))
-        // Asked, not spent: most inserts insert. Spent below when this one was refused.
-        let recordsRefusal = !looksAgain && mayRecordPurchaseRefusal(purchase.transactionId, false)
+        // Taken now (replays arriving together each take their own), given back if this inserts.
+        let recordsRefusal = !looksAgain && purchaseRefusals(purchase.transactionId, .take)
         let inserted: LedgerInsertOutcome
         do { inserted = try await ledger.insert(row, refusals: recordsRefusal ? refusals : nil) } catch let doubt as LedgerWriteInDoubt {
             // Only a row the write would have inserted (not one it refused as a replay).
@@ -302,24 +306,18 @@ public struct Vault: Sendable {
             if looksAgain, let existing = try await storage({ try await ledger.redemption(environment: environment, replayKey: replayKey) }) {
                 return try await again(existing, purchase, of: product, assets: assets, request: request, now: now)
             }
-            refusalRecorded = refused(looksAgain: looksAgain, recorded: recordsRefusal, transactionId: purchase.transactionId)
+            // Written with the insert, or over the purchase's budget: either way dealt with — unless
+            // the outcome still had to be looked at (a restore), when the caller records it.
+            refusalRecorded = !looksAgain
             throw VaultFailure(.alreadyRedeemed, replayDetail)
         case .revoked:
-            refusalRecorded = refused(looksAgain: looksAgain, recorded: recordsRefusal, transactionId: purchase.transactionId)
+            refusalRecorded = !looksAgain
             throw VaultFailure(.revoked, revokedDetail)
         case .inserted(let stored):
+            if recordsRefusal { _ = purchaseRefusals(purchase.transactionId, .giveBack) }
             return RedemptionOutcome(
                 redemption: stored, grant: grant, assets: issue(assets, for: stored, now: now, endsAt: endsAt), entitlementEndsAt: endsAt)
         }
-    }
-
-    /// After the insert refused a purchase: whether its refusal is dealt with (written with
-    /// the insert, spending the purchase's budget, or over budget and not to be written); false
-    /// when the outcome still had to be looked at (a restore), so the caller records it.
-    private func refused(looksAgain: Bool, recorded: Bool, transactionId: String) -> Bool {
-        if looksAgain { return false }
-        if recorded { _ = mayRecordPurchaseRefusal(transactionId, true) }
-        return true
     }
 
     /// The redemption this instance answered in doubt for this purchase, if the ledger holds
