@@ -68,14 +68,16 @@ final class RateLimiter: Sendable {
         }
     }
 
-    /// Gives back one token `client` took (what it was for did not happen), up to `burst`.
+    /// Gives back one token `client` took (what it was for did not happen), up to `burst`. A
+    /// bucket full again is forgotten (as one never seen): a take and a give-back per
+    /// redemption leave nothing behind.
     func giveBack(_ client: String) {
         guard enabled else { return }
         let burst = Double(self.burst)
         table.withLock { table in
             guard var bucket = table.buckets[client] else { return }
             bucket.tokens = min(burst, bucket.tokens + 1)
-            table.buckets[client] = bucket
+            table.buckets[client] = bucket.tokens >= burst ? nil : bucket
         }
     }
 

@@ -130,6 +130,23 @@ import Testing
         #expect(RateLimiter(perMinute: 0, burst: 1).take("a") == nil, "0 disables")
     }
 
+    /// A token given back counts again, and a bucket full again is forgotten: a purchase's
+    /// refusal budget, taken before each redemption's write and given back when it inserts,
+    /// tracks only the purchases that were refused.
+    @Test func tokensGivenBackCountAgainAndFullBucketsAreForgotten() {
+        let limiter = RateLimiter(perHour: 3600, burst: 2)
+        #expect(limiter.take("p", now: 10) == nil)
+        limiter.giveBack("p")
+        #expect(limiter.trackedClients == 0, "full again: forgotten")
+        #expect(limiter.take("p", now: 10) == nil && limiter.take("p", now: 10) == nil)
+        #expect(limiter.take("p", now: 10) != nil, "both spent")
+        limiter.giveBack("p")
+        #expect(limiter.take("p", now: 10) == nil, "the one given back")
+        #expect(limiter.trackedClients == 1)
+        limiter.giveBack("never seen")
+        #expect(limiter.trackedClients == 1)
+    }
+
     @Test func redemptionFloodsGet429WithRetryAfter() async throws {
         let h = try await Harness.make(configure: {
             // One token a minute: three requests cannot straddle a refill, however loaded the
