@@ -256,13 +256,20 @@ final class RawConnection: @unchecked Sendable {
             let slow = try RawConnection(port: port)
             let started = ContinuousClock.now
             await slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-            for _ in 0..<3 {
-                try await Task.sleep(for: .milliseconds(400))
-                await slow.send("a")
+            // A byte every 400 ms for 10 s while the answer is awaited (trySend: never blocks,
+            // and the receive runs on a thread of its own): a timer that each byte reset would
+            // keep the connection open all that time.
+            let trickle = Task {
+                for _ in 0..<25 {
+                    try? await Task.sleep(for: .milliseconds(400))
+                    if !slow.trySend("a") { return }
+                }
             }
-            let answer = await slow.receive(seconds: 10)
+            let answer = await slow.receive(seconds: 15)
+            let open = ContinuousClock.now - started
+            trickle.cancel()
             #expect(!answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(80))")
-            #expect(ContinuousClock.now - started < .seconds(6), "closed by the idle timeout, not pinned")
+            #expect(open < .seconds(6), "closed by the idle timeout while bytes kept coming, not pinned: \(open)")
             // A prompt client is served (the test client's own idle connection is closed too).
             // With the whole suite running, a starved loop can let the 1 s idle limit close a
             // prompt connection before reading it: three tries, any answered.
