@@ -77,9 +77,10 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
                 recordedPurchaseRefusals.giveBack(transactionId)
                 return true
             case .take:
-                guard recordedPurchaseRefusals.take(transactionId) != nil else { return true }
+                return recordedPurchaseRefusals.take(transactionId) == nil
+            case .unrecorded:
                 metrics.refusalsUnrecorded.increment()
-                return false
+                return true
             }
         })
     let redemptions = RedemptionController(

@@ -234,7 +234,8 @@ struct DownloadController {
             let of = refusal == .address ? "address" : "purchase"
             context.logger.notice(
                 "too many downloads", metadata: ["client": "\(context.clientAddress)", "of": "\(of)", "limit": "\(slots.perAddress)"])
-            throw Problem.tooManyDownloads(slots.perAddress, of: refusal == .address ? "from this address" : "of this purchase")
+            throw refusal == .address
+                ? Problem.tooManyDownloads(slots.perAddress) : Problem.tooManyDownloads(slots.perPurchase, of: "of this purchase")
         }
         let client = context.clientAddress
         let logger = context.logger

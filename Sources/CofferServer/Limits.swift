@@ -131,7 +131,7 @@ struct BodyBudgetMiddleware: RouterMiddleware {
 }
 
 /// Downloads in progress per client address (``CofferConfiguration/maxDownloadsPerAddress``),
-/// and as many per purchase (its redemption, from every address together): a token works from
+/// and four times as many per purchase (its redemption, from every address together): a token works from
 /// any address, so one purchase's tokens spread over a hundred addresses would otherwise hold
 /// a hundred times the slots, each a socket, a file and a megabyte of buffers for as long as
 /// its reader takes. A slot is held from the moment a streamed response is created until its
@@ -140,6 +140,9 @@ struct BodyBudgetMiddleware: RouterMiddleware {
 final class DownloadSlots: Sendable {
     /// 0: unlimited (still counted, for the `coffer_downloads_in_flight` gauge).
     let perAddress: Int
+    /// Four times `perAddress`: a player whose phone moved from Wi-Fi to a mobile network keeps
+    /// the old address's downloads counted until they stall out, and retries from the new one.
+    var perPurchase: Int { perAddress * 4 }
     struct Counts {
         var byAddress: [String: Int] = [:]
         var byRedemption: [String: Int] = [:]
@@ -155,14 +158,14 @@ final class DownloadSlots: Sendable {
     /// Why a slot was refused.
     enum Refusal: Error { case address, purchase }
 
-    /// A slot for `address` and the purchase `redemptionId`, or why not: one of them already
-    /// has `perAddress` downloads in progress.
+    /// A slot for `address` and the purchase `redemptionId`, or why not: the address already
+    /// has `perAddress` downloads in progress, or the purchase `perPurchase`.
     func acquire(_ address: String, redemptionId: String) -> Result<DownloadSlot, Refusal> {
         let refusal = counts.withLock { counts -> Refusal? in
             let byAddress = counts.byAddress[address, default: 0]
             let byRedemption = counts.byRedemption[redemptionId, default: 0]
             if perAddress > 0 && byAddress >= perAddress { return .address }
-            if perAddress > 0 && byRedemption >= perAddress { return .purchase }
+            if perAddress > 0 && byRedemption >= perPurchase { return .purchase }
             counts.byAddress[address] = byAddress + 1
             counts.byRedemption[redemptionId] = byRedemption + 1
             return nil

@@ -107,7 +107,11 @@ struct RequestLogMiddleware: RouterMiddleware {
     /// them would otherwise write the log one byte per byte received).
     static func redacted(_ path: String) -> String {
         let full = PathPolicy.redacted(path)
-        guard full.utf8.count > 256 else { return full }
-        return String(decoding: full.utf8.prefix(256), as: UTF8.self) + "…(\(full.utf8.count) bytes)"
+        let bytes = Array(full.utf8)
+        guard bytes.count > 256 else { return full }
+        // Cut before a whole character: never inside one's UTF-8 bytes.
+        var end = 256
+        while end > 0 && bytes[end] & 0xC0 == 0x80 { end -= 1 }
+        return String(decoding: bytes[..<end], as: UTF8.self) + "…(\(bytes.count) bytes)"
     }
 }

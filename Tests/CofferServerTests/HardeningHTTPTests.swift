@@ -388,6 +388,9 @@ extension Harness {
         let long = "/v1/" + String(repeating: "a/", count: 4000)
         #expect(RequestLogMiddleware.redacted(long) == String(long.prefix(256)) + "…(8004 bytes)")
         #expect(RequestLogMiddleware.redacted("/v1/downloads/\(token)") == "/v1/downloads/<redacted>")
+        // Cut before a whole character: "é" is two bytes, the 256th and 257th here.
+        let accented = "/" + String(repeating: "a", count: 254) + "é" + "/tail"
+        #expect(RequestLogMiddleware.redacted(accented) == "/" + String(repeating: "a", count: 254) + "…(262 bytes)")
     }
 
     /// Every spelling of a download URL but the canonical one is refused before routing (400

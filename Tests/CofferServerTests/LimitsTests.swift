@@ -138,34 +138,35 @@ final class RawConnection: @unchecked Sendable {
         }
     }
 
-    /// The shared ticker of body deadlines expires what is due, never what is not or what was
-    /// removed, and starts again after it stopped for want of pending reads.
     /// A token works from any address: one purchase's downloads are capped from all of them
-    /// together, as one address's are, and a slot given back is free for either.
+    /// together (four times one address's cap), as one address's are, and a slot given back is
+    /// free for either.
     @Test func downloadsPerPurchaseAreCappedAcrossAddresses() throws {
         let slots = DownloadSlots(perAddress: 2)
+        #expect(slots.perPurchase == 8)
         var held: [DownloadSlot] = []
-        for address in ["198.51.100.1", "198.51.100.2"] {
-            held.append(try slots.acquire(address, redemptionId: "r1").get())
+        for n in 1...4 {
+            for _ in 0..<2 { held.append(try slots.acquire("198.51.100.\(n)", redemptionId: "r1").get()) }
         }
-        // A third address, the same purchase: refused for the purchase, not the address.
-        guard case .failure(.purchase) = slots.acquire("198.51.100.3", redemptionId: "r1") else {
-            Issue.record("a third download of one purchase was given a slot")
+        // A fifth address, the same purchase: refused for the purchase, not the address.
+        guard case .failure(.purchase) = slots.acquire("198.51.100.5", redemptionId: "r1") else {
+            Issue.record("a ninth download of one purchase was given a slot")
             return
         }
-        // Another purchase from an address with one slot left: served; then that address is full.
-        held.append(try slots.acquire("198.51.100.1", redemptionId: "r2").get())
-        guard case .failure(.address) = slots.acquire("198.51.100.1", redemptionId: "r3") else {
+        // Another purchase from a full address: refused for the address.
+        guard case .failure(.address) = slots.acquire("198.51.100.1", redemptionId: "r2") else {
             Issue.record("a third download from one address was given a slot")
             return
         }
-        #expect(slots.inProgress(redemptionId: "r1") == 2 && slots.inProgress() == 3)
+        #expect(slots.inProgress(redemptionId: "r1") == 8 && slots.inProgress() == 8)
         held[0].release()
         held[0].release()  // released once only
-        #expect(slots.inProgress(redemptionId: "r1") == 1 && slots.inProgress() == 2)
-        #expect((try? slots.acquire("198.51.100.3", redemptionId: "r1").get()) != nil)
+        #expect(slots.inProgress(redemptionId: "r1") == 7 && slots.inProgress() == 7)
+        #expect((try? slots.acquire("198.51.100.5", redemptionId: "r1").get()) != nil)
     }
 
+    /// The shared ticker of body deadlines expires what is due, never what is not or what was
+    /// removed, and starts again after it stopped for want of pending reads.
     @Test func bodyDeadlinesExpireWhatIsDueOnly() async throws {
         let deadlines = BodyDeadlines(tick: .milliseconds(5))
         let fired = Mutex<[Int]>([])

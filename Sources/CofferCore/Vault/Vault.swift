@@ -90,8 +90,9 @@ public struct RedemptionRequest: Sendable {
 
 /// The vault's rules: verify, pick the transaction, check the catalogue, redeem once, hand
 /// out short-lived tokens. Storage is behind protocols; time is passed in.
-/// What ``Vault/purchaseRefusals`` is asked to do.
-public enum RefusalBudgetOperation: Sendable { case take, giveBack }
+/// What ``Vault/purchaseRefusals`` is asked to do: take one (whether one was left), give one
+/// back (what it was taken for did not happen), or count a refusal left unwritten for want of one.
+public enum RefusalBudgetOperation: Sendable { case take, giveBack, unrecorded }
 
 public struct Vault: Sendable {
     public let verifier: AppStoreVerifier
@@ -189,9 +190,13 @@ public struct Vault: Sendable {
         } catch {
             // A proof that did not verify is charged to its address's budget; a verified one's
             // refusal (a replay, a revoked or another player's purchase) to its purchase's.
+            let purchaseBudget = { [purchaseRefusals] (transactionId: String) -> Bool in
+                if purchaseRefusals(transactionId, .take) { return true }
+                _ = purchaseRefusals(transactionId, .unrecorded)
+                return false
+            }
             if !error.isUnavailable && !refusalRecorded
-                && (seen.claimed
-                    ? mayRecordRefusal(request.clientAddress) : purchaseRefusals(seen.transactionId ?? "", .take))
+                && (seen.claimed ? mayRecordRefusal(request.clientAddress) : purchaseBudget(seen.transactionId ?? ""))
             {
                 let attempt = RejectedAttempt(
                     at: now, code: error.code.rawValue, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
@@ -295,10 +300,16 @@ public struct Vault: Sendable {
         let recordsRefusal = !looksAgain && purchaseRefusals(purchase.transactionId, .take)
         let inserted: LedgerInsertOutcome
         do { inserted = try await ledger.insert(row, refusals: recordsRefusal ? refusals : nil) } catch let doubt as LedgerWriteInDoubt {
-            // Only a row the write would have inserted (not one it refused as a replay).
-            if doubt.redemptionIds.contains(row.redemptionId) { inDoubt.keep(row, grant: grant, until: now.addingTimeInterval(tokenTTL), now: now) }
+            // Only a row the write would have inserted (not one it refused as a replay): no
+            // refusal of it can have been written either.
+            if doubt.redemptionIds.contains(row.redemptionId) {
+                inDoubt.keep(row, grant: grant, until: now.addingTimeInterval(tokenTTL), now: now)
+                if recordsRefusal { _ = purchaseRefusals(purchase.transactionId, .giveBack) }
+            }
             throw VaultFailure(.storageUnavailable, "storage failed: \(doubt)")
         } catch {
+            // Nothing was written.
+            if recordsRefusal { _ = purchaseRefusals(purchase.transactionId, .giveBack) }
             throw VaultFailure(.storageUnavailable, "storage failed: \(error)")
         }
         switch inserted {
@@ -309,9 +320,11 @@ public struct Vault: Sendable {
             // Written with the insert, or over the purchase's budget: either way dealt with — unless
             // the outcome still had to be looked at (a restore), when the caller records it.
             refusalRecorded = !looksAgain
+            if !looksAgain && !recordsRefusal { _ = purchaseRefusals(purchase.transactionId, .unrecorded) }
             throw VaultFailure(.alreadyRedeemed, replayDetail)
         case .revoked:
             refusalRecorded = !looksAgain
+            if !looksAgain && !recordsRefusal { _ = purchaseRefusals(purchase.transactionId, .unrecorded) }
             throw VaultFailure(.revoked, revokedDetail)
         case .inserted(let stored):
             if recordsRefusal { _ = purchaseRefusals(purchase.transactionId, .giveBack) }
