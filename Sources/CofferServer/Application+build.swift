@@ -60,7 +60,7 @@ public func buildRouter(_ c: CofferConfiguration, dependencies d: ServerDependen
     let recordedRefusals = RateLimiter(perHour: c.recordedRefusalsPerHour, burst: c.recordedRefusalsPerHour)
     // Refusals of one verified purchase written to the ledger, from every address, an hour
     // (off with the address budget: --rate-recorded-refusals 0 records every refusal).
-    let purchaseBudget = c.recordedRefusalsPerHour == 0 ? 0 : CofferConfiguration.recordedRefusalsPerPurchasePerHour
+    let purchaseBudget = c.recordedRefusalsPerHour == 0 ? 0 : c.recordedRefusalsPerPurchasePerHour
     let recordedPurchaseRefusals = RateLimiter(perHour: purchaseBudget, burst: purchaseBudget)
     let vault = Vault(
         verifier: AppStoreVerifier(configuration: VerifierConfiguration(anchors: c.anchors, bundleIds: c.bundleIds, appAppleId: c.appAppleId)),

@@ -58,9 +58,11 @@ public struct CofferConfiguration: Sendable {
     /// purchase (``recordedRefusalsPerPurchasePerHour``).
     public var recordedRefusalsPerHour = 120
     /// Refusals of one verified purchase (by transaction id, from any address) written to the
-    /// ledger an hour; off when `recordedRefusalsPerHour` is 0. Beyond it they are answered
-    /// alike and counted (`coffer_refusals_unrecorded_total`).
-    public static let recordedRefusalsPerPurchasePerHour = 60
+    /// ledger an hour per instance, as many at once; off when `recordedRefusalsPerHour` is 0.
+    /// Beyond it they are answered alike and counted (`coffer_refusals_unrecorded_total`).
+    /// 600: a storm of concurrent replays of one purchase (the 64 of the scale-out tests) is
+    /// recorded whole, and a botnet replaying it adds at most 600 rows an hour, not one per replay.
+    public var recordedRefusalsPerPurchasePerHour = 600
     /// Notifications (`POST /v1/notifications`) per client address per minute (0: unlimited)…
     /// Apple posts from a handful of addresses, so the default is generous.
     public var notificationsPerMinute = 600

@@ -31,6 +31,15 @@ struct PostgresWriterTests {
         let cluster = if let cluster { cluster } else { try await PostgresCluster.shared() }
         let url = try await cluster.createDatabase()
         let name = String(try #require(URLComponents(string: url)).path.dropFirst())
+        // Migrated first through a backend with the default deadline: on a loaded machine the
+        // migration's one transaction can outlast a test's short deadline every time it is
+        // asked (3 s, 2026-11-29: the test failed after 47 s of attempts).
+        let migrator = try await PostgresBackend.open(try PostgresURL(url), poolSize: 1, logger: Logger(label: "edges-migrate"))
+        do { try await migrator.migrate() } catch {
+            await migrator.close()
+            throw error
+        }
+        await migrator.close()
         let backend = try await PostgresBackend.open(
             try PostgresURL(url), poolSize: poolSize, timeouts: timeouts, idle: idle, statementTimeout: statementTimeout, deadline: deadline,
             keepAlive: keepAlive, unanswered: unanswered, logger: Logger(label: "edges"))

@@ -210,9 +210,12 @@ import Testing
     /// One real purchase replayed over and over (from a botnet, say) adds at most its budget of
     /// chained rows an hour: the rest are refused alike and counted. Off, every one is written.
     @Test func replaysOfOnePurchaseBeyondItsBudgetAreCountedNotWritten() async throws {
-        let budget = CofferConfiguration.recordedRefusalsPerPurchasePerHour
+        let budget = 20
         for (perAddress, written) in [(120, budget), (0, budget + 5)] {
-            let h = try await Harness.make { $0.recordedRefusalsPerHour = perAddress }
+            let h = try await Harness.make {
+                $0.recordedRefusalsPerHour = perAddress
+                $0.recordedRefusalsPerPurchasePerHour = budget
+            }
             defer { h.cleanUp() }
             try await h.app.test(.router) { client in
                 let body = try Harness.body(["receipt": try Harness.receipt("9100")])
@@ -235,16 +238,20 @@ import Testing
     }
 
     /// Replays arriving together (one batch of the ledger's writer) each take from the budget
-    /// before the write: asked only, every one would have been told yes and written.
+    /// before the write: asked only, every one would have been told yes and written (a budget of
+    /// 20 here, 600 by default).
     @Test func concurrentReplaysOfOnePurchaseStayWithinItsBudget() async throws {
-        let budget = CofferConfiguration.recordedRefusalsPerPurchasePerHour
-        let h = try await Harness.make { $0.redemptionsPerMinute = 0 }
+        let budget = 20
+        let h = try await Harness.make {
+            $0.redemptionsPerMinute = 0
+            $0.recordedRefusalsPerPurchasePerHour = budget
+        }
         defer { h.cleanUp() }
         try await h.app.test(.router) { client in
             let body = try Harness.body(["receipt": try Harness.receipt("9200")])
             #expect(try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: body).status == .created)
             let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
-                for _ in 0..<200 {
+                for _ in 0..<(budget * 5) {
                     group.addTask { try await client.execute(uri: "/v1/redemptions", method: .post, headers: Harness.jsonHeaders, body: body).status }
                 }
                 return try await group.reduce(into: [HTTPResponse.Status]()) { $0.append($1) }
