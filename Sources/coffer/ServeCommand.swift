@@ -216,11 +216,13 @@ extension ServeCommand {
     /// `endpoint` with any user and password in it replaced by `***` (the server refuses such
     /// an endpoint, but --print-config shows the settings before that check).
     static func withoutUserInfo(_ endpoint: String) -> String {
-        // Anything between the scheme and the last "@" first (a password with a space, "/" or
-        // "#" in it does not parse as user info), then what URLComponents finds.
-        if let at = endpoint.lastIndex(of: "@") {
-            let start = endpoint.range(of: "://").map(\.upperBound) ?? endpoint.startIndex
-            if start <= at { return String(endpoint[..<start]) + "***" + String(endpoint[at...]) }
+        // Anything between the scheme (a "://" before the first "@"; none: the start) and the
+        // last "@" (a password with a space, "/" or "#" in it does not parse as user info).
+        // An "@" in the path hides the host too: the safe side, for a setting only printed.
+        if let at = endpoint.lastIndex(of: "@"), let first = endpoint.firstIndex(of: "@") {
+            let scheme = endpoint.range(of: "://").flatMap { $0.lowerBound < first ? $0.upperBound : nil }
+            let start = scheme ?? endpoint.startIndex
+            return String(endpoint[..<start]) + "***" + String(endpoint[at...])
         }
         guard var components = URLComponents(string: endpoint), components.user != nil || components.password != nil else { return endpoint }
         components.user = "***"

@@ -313,6 +313,12 @@ import Testing
             ["serve", "--print-config", "--bundle-id", "a", "--content-store", "s3://game"],
             environment: ["COFFER_S3_ENDPOINT": "https://AKID:SE#C RET@minio.example:9000"])
         #expect(!unparsed.stdout.contains("SE#C") && !unparsed.stdout.contains("RET@") && !unparsed.stdout.contains("AKID"), "\(unparsed.stdout)")
+        // No scheme, and a "://" later on: still hidden.
+        let schemeless = try await CofferExecutable.run(
+            ["serve", "--print-config", "--bundle-id", "a", "--content-store", "s3://game"],
+            environment: ["COFFER_S3_ENDPOINT": "AKID:SECRET@minio.example:9000/?u=https://x"])
+        #expect(schemeless.status == 0, "\(schemeless.stderr)")
+        #expect(!schemeless.stdout.contains("SECRET") && !schemeless.stdout.contains("AKID"), "\(schemeless.stdout)")
         let noBundle = try await CofferExecutable.run(["serve", "--data-dir", dir.appendingPathComponent("d").path], environment: [:])
         #expect(noBundle.status == 2)
         #expect(noBundle.stderr.contains("no bundle id"))
