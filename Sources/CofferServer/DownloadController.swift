@@ -231,11 +231,9 @@ struct DownloadController {
         case .success(let acquired): slot = acquired
         case .failure(let refusal):
             metrics.rateLimited(route: "downloads")
-            let of = refusal == .address ? "address" : "purchase"
-            context.logger.notice(
-                "too many downloads", metadata: ["client": "\(context.clientAddress)", "of": "\(of)", "limit": "\(slots.perAddress)"])
-            throw refusal == .address
-                ? Problem.tooManyDownloads(slots.perAddress) : Problem.tooManyDownloads(slots.perPurchase, of: "of this purchase")
+            let (of, limit) = refusal == .address ? ("address", slots.perAddress) : ("purchase", slots.perPurchase)
+            context.logger.notice("too many downloads", metadata: ["client": "\(context.clientAddress)", "of": "\(of)", "limit": "\(limit)"])
+            throw Problem.tooManyDownloads(limit, of: refusal == .address ? "from this address" : "of this purchase")
         }
         let client = context.clientAddress
         let logger = context.logger

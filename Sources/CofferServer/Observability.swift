@@ -40,7 +40,8 @@ public final class CofferMetrics: Sendable {
         refusalsUnrecorded = registry.makeCounter(
             descriptor: Self.name(
                 "refusals_unrecorded_total",
-                "Refusals of proofs that did not verify not written to the ledger: their address had used its --rate-recorded-refusals"))
+                "Refusals not written to the ledger: a proof that did not verify beyond its address's --rate-recorded-refusals, or a verified purchase's beyond its own budget"
+            ))
         verificationSeconds = registry.makeDurationHistogram(
             descriptor: Self.name("redemption_seconds", "Time to verify and redeem a purchase"),
             buckets: [

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CofferStore
 import Foundation
 
 #if canImport(Glibc)
@@ -99,6 +100,13 @@ enum IO {
             _ = fsync(directory)
             close(directory)
         }
+    }
+
+    /// The SQLite database at `path`, opened without migrating it (``CofferDatabase/init(currentPath:)``:
+    /// a tool never migrates a database a server uses); a schema not exactly this binary's is a
+    /// usage error naming the path.
+    static func currentDatabase(_ path: String) throws -> CofferDatabase {
+        do { return try CofferDatabase(currentPath: path) } catch let error as StoreError { throw UsageError("\(path): \(error)") }
     }
 
     /// Writes to `path` (`mode`), or to standard output when nil.

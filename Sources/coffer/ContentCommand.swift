@@ -36,8 +36,7 @@ struct ContentStoreOptions: ParsableArguments {
         guard FileManager.default.fileExists(atPath: path) else {
             throw UsageError("no catalogue at \(path): pass --data-dir (or --database) of the server whose content this is")
         }
-        let database: CofferDatabase
-        do { database = try CofferDatabase(currentPath: path) } catch let error as StoreError { throw UsageError("\(path): \(error)") }
+        let database = try IO.currentDatabase(path)
         defer { try? database.close() }
         return try await body(SQLiteCatalogue(database))
     }

@@ -92,10 +92,7 @@ struct KeyStores {
             let isNew = !FileManager.default.fileExists(atPath: path)
             // A new ledger is made here (keys create before the first serve); an existing one is
             // never migrated by a key command (a newer binary beside an older server).
-            let db: CofferDatabase
-            do { db = isNew ? try CofferDatabase(path: path) : try CofferDatabase(currentPath: path) } catch let error as StoreError {
-                throw UsageError("\(path): \(error)")
-            }
+            let db = isNew ? try CofferDatabase(path: path) : try IO.currentDatabase(path)
             let key = try signer(create: allowNew && isNew)
             return try await body(KeyStores(keys: SQLiteKeys(db, checkpoints: CheckpointPolicy(signer: key)), signer: key))
         }

@@ -262,9 +262,7 @@ struct LedgerCommand: AsyncParsableCommand {
             do { signer = try LedgerKeyFile.resolve(dataDirectory: dataDir, configured: ledgerKey, create: false).signer } catch {
                 throw UsageError("\(error): pass the server's key with --ledger-key")
             }
-            let database: CofferDatabase
-            do { database = try CofferDatabase(currentPath: path) } catch let error as StoreError { throw UsageError("\(path): \(error)") }
-            let ledger = SQLiteLedger(database, checkpoints: CheckpointPolicy(signer: signer))
+            let ledger = SQLiteLedger(try IO.currentDatabase(path), checkpoints: CheckpointPolicy(signer: signer))
             let adoption: SQLiteLedger.Adoption
             do {
                 adoption = try await ledger.adopt(

@@ -41,7 +41,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(
         name: .customLong("rate-recorded-refusals"),
         help:
-            "Refusals of proofs that did not verify recorded in the ledger per client address per hour; beyond them they are counted, not written (0: every one). Default: 120."
+            "Refusals of proofs that did not verify recorded in the ledger per client address per hour; beyond them they are counted, not written (0: every refusal, also of verified purchases, whose own budget is 600 an hour). Default: 120."
     )
     var rateRecordedRefusals: Int?
     @Option(name: .customLong("rate-notifications"), help: "Notifications per client address per minute (0: unlimited). Default: 600.")
@@ -214,20 +214,14 @@ extension ServeCommand {
     }
 
     /// `endpoint` with any user and password in it replaced by `***` (the server refuses such
-    /// an endpoint, but --print-config shows the settings before that check).
+    /// an endpoint, but --print-config shows the settings before that check): anything between
+    /// the scheme (a "://" before the first "@"; none: the start) and the last "@", whether or
+    /// not it parses as user info (a password with a space, "/" or "#" does not). An "@" in the
+    /// path hides the host too: the safe side, for a setting only printed. No "@", no user info.
     static func withoutUserInfo(_ endpoint: String) -> String {
-        // Anything between the scheme (a "://" before the first "@"; none: the start) and the
-        // last "@" (a password with a space, "/" or "#" in it does not parse as user info).
-        // An "@" in the path hides the host too: the safe side, for a setting only printed.
-        if let at = endpoint.lastIndex(of: "@"), let first = endpoint.firstIndex(of: "@") {
-            let scheme = endpoint.range(of: "://").flatMap { $0.lowerBound < first ? $0.upperBound : nil }
-            let start = scheme ?? endpoint.startIndex
-            return String(endpoint[..<start]) + "***" + String(endpoint[at...])
-        }
-        guard var components = URLComponents(string: endpoint), components.user != nil || components.password != nil else { return endpoint }
-        components.user = "***"
-        components.password = nil
-        return components.string ?? "***"
+        guard let at = endpoint.lastIndex(of: "@"), let first = endpoint.firstIndex(of: "@") else { return endpoint }
+        let scheme = endpoint.range(of: "://").flatMap { $0.lowerBound < first ? $0.upperBound : nil }
+        return String(endpoint[..<(scheme ?? endpoint.startIndex)]) + "***" + String(endpoint[at...])
     }
 
     func printResolved(_ c: CofferConfiguration) throws {

@@ -284,20 +284,26 @@ final class RawConnection: @unchecked Sendable {
         }
     }
 
+    /// An admin upload of `length` bytes to `asset` with its first 5,000 sent, once it holds an
+    /// upload slot (a condition, not a guess at how long that takes).
+    static func stalledUpload(_ h: Harness, port: Int, asset: String, length: Int) async throws -> RawConnection {
+        let stalled = try RawConnection(port: port)
+        await stalled.send(
+            "PUT /v1/admin/assets/\(asset) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(h.adminKey)\r\nContent-Length: \(length)\r\n\r\n"
+                + String(repeating: "x", count: 5000))
+        let deadline = ContinuousClock.now + .seconds(20)
+        while h.runtime.uploadsInProgress == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(h.runtime.uploadsInProgress == 1)
+        return stalled
+    }
+
     @Test func tooManyConcurrentUploadsGet503() async throws {
         let h = try await Harness.make(configure: { $0.maxConcurrentUploads = 1 })
         defer { h.cleanUp() }
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
             // One upload in progress, stalled half-way.
-            let stalled = try RawConnection(port: port)
-            await stalled.send(
-                "PUT /v1/admin/assets/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(h.adminKey)\r\nContent-Length: 100000\r\n\r\n"
-                    + String(repeating: "x", count: 5000))
-            // Wait until it holds the only upload slot (a condition, not a guess at how long that takes).
-            let deadline = ContinuousClock.now + .seconds(20)
-            while h.runtime.uploadsInProgress == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-            #expect(h.runtime.uploadsInProgress == 1)
+            let stalled = try await Self.stalledUpload(h, port: port, asset: "big", length: 100_000)
             let second = try await client.execute(
                 uri: "/v1/admin/assets/other", method: .put, headers: h.bearer(h.adminKey), body: ByteBuffer(string: "small"))
             #expect(second.status == .serviceUnavailable)
@@ -321,13 +327,7 @@ final class RawConnection: @unchecked Sendable {
         let admin = try #require(try await h.services.keys.key(secretHash: APIKeys.hash(h.adminKey)))
         try await h.app.test(.live) { client in
             let port = try #require(client.port)
-            let stalled = try RawConnection(port: port)
-            await stalled.send(
-                "PUT /v1/admin/assets/level-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(h.adminKey)\r\nContent-Length: 10000\r\n\r\n"
-                    + String(repeating: "x", count: 5000))
-            let deadline = ContinuousClock.now + .seconds(20)
-            while h.runtime.uploadsInProgress == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-            #expect(h.runtime.uploadsInProgress == 1)
+            let stalled = try await Self.stalledUpload(h, port: port, asset: "level-1", length: 10_000)
             #expect(try await h.services.keys.revoke(keyId: admin.keyId, at: Date()))
             await stalled.send(String(repeating: "x", count: 5000))
             let done = await stalled.receive(seconds: 10)

@@ -88,12 +88,12 @@ public struct RedemptionRequest: Sendable {
     }
 }
 
-/// The vault's rules: verify, pick the transaction, check the catalogue, redeem once, hand
-/// out short-lived tokens. Storage is behind protocols; time is passed in.
 /// What ``Vault/purchaseRefusals`` is asked to do: take one (whether one was left), give one
 /// back (what it was taken for did not happen), or count a refusal left unwritten for want of one.
 public enum RefusalBudgetOperation: Sendable { case take, giveBack, unrecorded }
 
+/// The vault's rules: verify, pick the transaction, check the catalogue, redeem once, hand
+/// out short-lived tokens. Storage is behind protocols; time is passed in.
 public struct Vault: Sendable {
     public let verifier: AppStoreVerifier
     public let catalogue: any CatalogueRepository
@@ -190,13 +190,8 @@ public struct Vault: Sendable {
         } catch {
             // A proof that did not verify is charged to its address's budget; a verified one's
             // refusal (a replay, a revoked or another player's purchase) to its purchase's.
-            let purchaseBudget = { [purchaseRefusals] (transactionId: String) -> Bool in
-                if purchaseRefusals(transactionId, .take) { return true }
-                _ = purchaseRefusals(transactionId, .unrecorded)
-                return false
-            }
             if !error.isUnavailable && !refusalRecorded
-                && (seen.claimed ? mayRecordRefusal(request.clientAddress) : purchaseBudget(seen.transactionId ?? ""))
+                && (seen.claimed ? mayRecordRefusal(request.clientAddress) : takesPurchaseRefusal(seen.transactionId ?? ""))
             {
                 let attempt = RejectedAttempt(
                     at: now, code: error.code.rawValue, detail: LedgerText.escaped(error.detail, maxBytes: LedgerText.maxDetailBytes),
@@ -207,6 +202,14 @@ public struct Vault: Sendable {
             }
             throw error
         }
+    }
+
+    /// Whether a refusal of the purchase `transactionId` may be written (one taken from its
+    /// budget); one that may not is counted.
+    private func takesPurchaseRefusal(_ transactionId: String) -> Bool {
+        if purchaseRefusals(transactionId, .take) { return true }
+        _ = purchaseRefusals(transactionId, .unrecorded)
+        return false
     }
 
     /// The catalogue product a verified purchase buys, if this app sells it as that type and
